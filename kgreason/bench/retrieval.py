@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,7 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
             ret.timeout_ms = float(cfg.timeout_ms_per_hop) * k
             times, subs = _time_queries(ret, sets_by_k[k], k, int(cfg.batch))
             answers[name][k] = [None if s.timed_out else ret.answer_set(s) for s in subs]
+            print(f"[bench] {name} k={k}: median {np.median(times):.2f} ms", file=sys.stderr, flush=True)
             per_k[str(k)] = {
                 "median_ms": float(np.median(times)), "mean_ms": float(np.mean(times)),
                 "timeout_rate": float(np.mean([s.timed_out for s in subs])), "queries": len(subs),
