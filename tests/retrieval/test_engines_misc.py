@@ -53,7 +53,7 @@ def test_retrieve_many_equals_loop(cls):
 def test_degree_aware_assignment_balances_hubs():
     deg = np.array([100, 90, 5, 5, 0, 80, 1])
     part = assign_partitions(deg, 2)
-    # order by degree: 0(100)->p0, 1(90)->p1, 5(80)->p1 (load 90<100), 2(5)->p0, 3(5)->p0, 6(1)->p0? loads p0=110, p1=170
+    # by degree: 0(100)->p0, 1(90)->p1, 5(80)->p1 (90 < 100), 2, 3, 6 -> p0 (105, 110, 111 < 170)
     assert part.tolist() == [0, 1, 0, 0, -1, 1, 0]
 
 
