@@ -43,17 +43,21 @@ class HFCausalLM:
         batch_size: requests per forward batch.
         max_input_tokens: prompts longer than this are left-truncated (keeps the question end).
         model_obj / tokenizer_obj: already-loaded objects (LocalLLM passes them).
+        num_threads: ``torch.set_num_threads`` for CPU inference (``None`` = torch's default).
     """
 
     backend = "hf"
 
     def __init__(self, model: str, device: str = "cpu", dtype: str = "float32", batch_size: int = 8,
                  max_input_tokens: int = 4096, trust_remote_code: bool = False, gguf_file: str | None = None,
-                 model_obj: Any = None, tokenizer_obj: Any = None, name: str | None = None) -> None:
+                 model_obj: Any = None, tokenizer_obj: Any = None, name: str | None = None,
+                 num_threads: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.torch = torch
+        if num_threads:  # CPU: on an oversubscribed machine 1 thread beats OpenMP spin-waits (docs/llm.md)
+            torch.set_num_threads(int(num_threads))
         self.model = str(name or model)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"

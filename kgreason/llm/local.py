@@ -98,7 +98,9 @@ class LocalLLM:
         cache_dir: where the dequantised copy is saved (``null`` = ``$KGREASON_MODEL_DIR`` or
             ``~/.cache/kgreason/models``).
         batch_size, device: as :class:`~kgreason.llm.hf.HFCausalLM` (transformers route).
-        n_ctx, n_threads: llama.cpp context size and threads (llamacpp route).
+        n_ctx: llama.cpp context size (llamacpp route).
+        n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
+            the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
     """
 
     backend = "local"
@@ -106,6 +108,7 @@ class LocalLLM:
     def __init__(self, route: str = "transformers", package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
                  cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int = 2048,
                  n_threads: int | None = None, model: str | None = None) -> None:
+        # n_threads also sets torch's CPU threads on the transformers route
         self.gguf = find_gguf(package, gguf_path)
         self.model = model or self.gguf.stem
         self.route = route
@@ -115,7 +118,7 @@ class LocalLLM:
 
             net, tok, self.load_info = load_transformers(self.gguf, cache_dir)
             self.impl: Any = HFCausalLM(str(self.gguf), device=device, batch_size=batch_size, model_obj=net,
-                                        tokenizer_obj=tok, name=self.model)
+                                        tokenizer_obj=tok, name=self.model, num_threads=n_threads)
         elif route == "llamacpp":
             self.impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads)
             self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}

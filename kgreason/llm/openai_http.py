@@ -192,6 +192,8 @@ class OpenAIChat:
             try:
                 resp = self._with_retries(endpoint, call)
             except LLMError as e:
+                if "failed with HTTP 4" not in str(e):  # outages stay LLMError; refusals mean unsupported
+                    raise
                 raise ScoringUnsupported(f"{endpoint} does not support echo+logprobs scoring: {e}") from e
             lp = resp.choices[0].logprobs if resp.choices else None
             if lp is None or not getattr(lp, "token_logprobs", None) or getattr(lp, "text_offset", None) is None:
