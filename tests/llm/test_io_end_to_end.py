@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import compose_cfg
 
 from kgreason.bench.llm import FakeChatServer
@@ -50,3 +52,30 @@ def test_io_openai_run_counts_calls_then_replays_from_cache(tmp_path, monkeypatc
         if f.is_file():
             assert KEY.encode() not in f.read_bytes(), f
     assert KEY_ENV in (tmp_path / "a" / "config.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_cli_io_openai_run_dir_has_no_key(tmp_path):
+    """`python -m kgreason reasoner=io llm=openai ...` as a subprocess (Hydra writes .hydra/ too)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = dict(os.environ, **{KEY_ENV: KEY, "KGREASON_CACHE_DIR": str(tmp_path / "cache")})
+    out = tmp_path / "run"
+    with FakeChatServer() as srv:
+        cmd = [sys.executable, "-m", "kgreason", "reasoner=io", "llm=openai", f"llm.base_url={srv.base_url}",
+               "llm.model=fake-model", f"llm.api_key_env={KEY_ENV}", "dataset.limit=3", "tracking=jsonl",
+               f"hydra.run.dir={out}"]
+        p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert len(srv.requests) == 3
+    assert KEY not in p.stdout + p.stderr
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["llm/calls"] == 3 and m["llm/prompt_tokens"] > 0
+    files = [f for f in out.rglob("*") if f.is_file()]
+    assert any(f.parent.name == ".hydra" for f in files)
+    for f in files:
+        assert KEY.encode() not in f.read_bytes(), f
