@@ -78,6 +78,7 @@ class HFCausalLM:
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
         self.tok.padding_side = "left"
+        self.tok.truncation_side = "left"  # over-long prompts lose their beginning, never the generation prompt
         self.net = model_obj.to(self.device).eval()
         if getattr(self.tok, "chat_template", None) is None:
             raise ValueError(f"{model}: tokenizer has no chat_template (needed to render chat messages)")
