@@ -48,3 +48,18 @@ def test_smollm2_answers_a_trivial_prompt():
     assert len(a.token_logprobs[0]) == a.usage.completion_tokens
     s = llm.score((Message("user", "What is the capital of France? Answer in one word."),), ["Paris", "Banana"])
     assert s[0] > s[1]
+
+
+@needs_model
+@pytest.mark.slow
+def test_llamacpp_route_when_installed():
+    pytest.importorskip("llama_cpp")
+    from kgreason.llm.local import LocalLLM
+
+    llm = LocalLLM(route="llamacpp")
+    (c,) = llm.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=16,
+                                        n=2, seed=1)])
+    assert len(c.texts) == 2 and all(t.strip() for t in c.texts) and "paris" in c.text.lower()
+    assert c.usage.calls == 1 and c.usage.completion_tokens > 0
+    s = llm.score((Message("user", "What is the capital of France? Answer in one word."),), ["Paris", "Banana"])
+    assert s[0] > s[1]
