@@ -1,0 +1,218 @@
+"""LLM-layer benchmark: batched vs sequential throughput.
+
+``python -m kgreason.bench.llm`` (or ``main(argv)`` from the bench entry point) measures
+
+* ``openai``: :class:`~kgreason.llm.openai_http.OpenAIChat` against :class:`FakeChatServer`
+  (a real HTTP server on 127.0.0.1 with a fixed per-request latency, 50 ms by default):
+  ``max_concurrency=16`` vs ``1`` on the same requests → requests/s, tokens/s and the ratio;
+* ``hf``: :class:`~kgreason.llm.hf.HFCausalLM` on a tiny random-weight Llama built locally
+  (nothing downloaded): one left-padded batch vs one request at a time.
+
+Speed is never asserted in tests; this prints a table (and ``--json PATH`` writes one).
+
+:class:`FakeChatServer` is also the test server of ``tests/llm``: it speaks
+``/v1/chat/completions`` and ``/v1/completions`` (echo+logprobs), and can inject 429 (with
+``Retry-After``), 5xx, slow replies and 404 for chosen requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# ----------------------------------------------------------------------------- test server
+
+
+class FakeChatServer:
+    """OpenAI-compatible server on ``127.0.0.1:<free port>`` (use as a context manager).
+
+    Reply text is ``"echo: <last user message>"`` (``#i`` appended for choice ``i > 0``);
+    token counts are whitespace word counts (prompt: all message contents; completion: the
+    reply). ``faults`` is a list consumed one per incoming request before normal replies::
+
+        ("429", retry_after_or_None) | ("500",) | ("503",) | ("slow", seconds) | ("404",)
+
+    Attributes:
+        requests: every request body received (JSON dicts), in arrival order.
+        headers: the matching request headers (dicts).
+    """
+
+    def __init__(self, latency_s: float = 0.0, faults: list[tuple] | None = None, completions: bool = True) -> None:
+        self.latency_s, self.faults, self.completions = latency_s, list(faults or []), completions
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _send(self, code: int, body: dict, headers: dict | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):  # noqa: N802
+                n = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(n) or b"{}")
+                with server._lock:
+                    server.requests.append(body)
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    fault = server.faults.pop(0) if server.faults else None
+                if fault is not None:
+                    kind = fault[0]
+                    if kind == "429":
+                        h = {"Retry-After": str(fault[1])} if len(fault) > 1 and fault[1] is not None else {}
+                        return self._send(429, {"error": {"message": "rate limited"}}, h)
+                    if kind in ("500", "502", "503", "404", "400"):
+                        return self._send(int(kind), {"error": {"message": f"injected {kind}"}})
+                    if kind == "slow":
+                        time.sleep(float(fault[1]))
+                if server.latency_s:
+                    time.sleep(server.latency_s)
+                if self.path.endswith("/chat/completions"):
+                    return self._send(200, server._chat(body))
+                if self.path.endswith("/completions") and server.completions:
+                    return self._send(200, server._completion(body))
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @staticmethod
+    def _chat(body: dict) -> dict:
+        msgs = body.get("messages", [])
+        user = [m["content"] for m in msgs if m.get("role") == "user"]
+        text = "echo: " + (user[-1] if user else "")
+        n = int(body.get("n", 1) or 1)
+        pt = sum(len(m["content"].split()) for m in msgs)
+        choices, ct = [], 0
+        for i in range(n):
+            t = text if i == 0 else f"{text} #{i}"
+            words = t.split()
+            ct += len(words)
+            ch: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+            if body.get("logprobs"):
+                ch["logprobs"] = {"content": [{"token": w, "logprob": -0.1 * (j + 1), "bytes": None, "top_logprobs": []}
+                                              for j, w in enumerate(words)]}
+            choices.append(ch)
+        return {"id": "cmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model", "fake"),
+                "choices": choices, "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
+
+    @staticmethod
+    def _completion(body: dict) -> dict:
+        """Echo scoring: one token per character, log-prob −0.01·(char code mod 7 + 1)."""
+        prompt = body.get("prompt", "")
+        offs = list(range(len(prompt)))
+        lps = [None] + [-0.01 * (ord(c) % 7 + 1) for c in prompt[1:]]
+        return {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": body.get("model", "fake"),
+                "choices": [{"index": 0, "text": prompt, "finish_reason": "length",
+                             "logprobs": {"tokens": list(prompt), "token_logprobs": lps, "text_offset": offs,
+                                          "top_logprobs": None}}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": len(prompt)}}
+
+    def __enter__(self) -> "FakeChatServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+
+def _requests(n: int, max_tokens: int = 16):
+    from kgreason.types import ChatRequest
+
+    return [ChatRequest.of(f"question number {i} about the knowledge graph", max_tokens=max_tokens) for i in range(n)]
+
+
+def bench_openai(n: int = 64, latency_s: float = 0.05, concurrency: int = 16) -> dict[str, Any]:
+    import os
+
+    from kgreason.llm.openai_http import OpenAIChat
+
+    os.environ.setdefault("KGREASON_BENCH_FAKE_KEY", "sk-bench-not-a-key")
+    out: dict[str, Any] = {"backend": "openai(fake server)", "n": n, "latency_s": latency_s}
+    with FakeChatServer(latency_s=latency_s) as srv:
+        for label, conc in (("sequential", 1), ("batched", concurrency)):
+            llm = OpenAIChat(model="fake", base_url=srv.base_url, api_key_env="KGREASON_BENCH_FAKE_KEY",
+                             max_concurrency=conc)
+            llm.generate(_requests(2))  # warm the connection pool
+            t0 = time.perf_counter()
+            comps = llm.generate(_requests(n))
+            dt = time.perf_counter() - t0
+            toks = sum(c.usage.prompt_tokens + c.usage.completion_tokens for c in comps)
+            out[label] = {"s": round(dt, 4), "req_per_s": round(n / dt, 2), "tok_per_s": round(toks / dt, 1)}
+    out["ratio"] = round(out["batched"]["req_per_s"] / out["sequential"]["req_per_s"], 2)
+    return out
+
+
+def bench_hf(n: int = 16, max_tokens: int = 16, batch_size: int = 16) -> dict[str, Any]:
+    import tempfile
+
+    from kgreason.llm.hf import HFCausalLM, build_tiny_model
+
+    out: dict[str, Any] = {"backend": "hf(tiny random llama)", "n": n, "max_tokens": max_tokens}
+    with tempfile.TemporaryDirectory() as d:
+        path = build_tiny_model(d)
+        for label, bs in (("sequential", 1), ("batched", batch_size)):
+            llm = HFCausalLM(model=path, batch_size=bs, device="cpu")
+            llm.generate(_requests(2, max_tokens))
+            reqs = _requests(n, max_tokens)
+            t0 = time.perf_counter()
+            comps = llm.generate(reqs)
+            dt = time.perf_counter() - t0
+            toks = sum(c.usage.completion_tokens for c in comps)
+            out[label] = {"s": round(dt, 4), "req_per_s": round(n / dt, 2), "tok_per_s": round(toks / dt, 1)}
+    out["ratio"] = round(out["batched"]["req_per_s"] / out["sequential"]["req_per_s"], 2)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kgreason.bench.llm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf")
+    p.add_argument("--n", type=int, default=64, help="requests per measurement")
+    p.add_argument("--latency-ms", type=float, default=50.0, help="fake server latency per request")
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--json", default=None, help="write results here")
+    a = p.parse_args(argv)
+    results = []
+    for which in [w.strip() for w in a.which.split(",") if w.strip()]:
+        if which == "openai":
+            results.append(bench_openai(a.n, a.latency_ms / 1000, a.concurrency))
+        elif which == "hf":
+            results.append(bench_hf(min(a.n, 16), batch_size=a.concurrency))
+        else:
+            p.error(f"unknown --which item {which!r} (openai, hf)")
+    print(f"{'backend':26s} {'mode':11s} {'req/s':>8s} {'tok/s':>9s}")
+    for r in results:
+        for mode in ("sequential", "batched"):
+            print(f"{r['backend']:26s} {mode:11s} {r[mode]['req_per_s']:8.2f} {r[mode]['tok_per_s']:9.1f}")
+        print(f"{r['backend']:26s} {'ratio':11s} {r['ratio']:8.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""Persistent LLM call cache: :class:`CallStore` (one SQLite file) + :class:`CachedLLM`.
+
+* **Key** – ``sha256`` of canonical JSON (``sort_keys=True``, compact separators) of
+  ``{backend, model, method, request}``; ``request`` holds every field of the
+  :class:`~kgreason.types.ChatRequest` (messages, temperature, top_p, max_tokens, n, stop,
+  seed, logprobs, sample_index) for ``generate`` and ``{messages, candidates}`` for ``score``.
+  API keys and ``base_url`` are *not* part of the key (the same model behind another proxy
+  is the same call) and are never written.
+* **Values** – JSON rows (texts, token_logprobs, the original usage), never pickles.
+* **Sampled calls are cached too**: resuming a run must not repeat paid calls;
+  ``sample_index``/``seed`` keep distinct samples distinct.
+* **Modes** – ``readwrite`` (default), ``readonly`` (replay: a miss raises
+  :class:`~kgreason.llm.base.CacheMiss`), ``off`` (no file is opened).
+* **Concurrency** – WAL journal + ``busy_timeout``, one short transaction per insert
+  (``INSERT OR IGNORE``): several processes (Hydra multirun, joblib launcher) can share one
+  file. A thread lock serialises use of the connection inside one process.
+
+Accounting of hits (what ``metrics.json`` shows): a hit has ``cached=True`` and usage
+``calls=0, cache_hits=1, latency_s=0, cost_usd=0`` while the **token counts of the original
+call are kept** – ``llm/tokens_per_question`` describes the method and must not change when
+a run is replayed, whereas ``llm/calls`` and ``llm/cost_usd`` describe what this run spent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from kgreason.llm.base import CacheMiss
+from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
+
+MODES = ("readwrite", "readonly", "off")
+DB_NAME = "llm_calls.sqlite"
+
+
+def request_json(req: ChatRequest) -> dict[str, Any]:
+    """Every answer-changing field of a request, as plain JSON."""
+    d = to_jsonable(req)
+    d["messages"] = [{"role": m.role, "content": m.content} for m in req.messages]
+    return d
+
+
+def cache_key(backend: str, model: str, method: str, request: Any) -> str:
+    """sha256 hex of canonical JSON ``{backend, model, method, request}``."""
+    payload = {"backend": backend, "model": model, "method": method, "request": to_jsonable(request)}
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class CallStore:
+    """Key → JSON value in ``<dir>/llm_calls.sqlite`` (WAL, safe for several processes)."""
+
+    def __init__(self, path: str | Path | None, mode: str = "readwrite", busy_timeout_ms: int = 30_000) -> None:
+        if mode not in MODES:
+            raise ValueError(f"llm_cache.mode must be one of {MODES}, got {mode!r}")
+        self.mode, self.path = mode, (Path(path) if path is not None else None)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        if mode == "off":
+            return
+        if self.path is None:
+            raise ValueError("CallStore needs a path unless mode='off'")
+        if mode == "readonly" and not self.path.exists():
+            raise CacheMiss(f"llm_cache.mode=readonly but no cache file at {self.path}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000, check_same_thread=False,
+                                     isolation_level=None)
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        if mode == "readwrite":
+            self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
+            self._retry(lambda: self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, backend TEXT, model TEXT, "
+                "method TEXT, value TEXT NOT NULL, created REAL)"))
+
+    @classmethod
+    def open(cls, dir: str | Path, mode: str = "readwrite") -> "CallStore":
+        """The store file ``<dir>/llm_calls.sqlite`` (``dir`` = ``llm_cache.dir``)."""
+        return cls(Path(os.path.expanduser(str(dir))) / DB_NAME, mode=mode)
+
+    @staticmethod
+    def _retry(fn, tries: int = 50):
+        for i in range(tries):
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:  # "database is locked" beyond busy_timeout
+                if "locked" not in str(e) or i == tries - 1:
+                    raise
+                time.sleep(0.05 * (i + 1))
+
+    def get(self, key: str) -> Any | None:
+        if self._conn is None:
+            return None
+        with self._lock:
+            row = self._retry(lambda: self._conn.execute("SELECT value FROM calls WHERE key=?", (key,)).fetchone())
+        return None if row is None else json.loads(row[0])
+
+    def put(self, key: str, value: Any, *, backend: str = "", model: str = "", method: str = "") -> None:
+        if self._conn is None or self.mode != "readwrite":
+            return
+        blob = json.dumps(to_jsonable(value), ensure_ascii=False)
+        with self._lock:
+            self._retry(lambda: self._conn.execute(
+                "INSERT OR IGNORE INTO calls(key, backend, model, method, value, created) VALUES (?,?,?,?,?,?)",
+                (key, backend, model, method, blob, time.time())))
+
+    def __len__(self) -> int:
+        if self._conn is None:
+            return 0
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _hit_usage(stored: dict[str, Any]) -> Usage:
+    u = stored.get("usage") or {}
+    return Usage(cache_hits=1, prompt_tokens=int(u.get("prompt_tokens", 0)),
+                 completion_tokens=int(u.get("completion_tokens", 0)))
+
+
+class CachedLLM:
+    """Wraps any :class:`~kgreason.llm.base.LLM`; same protocol, explicit methods.
+
+    Misses of one ``generate`` batch are sent to the inner backend as one batch (order kept).
+    """
+
+    def __init__(self, inner, store: CallStore) -> None:
+        self.inner, self.store = inner, store
+        self.backend = str(getattr(inner, "backend", type(inner).__name__))
+        self.model = str(getattr(inner, "model", "?"))
+
+    def _key(self, method: str, request: Any) -> str:
+        return cache_key(self.backend, self.model, method, request)
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        requests = list(requests)
+        if self.store.mode == "off":
+            return self.inner.generate(requests)
+        keys = [self._key("generate", request_json(r)) for r in requests]
+        out: list[Completion | None] = [None] * len(requests)
+        miss: list[int] = []
+        for i, k in enumerate(keys):
+            v = self.store.get(k)
+            if v is None:
+                miss.append(i)
+                continue
+            lp = v.get("token_logprobs")
+            out[i] = Completion(texts=tuple(v["texts"]), usage=_hit_usage(v), cached=True,
+                                token_logprobs=None if lp is None else tuple(tuple(x) for x in lp))
+        if miss and self.store.mode == "readonly":
+            raise CacheMiss(f"llm_cache.mode=readonly: {len(miss)} of {len(requests)} requests not in "
+                            f"{self.store.path} (backend={self.backend}, model={self.model}); first missing key {keys[miss[0]]}")
+        if miss:
+            fresh = self.inner.generate([requests[i] for i in miss])
+            if len(fresh) != len(miss):
+                raise RuntimeError(f"{self.backend} returned {len(fresh)} completions for {len(miss)} requests")
+            for i, c in zip(miss, fresh):
+                out[i] = c
+                self.store.put(keys[i], {"texts": list(c.texts), "token_logprobs": c.token_logprobs,
+                                         "usage": to_jsonable(c.usage)},
+                               backend=self.backend, model=self.model, method="generate")
+        return out  # type: ignore[return-value]
+
+    def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
+        if self.store.mode == "off":
+            return self.inner.score(prompt, candidates)
+        req = {"messages": [{"role": m.role, "content": m.content} for m in prompt], "candidates": list(candidates)}
+        key = self._key("score", req)
+        v = self.store.get(key)
+        if v is not None:
+            return [float(x) for x in v["scores"]]
+        if self.store.mode == "readonly":
+            raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "
+                            f"(backend={self.backend}, model={self.model}); key {key}")
+        scores = [float(x) for x in self.inner.score(prompt, candidates)]
+        self.store.put(key, {"scores": scores}, backend=self.backend, model=self.model, method="score")
+        return scores

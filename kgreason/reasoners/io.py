@@ -1,0 +1,41 @@
+"""IO prompting baseline: question → answer list with the LLM alone, no KG.
+
+The "IO" row of SGR Table 1 / ReKnoS Table 2 (standard prompting, no retrieval): the model
+sees only the question and returns a JSON list of answers, best first. Unparseable replies
+are re-asked at most ``max_reasks`` times (each failure counts in ``llm/parse_failures``).
+"""
+
+from __future__ import annotations
+
+from kgreason.llm.parsing import parse_list, with_reask
+from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.types import ChatRequest, Example, Prediction
+
+
+class IO:
+    """Args:
+        temperature / max_tokens / seed: sampling of the single answer call.
+        max_reasks: bounded re-asks on an unparseable reply.
+        top_k: answers kept, ranked as the model listed them.
+        system: system prompt (``null`` = none).
+    """
+
+    def __init__(self, *, kg=None, retriever=None, llm, temperature: float = 0.0, max_tokens: int = 128,
+                 seed: int | None = 0, max_reasks: int = 1, top_k: int = 5,
+                 system: str | None = "You answer questions concisely.") -> None:
+        self.llm = llm
+        self.temperature, self.max_tokens, self.seed = float(temperature), int(max_tokens), seed
+        self.max_reasks, self.top_k, self.system = int(max_reasks), int(top_k), system
+        self.template = load_prompt("io", "answer")
+
+    def answer(self, example: Example) -> Prediction:
+        t = Trace()
+        req = ChatRequest.of(render(self.template, question=example.question), system=self.system,
+                             temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed)
+
+        def record(r, comp, res):
+            t.llm("answer", r, comp, prompt_id="io/answer", parsed=res.value, parse_ok=res.ok)
+
+        res, _ = with_reask(self.llm, req, parse_list, max_reasks=self.max_reasks, on_call=record)
+        answers = [a for a in (res.value or []) if a][: self.top_k] if res.ok else []
+        return t.finish(example, answers)

@@ -1,0 +1,27 @@
+"""Price table and usage splitting (hand-computed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgreason.llm.accounting import PriceTable, split_usage
+from kgreason.types import Usage
+
+
+def test_price_lookup_and_cost():
+    t = PriceTable.of({"gpt-4o": {"input": 2.5, "output": 10}, "gpt-4o-mini": {"input": 0.15, "output": 0.6}})
+    assert t.cost("gpt-4o-mini", 1_000_000, 0) == pytest.approx(0.15)
+    assert t.cost("gpt-4o-mini-2024-07-18", 2000, 1000) == pytest.approx((2000 * 0.15 + 1000 * 0.6) / 1e6)
+    assert t.cost("gpt-4o-2024-08-06", 1000, 1000) == pytest.approx(12.5e-3)  # longest prefix: gpt-4o
+    assert t.cost("llama", 10**6, 10**6) == 0.0
+    with pytest.raises(ValueError, match="prices.bad"):
+        PriceTable.of({"bad": 3})
+
+
+def test_split_usage_sums_back():
+    total = Usage(calls=3, prompt_tokens=10, completion_tokens=7, latency_s=0.9, cost_usd=0.3)
+    parts = split_usage(total, 3)
+    s = Usage.total(parts)
+    assert (s.calls, s.prompt_tokens, s.completion_tokens) == (3, 10, 7)
+    assert s.latency_s == pytest.approx(0.9) and s.cost_usd == pytest.approx(0.3)
+    assert [p.prompt_tokens for p in parts] == [4, 3, 3]

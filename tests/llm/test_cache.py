@@ -1,0 +1,122 @@
+"""CallStore / CachedLLM: keys, modes, hit accounting, zero calls on re-run, several processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from kgreason.llm.base import CacheMiss, LLM
+from kgreason.llm.cache import CachedLLM, CallStore, cache_key, request_json
+from kgreason.types import ChatRequest, Completion, Message, Usage
+
+
+class CountingLLM:
+    backend, model = "counting", "m"
+
+    def __init__(self):
+        self.generated: list[ChatRequest] = []
+        self.scored = 0
+
+    def generate(self, requests):
+        self.generated.extend(requests)
+        return [Completion(texts=(f"a:{r.messages[-1].content}:{r.sample_index}",),
+                           usage=Usage(calls=1, prompt_tokens=5, completion_tokens=2, latency_s=0.1, cost_usd=0.01),
+                           token_logprobs=((-0.5, -0.25),)) for r in requests]
+
+    def score(self, prompt, candidates):
+        self.scored += 1
+        return [-float(len(c)) for c in candidates]
+
+
+def test_key_covers_sampling_fields_and_ignores_nothing_else():
+    base = ChatRequest.of("q", temperature=0.7, seed=1)
+    k = cache_key("openai", "m", "generate", request_json(base))
+    assert k == cache_key("openai", "m", "generate", request_json(ChatRequest.of("q", temperature=0.7, seed=1)))
+    variants = [ChatRequest.of("q", temperature=0.8, seed=1), ChatRequest.of("q", temperature=0.7, seed=2),
+                ChatRequest.of("q", temperature=0.7, seed=1, sample_index=1),
+                ChatRequest.of("q", temperature=0.7, seed=1, n=2), ChatRequest.of("q", temperature=0.7, seed=1, stop=("x",)),
+                ChatRequest.of("q", temperature=0.7, seed=1, top_p=0.5), ChatRequest.of("q", temperature=0.7, seed=1, max_tokens=3),
+                ChatRequest.of("q", temperature=0.7, seed=1, logprobs=True), ChatRequest.of("q", system="s", temperature=0.7, seed=1)]
+    keys = {cache_key("openai", "m", "generate", request_json(v)) for v in variants}
+    assert len(keys) == len(variants) and k not in keys
+    assert k != cache_key("openai", "m2", "generate", request_json(base))
+    assert k != cache_key("vllm", "m", "generate", request_json(base))
+    assert len(k) == 64
+
+
+def test_hits_are_free_and_rerun_makes_zero_calls(tmp_path):
+    inner = CountingLLM()
+    llm = CachedLLM(inner, CallStore.open(tmp_path, "readwrite"))
+    assert isinstance(llm, LLM) and llm.backend == "counting" and llm.model == "m"
+    reqs = [ChatRequest.of(f"q{i}") for i in range(5)]
+    first = llm.generate(reqs)
+    assert len(inner.generated) == 5 and not any(c.cached for c in first)
+    # new process-equivalent: a fresh store object on the same dir, partly overlapping batch
+    inner2 = CountingLLM()
+    llm2 = CachedLLM(inner2, CallStore.open(tmp_path, "readwrite"))
+    mixed = llm2.generate([reqs[3], ChatRequest.of("new"), reqs[0]])
+    assert [r.messages[-1].content for r in inner2.generated] == ["new"]
+    assert [c.cached for c in mixed] == [True, False, True]
+    assert mixed[0].text == first[3].text and mixed[2].text == first[0].text
+    assert mixed[0].token_logprobs == first[3].token_logprobs
+    hit = mixed[0].usage
+    assert (hit.calls, hit.cache_hits, hit.cost_usd, hit.latency_s) == (0, 1, 0.0, 0.0)
+    assert (hit.prompt_tokens, hit.completion_tokens) == (5, 2)
+    again = llm2.generate(reqs)
+    assert len(inner2.generated) == 1 and all(c.cached for c in again)
+    assert [c.text for c in again] == [c.text for c in first]
+    # score is cached too
+    p = (Message("user", "x"),)
+    assert llm2.score(p, ["ab", "c"]) == [-2.0, -1.0] and llm2.score(p, ["ab", "c"]) == [-2.0, -1.0]
+    assert inner2.scored == 1
+
+
+def test_readonly_and_off_modes(tmp_path):
+    with pytest.raises(CacheMiss, match="no cache file"):
+        CallStore.open(tmp_path / "none", "readonly")
+    CachedLLM(CountingLLM(), CallStore.open(tmp_path, "readwrite")).generate([ChatRequest.of("a")])
+    inner = CountingLLM()
+    ro = CachedLLM(inner, CallStore.open(tmp_path, "readonly"))
+    assert ro.generate([ChatRequest.of("a")])[0].cached
+    with pytest.raises(CacheMiss, match="readonly"):
+        ro.generate([ChatRequest.of("a"), ChatRequest.of("b")])
+    with pytest.raises(CacheMiss):
+        ro.score((Message("user", "x"),), ["y"])
+    assert inner.generated == []
+    off_inner = CountingLLM()
+    off = CachedLLM(off_inner, CallStore(None, "off"))
+    off.generate([ChatRequest.of("a")])
+    off.generate([ChatRequest.of("a")])
+    assert len(off_inner.generated) == 2
+    with pytest.raises(ValueError, match="mode"):
+        CallStore.open(tmp_path, "sometimes")
+
+
+def _writer(dir_, tag, n, q):
+    try:
+        store = CallStore.open(dir_, "readwrite")
+        llm = CachedLLM(CountingLLM(), store)
+        for i in range(n):
+            llm.generate([ChatRequest.of(f"{tag}-{i}"), ChatRequest.of(f"shared-{i}")])
+        q.put(("ok", tag))
+    except Exception as e:  # noqa: BLE001
+        q.put(("err", repr(e)))
+
+
+def test_two_processes_write_one_store(tmp_path):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_writer, args=(str(tmp_path), t, 40, q)) for t in ("p1", "p2")]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(timeout=120)
+    results = [q.get(timeout=5) for _ in ps]
+    assert all(r[0] == "ok" for r in results), results
+    store = CallStore.open(tmp_path, "readonly")
+    assert len(store) == 40 * 2 + 40  # p1-*, p2-*, shared-* once each
+    inner = CountingLLM()
+    llm = CachedLLM(inner, store)
+    out = llm.generate([ChatRequest.of(f"p1-{i}") for i in range(40)] + [ChatRequest.of(f"p2-{i}") for i in range(40)])
+    assert all(c.cached for c in out) and inner.generated == []

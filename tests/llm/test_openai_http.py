@@ -1,0 +1,137 @@
+"""OpenAIChat against a real HTTP server on 127.0.0.1 (kgreason.bench.llm.FakeChatServer)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kgreason.bench.llm import FakeChatServer
+from kgreason.llm.base import LLMError, ScoringUnsupported
+from kgreason.llm.openai_http import OpenAIChat, parse_retry_after
+from kgreason.types import ChatRequest, Message
+
+KEY_ENV = "KGREASON_TEST_FAKE_KEY"
+KEY = "sk-test-SECRET-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def _llm(srv, sleeps=None, **kw):
+    kw.setdefault("max_retries", 3)
+    return OpenAIChat(model="fake-model", base_url=srv.base_url, api_key_env=KEY_ENV,
+                      sleep=(sleeps.append if sleeps is not None else (lambda s: None)),
+                      rng=random.Random(0), **kw)
+
+
+def test_batched_order_tokens_and_request_fields():
+    with FakeChatServer() as srv:
+        llm = _llm(srv, max_concurrency=4, prices={"fake-model": {"input": 1.0, "output": 2.0}})
+        reqs = [ChatRequest.of(f"q {i} " + "w " * i, system="sys", temperature=0.3, top_p=0.9, max_tokens=7,
+                               seed=11, stop=("END",)) for i in range(12)]
+        comps = llm.generate(reqs)
+    assert [c.text for c in comps] == ["echo: " + r.messages[-1].content for r in reqs]
+    for r, c in zip(reqs, comps):
+        pt = sum(len(m.content.split()) for m in r.messages)
+        assert c.usage.calls == 1 and c.usage.prompt_tokens == pt
+        assert c.usage.completion_tokens == len(c.text.split())
+        assert c.usage.cost_usd == pytest.approx((pt * 1.0 + c.usage.completion_tokens * 2.0) / 1e6)
+        assert c.usage.latency_s > 0
+    body = srv.requests[0]
+    assert body["model"] == "fake-model" and body["temperature"] == 0.3 and body["top_p"] == 0.9
+    assert body["max_tokens"] == 7 and body["seed"] == 11 and body["stop"] == ["END"] and body["n"] == 1
+    assert srv.headers[0]["authorization"] == f"Bearer {KEY}"
+
+
+def test_n_and_logprobs():
+    with FakeChatServer() as srv:
+        c = _llm(srv).generate([ChatRequest.of("hello there", n=3, logprobs=True)])[0]
+    assert c.texts == ("echo: hello there", "echo: hello there #1", "echo: hello there #2")
+    assert [len(x) for x in c.token_logprobs] == [3, 4, 4]
+    assert c.token_logprobs[0] == pytest.approx((-0.1, -0.2, -0.3))
+    assert srv.requests[0]["logprobs"] is True and srv.requests[0]["n"] == 3
+
+
+def test_429_retry_after_is_honoured_then_success():
+    sleeps: list[float] = []
+    with FakeChatServer(faults=[("429", 7), ("429", "2.5")]) as srv:
+        c = _llm(srv, sleeps).generate([ChatRequest.of("x")])[0]
+    assert c.text == "echo: x"
+    assert sleeps == [7.0, 2.5]  # exactly what the server asked for, no jitter
+    assert len(srv.requests) == 3  # client's own retries are off: every attempt is ours
+
+
+def test_5xx_and_slow_exponential_backoff_with_jitter():
+    sleeps: list[float] = []
+    with FakeChatServer(faults=[("500",), ("503",), ("slow", 1.0)]) as srv:
+        llm = _llm(srv, sleeps, backoff_base_s=1.0, backoff_max_s=3.0, timeout_s=0.3, max_retries=4)
+        c = llm.generate([ChatRequest.of("y")])[0]
+    assert c.text == "echo: y"
+    assert len(sleeps) == 3  # 500, 503, timeout
+    caps = [1.0, 2.0, 3.0]  # base·2^attempt capped at 3
+    for s, cap in zip(sleeps, caps):
+        assert 0.5 * cap <= s <= cap
+
+
+def test_gives_up_naming_endpoint_and_last_status():
+    sleeps: list[float] = []
+    with FakeChatServer(faults=[("500",), ("502",), ("429", None)]) as srv:
+        llm = _llm(srv, sleeps, max_retries=2)
+        with pytest.raises(LLMError) as ei:
+            llm.generate([ChatRequest.of("z")])
+    msg = str(ei.value)
+    assert f"{srv.base_url}/chat/completions" in msg and "HTTP 429" in msg and "3 attempts" in msg
+    assert len(srv.requests) == 3 and len(sleeps) == 2
+    assert KEY not in msg
+
+
+def test_non_retryable_4xx_fails_at_once():
+    sleeps: list[float] = []
+    with FakeChatServer(faults=[("400",)]) as srv:
+        with pytest.raises(LLMError, match="HTTP 400"):
+            _llm(srv, sleeps).generate([ChatRequest.of("z")])
+    assert sleeps == [] and len(srv.requests) == 1
+
+
+def test_connection_error_is_retried_then_named():
+    sleeps: list[float] = []
+    llm = OpenAIChat(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV, max_retries=2,
+                     sleep=sleeps.append, timeout_s=2)
+    with pytest.raises(LLMError, match=r"127\.0\.0\.1:9/v1/chat/completions.*connection error"):
+        llm.generate([ChatRequest.of("z")])
+    assert len(sleeps) == 2
+
+
+def test_missing_key_env_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(LLMError, match=KEY_ENV):
+        OpenAIChat(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV)
+    assert KEY not in repr(OpenAIChat(model="m", base_url="http://x/v1", api_key_env=None))
+
+
+def test_score_via_echo_logprobs_and_unsupported():
+    prompt = (Message("user", "Capital of France?"),)
+    with FakeChatServer() as srv:
+        got = _llm(srv).score(prompt, ["Paris", "Rome"])
+    from kgreason.llm.openai_http import render_plain
+
+    def ref(c):
+        text = render_plain(prompt) + c
+        return sum(-0.01 * (ord(ch) % 7 + 1) for ch in text[len(render_plain(prompt)):])
+
+    assert got == pytest.approx([ref("Paris"), ref("Rome")])
+    assert srv.requests[0]["echo"] is True and srv.requests[0]["max_tokens"] == 0
+    with FakeChatServer(completions=False) as srv:
+        with pytest.raises(ScoringUnsupported):
+            _llm(srv).score(prompt, ["Paris"])
+    with pytest.raises(ScoringUnsupported):
+        OpenAIChat(model="m", base_url="http://x/v1", api_key_env=None, score_endpoint="none").score(prompt, ["a"])
+
+
+def test_parse_retry_after():
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == pytest.approx(10.0)
