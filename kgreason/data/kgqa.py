@@ -153,8 +153,8 @@ def parse_tog(rec: dict, where: str) -> Example:
     if "Parses" in rec:
         return parse_webqsp_official(rec, where)
     qid = rec.get("ID", rec.get("qid", rec.get("id", rec.get("QuestionId"))))
-    if qid is None:  # WebQuestions has no id (urls repeat): use the record's position
-        qid = f"q{rec['_index']}" if "_index" in rec else None
+    if qid is None and "url" in rec:  # WebQuestions has no id (urls repeat): use the position
+        qid = f"q{rec.get('_index', 0)}"
     if qid is None:
         raise DataError(f"{where}: expected an id field (ID | qid | id | QuestionId)")
     question = rec.get("question", rec.get("RawQuestion"))
