@@ -98,14 +98,32 @@ def link_mentions(kg: KG, mentions: Sequence[str], embedder=None, threshold: flo
 
 
 def link_example(kg: KG, example: Example, embedder=None, threshold: float = 0.8) -> LinkResult:
-    """Link an example's topic entities (ids first, then names)."""
-    res = link_mentions(kg, list(example.topic_entities), embedder=None)
-    if res.failed and example.topic_names:
-        extra = link_mentions(kg, list(example.topic_names), embedder=embedder, threshold=threshold)
+    """Link an example's topic entities: one mention per topic entity.
+
+    Each id in ``topic_entities`` is tried exactly / by normalised name; when it fails and
+    ``topic_names`` pairs with the ids (same length), the entity's name is tried next (name,
+    then embedding). Without a pairing, the ids are tried first and the names only if none of
+    the ids linked. An example with names but no ids links its names.
+    """
+    ids, names = list(example.topic_entities), list(example.topic_names)
+    if not ids:
+        return link_mentions(kg, names, embedder=embedder, threshold=threshold)
+    res = link_mentions(kg, ids, embedder=None)
+    if not res.failed:
+        return res
+    if len(names) == len(ids):
+        fallback = [names[ids.index(m)] for m in res.failed]
+        extra = link_mentions(kg, fallback, embedder=embedder, threshold=threshold)
+        back = dict(zip(fallback, res.failed))
         res.ids = list(dict.fromkeys(res.ids + extra.ids))
         res.linked += extra.linked
-        res.failed = extra.failed if extra.ids or not res.ids else res.failed
-    elif res.failed and embedder is not None:
+        res.failed = [back[m] for m in extra.failed]
+        return res
+    if not res.ids and names:
+        extra = link_mentions(kg, names, embedder=embedder, threshold=threshold)
+        if extra.ids:
+            return extra
+    if embedder is not None:
         extra = link_mentions(kg, res.failed, embedder=embedder, threshold=threshold)
         res.ids = list(dict.fromkeys(res.ids + extra.ids))
         res.linked += extra.linked

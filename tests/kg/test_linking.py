@@ -95,3 +95,33 @@ def test_minilm_resolves_typos(world):
     assert rate["by_method"].get("embedding", 0) >= 1
     emb_hits = [(m, kg.entity_names[i]) for m, i, meth in res.linked if meth.startswith("embedding")]
     assert any(name in people[:2] for _, name in emb_hits)
+
+
+def test_link_example_pairs_ids_with_names(world):
+    kg = world.kg
+    a, b = [n for n in kg.entity_names if world.entity_types.get(n) == "film"][:2]
+    ex = Example(id="x", question="?", topic_entities=(a, "m.missing"), topic_names=("ignored", b.upper()))
+    r = link_example(kg, ex)
+    assert r.ids == [kg.entity_id(a), kg.entity_id(b)]
+    assert [m for _, _, m in r.linked] == ["exact", "name"] and r.failed == []
+    ex2 = Example(id="y", question="?", topic_entities=("m.1", "m.2"), topic_names=("nope", "nada"))
+    r2 = link_example(kg, ex2)
+    assert r2.failed == ["m.1", "m.2"] and link_rates([r2])["linked"] == 0
+    only_names = Example(id="z", question="?", topic_names=(a.lower(),))
+    assert link_example(kg, only_names).ids == [kg.entity_id(a)]
+
+
+def test_freebase_slice_link_rates_shared(shared_data):
+    """CWQ topic MIDs into the FB15k-237 slice (PROVENANCE: 1,759 questions with a topic in the
+    slice); the name fallback only adds entities whose MID is absent."""
+    from kgreason.data import load_cwq
+    from kgreason.kg.loaders import load_freebase_slice
+
+    d = shared_data / "freebase_fb15k237"
+    fb = load_freebase_slice([d / f"{s}.txt.gz" for s in ("train", "valid", "test")], names=d / "entity2text.txt")
+    cwq = load_cwq(str(shared_data / "cwq" / "tog_cwq.json"))
+    mids = link_rates(link_mentions(fb, list(e.topic_entities)) for e in cwq)
+    assert mids["examples_linked"] == 1759
+    full = link_rates(link_example(fb, e) for e in cwq)
+    assert full["linked"] + full["failed"] == mids["linked"] + mids["failed"]
+    assert full["by_method"]["exact"] == mids["linked"] and full["linked"] > mids["linked"]
