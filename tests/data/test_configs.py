@@ -45,7 +45,8 @@ def test_metaqa_hops_override(tmp_path, shared_data, monkeypatch):
     assert len(es) == 5 and {e.hops for e in es} == {3}
 
 
-@pytest.mark.parametrize("name", sorted(KGS))
+@pytest.mark.parametrize("name", [pytest.param(k, marks=pytest.mark.slow) if k == "freebase_slice" else k
+                                  for k in sorted(KGS)])
 def test_kg_config_instantiates(name, tmp_path, shared_data, monkeypatch):
     monkeypatch.setenv("KGREASON_DATA", str(shared_data))
     kg = instantiate(compose_cfg([f"kg={name}"], tmp_path).kg)

@@ -110,18 +110,3 @@ def test_link_example_pairs_ids_with_names(world):
     only_names = Example(id="z", question="?", topic_names=(a.lower(),))
     assert link_example(kg, only_names).ids == [kg.entity_id(a)]
 
-
-def test_freebase_slice_link_rates_shared(shared_data):
-    """CWQ topic MIDs into the FB15k-237 slice (PROVENANCE: 1,759 questions with a topic in the
-    slice); the name fallback only adds entities whose MID is absent."""
-    from kgreason.data import load_cwq
-    from kgreason.kg.loaders import load_freebase_slice
-
-    d = shared_data / "freebase_fb15k237"
-    fb = load_freebase_slice([d / f"{s}.txt.gz" for s in ("train", "valid", "test")], names=d / "entity2text.txt")
-    cwq = load_cwq(str(shared_data / "cwq" / "tog_cwq.json"))
-    mids = link_rates(link_mentions(fb, list(e.topic_entities)) for e in cwq)
-    assert mids["examples_linked"] == 1759
-    full = link_rates(link_example(fb, e) for e in cwq)
-    assert full["linked"] + full["failed"] == mids["linked"] + mids["failed"]
-    assert full["by_method"]["exact"] == mids["linked"] and full["linked"] > mids["linked"]

@@ -122,16 +122,26 @@ def test_pykeen_umls_semnet_shared(shared_data):
     assert kg.find_entity("Acquired Abnormality") == kg.entity_id("acquired_abnormality")
 
 
-def test_freebase_slice_shared(shared_data):
+def test_freebase_slice_shared_and_cwq_link_rates(shared_data):
     d = shared_data / "freebase_fb15k237"
-    kg = load_freebase_slice([d / f"{s}.txt.gz" for s in ("train", "valid", "test")],
-                             names=d / "entity2text.txt")
+    kg = load_freebase_slice([d / f"{s}.txt.gz" for s in ("train", "valid", "test")], names=d / "entity2text.txt")
     assert (kg.n_entities, kg.n_relations, kg.n_triples) == (14541, 237, 310116)
     i = kg.entity_id("m.027rn")
     assert kg.entity_label(i) == "Dominican Republic"
     # same counts as the OpenKE id files (independent reference)
     n_ent = int((d / "openke_entity2id.txt").read_text().split("\n", 1)[0])
     assert kg.n_entities == n_ent
+    # CWQ topic MIDs into the slice (PROVENANCE: 1,759 questions with a topic in the slice); the
+    # name fallback only adds entities whose MID is absent
+    from kgreason.data import load_cwq
+    from kgreason.kg.linking import link_example, link_mentions, link_rates
+
+    cwq = load_cwq(str(shared_data / "cwq" / "tog_cwq.json"))
+    mids = link_rates(link_mentions(kg, list(e.topic_entities)) for e in cwq)
+    assert mids["examples_linked"] == 1759
+    full = link_rates(link_example(kg, e) for e in cwq)
+    assert full["linked"] + full["failed"] == mids["linked"] + mids["failed"]
+    assert full["by_method"]["exact"] == mids["linked"] and full["linked"] > mids["linked"]
 
 
 def test_metaqa_shared(shared_data):
