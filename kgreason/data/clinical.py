@@ -112,7 +112,47 @@ class DDXPlusDecoder:
         return q, f"{q}: {shown}"
 
 
-def parse_ddxplus_row(row: dict[str, str], dec: DDXPlusDecoder, where: str, idx: int) -> Example:
+def french_code_map(rows: list[dict[str, str]], dec: DDXPlusDecoder) -> dict[str, str]:
+    """French-coded release: ``{code: question_en}`` learnt from the rows' ``English Evidences``.
+
+    A row whose distinct base codes (``trav1`` of ``trav1_@_N``) and English questions have the
+    same count is aligned in order; then codes are resolved by elimination (a row with one
+    unresolved code and one unclaimed question). Only codes ``release_evidences.json`` does not
+    define are learnt.
+    """
+    pairs: list[tuple[list[str], list[str]]] = []
+    for row in rows:
+        eng = row.get("English Evidences")
+        if not eng:
+            continue
+        try:
+            codes, eng_map = ast.literal_eval(row.get("EVIDENCES") or "[]"), ast.literal_eval(eng)
+        except (ValueError, SyntaxError):
+            continue  # reported with its record index by parse_ddxplus_row
+        if not isinstance(codes, list) or not isinstance(eng_map, dict):
+            continue
+        bases = list(dict.fromkeys(str(c).partition("_@_")[0] for c in codes))
+        pairs.append((bases, [str(q).strip() for q in eng_map]))
+    out: dict[str, str] = {}
+    for bases, qs in pairs:
+        if len(bases) == len(qs):
+            for b, q in zip(bases, qs):
+                if dec.evidence(b) is None:
+                    out.setdefault(b, q)
+    changed = True
+    while changed:
+        changed = False
+        for bases, qs in pairs:
+            todo = [b for b in bases if b not in out and dec.evidence(b) is None]
+            free = [q for q in qs if q not in {out.get(b) for b in bases}]
+            if len(todo) == 1 and len(free) == 1:
+                out[todo[0]] = free[0]
+                changed = True
+    return out
+
+
+def parse_ddxplus_row(row: dict[str, str], dec: DDXPlusDecoder, where: str, idx: int,
+                      fr_codes: dict[str, str] | None = None) -> Example:
     for c in DDX_COLUMNS:
         if c not in row or row[c] is None:
             raise DataError(f"{where}: missing field {c!r}")
@@ -135,11 +175,9 @@ def parse_ddxplus_row(row: dict[str, str], dec: DDXPlusDecoder, where: str, idx:
             raise DataError(f"{where}: evidence code {undecoded[0]!r} is not in release_evidences.json "
                             "(French-coded early release?) and the row has no 'English Evidences' column")
         questions, findings = [], []
-        if len(codes) == len(eng_map):  # same order in the shared sample: recover code → question
-            fr_codes = {str(c).partition("_@_")[0]: str(q).strip() for c, q in zip(codes, eng_map)}
-            iq = fr_codes.get(row["INITIAL_EVIDENCE"])
-            if iq is not None:
-                initial_fr = (iq, iq)
+        iq = (fr_codes or {}).get(row["INITIAL_EVIDENCE"])
+        if iq is not None:
+            initial_fr = (iq, iq)
         for q, a in eng_map.items():
             questions.append(str(q).strip())
             findings.append(str(q).strip() if str(a) == "True" else f"{str(q).strip()}: {a}")
@@ -182,7 +220,8 @@ def load_ddxplus(path: str | None = None, conditions: str | None = None, evidenc
         rows, src = _read_csv(path, DDX_COLUMNS), str(path)
     else:
         raise DataError(f"ddxplus: source must be 'local' or 'hub', got {source!r}")
-    items = [parse_ddxplus_row(r, dec, f"{src}: record {i}", i) for i, r in enumerate(rows)]
+    fr = french_code_map(rows, dec)
+    items = [parse_ddxplus_row(r, dec, f"{src}: record {i}", i, fr) for i, r in enumerate(rows)]
     return ExampleSet("ddxplus", items, sample=sample, limit=limit, seed=seed)
 
 

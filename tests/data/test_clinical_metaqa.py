@@ -51,6 +51,16 @@ def test_ddxplus_french_release_with_english_column(tmp_path):
     assert ex.id == "ddxplus-77" and ex.diagnoses == ("Pneumonia",)
     assert ex.findings == ("Do you have a cough?", "Have you traveled out of the country in the last 4 weeks?: No")
     assert ex.extra["initial_evidence"] == "Do you have a cough?" and ex.extra["differential"] == [["Pneumonia", 1.0]]
+    # elimination: row 2 has 'toux' known from row 1 and one new code/question pair
+    p3 = tmp_path / "fr3.csv"
+    p3.write_text(
+        "AGE,SEX,PATHOLOGY,EVIDENCES,INITIAL_EVIDENCE,English Evidences\n"
+        "40,F,Pneumonie,\"['toux']\",toux,\"{'Do you have a cough?': 'True'}\"\n"
+        "41,M,Pneumonie,\"['fievre', 'toux', 'toux']\",fievre,"
+        "\"{'Do you have a cough?': 'True', 'Do you have a fever (either felt or measured with a thermometer)?': 'True'}\"\n",
+        encoding="utf-8")
+    es3 = ddx(p3)
+    assert es3[1].extra["initial_evidence"] == "Do you have a fever (either felt or measured with a thermometer)?"
     no_col = tmp_path / "fr2.csv"
     no_col.write_text("AGE,SEX,PATHOLOGY,EVIDENCES,INITIAL_EVIDENCE\n40,F,Pneumonie,\"['toux']\",toux\n")
     with pytest.raises(DataError, match=r"record 0: evidence code 'toux' is not in release_evidences.json"):
@@ -79,6 +89,9 @@ def test_ddxplus_shared(shared_data):
     assert {e.diagnoses[0] for e in es} <= {c["cond-name-eng"] for c in cond.values()}
     kg = load_ddxplus_kg(d / "release_conditions.json", d / "release_evidences.json")
     assert link_rates(link_example(kg, e) for e in es)["rate"] == 1.0
+    # French initial-evidence codes are learnt from the English column (alignment + elimination);
+    # the initial evidence is always one of the patient's own evidences
+    assert all(e.extra["initial_evidence"] in e.topic_entities for e in es)
 
 
 def test_probsum_format():
