@@ -116,9 +116,8 @@ def french_code_map(rows: list[dict[str, str]], dec: DDXPlusDecoder) -> dict[str
     """French-coded release: ``{code: question_en}`` learnt from the rows' ``English Evidences``.
 
     A row whose distinct base codes (``trav1`` of ``trav1_@_N``) and English questions have the
-    same count is aligned in order; then codes are resolved by elimination (a row with one
-    unresolved code and one unclaimed question). Only codes ``release_evidences.json`` does not
-    define are learnt.
+    same count is aligned in order (the shared sample lists both in the same order). Only codes
+    ``release_evidences.json`` does not define are learnt.
     """
     pairs: list[tuple[list[str], list[str]]] = []
     for row in rows:
@@ -139,15 +138,6 @@ def french_code_map(rows: list[dict[str, str]], dec: DDXPlusDecoder) -> dict[str
             for b, q in zip(bases, qs):
                 if dec.evidence(b) is None:
                     out.setdefault(b, q)
-    changed = True
-    while changed:
-        changed = False
-        for bases, qs in pairs:
-            todo = [b for b in bases if b not in out and dec.evidence(b) is None]
-            free = [q for q in qs if q not in {out.get(b) for b in bases}]
-            if len(todo) == 1 and len(free) == 1:
-                out[todo[0]] = free[0]
-                changed = True
     return out
 
 

@@ -51,16 +51,18 @@ def test_ddxplus_french_release_with_english_column(tmp_path):
     assert ex.id == "ddxplus-77" and ex.diagnoses == ("Pneumonia",)
     assert ex.findings == ("Do you have a cough?", "Have you traveled out of the country in the last 4 weeks?: No")
     assert ex.extra["initial_evidence"] == "Do you have a cough?" and ex.extra["differential"] == [["Pneumonia", 1.0]]
-    # elimination: row 2 has 'toux' known from row 1 and one new code/question pair
+    # code → question learnt from aligned rows (repeated base codes collapse, as the column's keys do)
     p3 = tmp_path / "fr3.csv"
     p3.write_text(
         "AGE,SEX,PATHOLOGY,EVIDENCES,INITIAL_EVIDENCE,English Evidences\n"
         "40,F,Pneumonie,\"['toux']\",toux,\"{'Do you have a cough?': 'True'}\"\n"
         "41,M,Pneumonie,\"['fievre', 'toux', 'toux']\",fievre,"
-        "\"{'Do you have a cough?': 'True', 'Do you have a fever (either felt or measured with a thermometer)?': 'True'}\"\n",
+        "\"{'Do you have a fever (either felt or measured with a thermometer)?': 'True', 'Do you have a cough?': 'True'}\"\n"
+        "42,M,Pneumonie,\"['toux', 'fievre', 'x']\",fievre,\"{'Do you have a cough?': 'True'}\"\n",
         encoding="utf-8")
     es3 = ddx(p3)
-    assert es3[1].extra["initial_evidence"] == "Do you have a fever (either felt or measured with a thermometer)?"
+    fever = "Do you have a fever (either felt or measured with a thermometer)?"
+    assert es3[1].extra["initial_evidence"] == fever and es3[2].extra["initial_evidence"] == fever
     no_col = tmp_path / "fr2.csv"
     no_col.write_text("AGE,SEX,PATHOLOGY,EVIDENCES,INITIAL_EVIDENCE\n40,F,Pneumonie,\"['toux']\",toux\n")
     with pytest.raises(DataError, match=r"record 0: evidence code 'toux' is not in release_evidences.json"):
