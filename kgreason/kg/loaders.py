@@ -319,11 +319,9 @@ def load_primekg(path: PathLike, entity_key: str = "name", relation_column: str 
             labels[h], labels[t] = hn, tn
         else:
             h, t = hn, tn
-        for e, ty in ((h, row[keys["ht"]].strip()), (t, row[keys["tt"]].strip())):
-            prev = types.setdefault(e, ty)
-            if prev != ty and entity_key == "name":
-                # same name, two node types: keep the first, as PrimeKG names are mostly unique
-                pass
+        # with entity_key="name", a name shared by two node types keeps its first type
+        types.setdefault(h, row[keys["ht"]].strip())
+        types.setdefault(t, row[keys["tt"]].strip())
         triples.append((h, r, t))
     triples = list(dict.fromkeys(triples))
     return KG.from_triples(triples, entity_types=types, labels=labels or None, name=name)
