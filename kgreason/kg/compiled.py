@@ -40,6 +40,17 @@ def _resolve(loader: Callable[..., KG] | str) -> Callable[..., KG]:
     return getattr(importlib.import_module(mod), attr)
 
 
+def _plain(v: Any) -> Any:
+    """OmegaConf ListConfig/DictConfig (Hydra without ``_convert_``) → list/dict."""
+    if isinstance(v, (str, Path, bytes)) or v is None:
+        return v
+    if hasattr(v, "items") and hasattr(v, "keys"):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, tuple) or hasattr(v, "__iter__"):
+        return [_plain(x) for x in v]
+    return v
+
+
 def _hash_file(h: "hashlib._Hash", p: Path) -> None:
     h.update(str(p.stat().st_size).encode())
     with open(p, "rb") as f:
@@ -84,7 +95,9 @@ def load_cached(loader: Callable[..., KG] | str, path: Any, cache_dir: str | Pat
         The KG; arrays are read-only memory maps when loaded from the cache.
     """
     fn = _resolve(loader)
-    for p in (path if isinstance(path, (list, tuple)) else [path]):
+    path = _plain(path)
+    kw = {k: _plain(v) for k, v in kw.items()}
+    for p in (path if isinstance(path, list) else [path]):
         if not Path(p).is_file():
             return fn(path, **kw)  # let the loader raise its KGFormatError
     key = cache_key(fn, path, **kw)

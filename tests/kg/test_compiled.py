@@ -67,3 +67,25 @@ def test_types_survive_cache(tmp_path):
     _same(kg, ref)
     assert kg.type_of(kg.entity_id("URTI")) == "pathology"
     assert kg.find_entity("E_201") == kg.entity_id("Do you have a cough?")
+
+
+def test_listconfig_paths(tmp_path):
+    from omegaconf import OmegaConf
+
+    a, b = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    a.write_text("A\tr\tB\n")
+    b.write_text("B\tr\tC\n")
+    cfg = OmegaConf.create({"path": [str(a), str(b)]})
+    kg = load_cached(load_triples, cfg.path, tmp_path / "c")
+    assert kg.n_triples == 2
+    assert load_cached(load_triples, [str(a), str(b)], tmp_path / "c").n_triples == 2
+    assert len(list((tmp_path / "c").iterdir())) == 1  # same key either way
+
+
+def test_missing_source_raises_loader_error(tmp_path):
+    import pytest
+
+    from kgreason.kg.loaders import KGFormatError
+
+    with pytest.raises(KGFormatError, match="file not found"):
+        load_cached(load_triples, tmp_path / "nope.tsv", tmp_path / "c")
