@@ -1,0 +1,123 @@
+"""Compiled KG cache: parse a source file once, memory-map the arrays afterwards.
+
+``load_cached(loader, path, cache_dir, **kw)`` keys the cache directory by the SHA-256 of the
+source file bytes (every file argument, including e.g. a name map passed in ``kw``) plus the
+loader's qualified name and its other arguments. A hit loads with ``KG.load(mmap=True)``; a miss
+calls the loader, writes ``KG.save`` into a temporary directory and renames it into place (so a
+crashed compile never leaves a half-written cache). Editing the source file changes the key,
+which invalidates the cache.
+
+Hydra use (``conf/kg/metaqa.yaml``)::
+
+    _target_: kgreason.kg.compiled.load_cached
+    loader: kgreason.kg.loaders.load_metaqa_kb
+    path: ${oc.env:KGREASON_DATA,../shared/data}/metaqa/kb.txt
+    cache_dir: ${oc.env:KGREASON_CACHE_DIR,.cache/kgreason}/kg
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from kgreason.kg.store import KG
+
+CACHE_VERSION = 1
+
+
+def _resolve(loader: Callable[..., KG] | str) -> Callable[..., KG]:
+    if callable(loader):
+        return loader
+    mod, _, attr = str(loader).rpartition(".")
+    if not mod:
+        raise ValueError(f"loader must be a callable or a dotted path 'pkg.module.func', got {loader!r}")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _plain(v: Any) -> Any:
+    """OmegaConf ListConfig/DictConfig (Hydra without ``_convert_``) → list/dict."""
+    if isinstance(v, (str, Path, bytes)) or v is None:
+        return v
+    if hasattr(v, "items") and hasattr(v, "keys"):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, tuple) or hasattr(v, "__iter__"):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _hash_file(h: "hashlib._Hash", p: Path) -> None:
+    h.update(str(p.stat().st_size).encode())
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+
+
+def _hash_value(h: "hashlib._Hash", v: Any) -> Any:
+    """Hash file contents for path-like values; return a JSON-able description of ``v``."""
+    if isinstance(v, (list, tuple)):
+        return [_hash_value(h, x) for x in v]
+    if isinstance(v, Path) or (isinstance(v, str) and os.path.isfile(v)):
+        p = Path(v)
+        if p.is_file():
+            _hash_file(h, p)
+            return {"file": p.name}
+    return v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
+
+
+def cache_key(loader: Callable[..., KG] | str, path: Any, **kw: Any) -> str:
+    """SHA-256 over source bytes + loader name + arguments (paths contribute their bytes, not
+    their location, so moving the data does not invalidate the cache)."""
+    fn = _resolve(loader)
+    h = hashlib.sha256()
+    desc = {"v": CACHE_VERSION, "loader": f"{fn.__module__}.{fn.__qualname__}",
+            "path": _hash_value(h, path), "kw": {k: _hash_value(h, kw[k]) for k in sorted(kw)}}
+    h.update(json.dumps(desc, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def load_cached(loader: Callable[..., KG] | str, path: Any, cache_dir: str | Path, **kw: Any) -> KG:
+    """Load ``loader(path, **kw)`` through the compiled cache (see module docstring).
+
+    Args:
+        loader: a loader function or its dotted path (``kgreason.kg.loaders.load_metaqa_kb``).
+        path: the loader's first argument (file or list of files); missing files raise the
+            loader's own error.
+        cache_dir: parent directory of the compiled copies (one subdirectory per key).
+        **kw: the loader's other arguments (part of the key).
+
+    Returns:
+        The KG; arrays are read-only memory maps when loaded from the cache.
+    """
+    fn = _resolve(loader)
+    path = _plain(path)
+    kw = {k: _plain(v) for k, v in kw.items()}
+    for p in (path if isinstance(path, list) else [path]):
+        if not Path(p).is_file():
+            return fn(path, **kw)  # let the loader raise its KGFormatError
+    key = cache_key(fn, path, **kw)
+    root = Path(cache_dir)
+    target = root / f"{fn.__name__}-{key[:24]}"
+    if (target / "vocab.json").exists():
+        return KG.load(target, mmap=True)
+    kg = fn(path, **kw)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+    try:
+        kg.save(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process compiled it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return KG.load(target, mmap=True)
+
+
+__all__ = ["load_cached", "cache_key"]
