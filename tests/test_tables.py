@@ -92,7 +92,7 @@ def test_bold_best_respects_direction(multirun):
     assert cell(("sgr", "no_vote"), ss) == "**1.00**"
     assert cell(("rag", "none"), header.index("webqsp / hits_at_1")) == "–"
     tex = render_latex(wide, rows, cols, digits=2)
-    assert r"\textbf{0.60 $\pm$ 0.14}" in tex and r"hits\_at\_1" in tex and r"\begin{tabular}{llrrrrrr}" in tex
+    assert r"\textbf{0.60 $\pm$ 0.14}" in tex and r"hits\_at\_1" in tex and r"\begin{tabular}{llrrrrr}" in tex
 
 
 def test_metric_in_rows_bolds_per_metric(multirun):
