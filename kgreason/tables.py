@@ -82,6 +82,18 @@ def job_info(job: Path, root: Path | None = None) -> dict[str, Any]:
     return info
 
 
+def _infos(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``job_info`` of every job, with overrides shared by *all* jobs removed from ``variant``
+    (e.g. ``dataset.limit=8`` given once for the whole sweep)."""
+    infos = [(job, job_info(job, root)) for job in job_dirs(root)]
+    if len(infos) > 1:
+        sets = [set(filter(None, i["variant"].split(","))) for _, i in infos]
+        common = set.intersection(*sets)
+        for (_, info), items in zip(infos, sets):
+            info["variant"] = ",".join(sorted(items - common))
+    return infos
+
+
 def _failure_reason(job: Path) -> str:
     pred = job / "predictions.jsonl"
     if pred.exists():
@@ -119,8 +131,7 @@ def collect(root: str | Path) -> tuple[pd.DataFrame, list[dict[str, str]]]:
         raise FileNotFoundError(f"{root}: no such run/multirun dir")
     rows: list[dict[str, Any]] = []
     missing: list[dict[str, str]] = []
-    for job in job_dirs(root):
-        info = job_info(job, root)
+    for job, info in _infos(root):
         mpath = job / "metrics.json"
         if not mpath.exists():
             missing.append({"job": info["job"], "reason": _failure_reason(job)})
@@ -144,11 +155,10 @@ def collect_examples(root: str | Path) -> pd.DataFrame:
     """
     root = Path(root)
     out: list[dict[str, Any]] = []
-    for job in job_dirs(root):
+    for job, info in _infos(root):
         pred = job / "predictions.jsonl"
         if not pred.exists():
             continue
-        info = job_info(job, root)
         kg_hops = {}
         if (job / "hops.json").exists():
             kg_hops = json.loads((job / "hops.json").read_text()).get("per_example", {})
