@@ -345,13 +345,14 @@ def plot_hops(counts: Mapping[str, int], path: str | Path, title: str = "hop dis
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    keys = list(counts)
-    vals = [int(counts[k]) for k in keys]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(keys) + 1.5), 3.0))
+    keys = [str(k) for k in counts]
+    vals = [int(counts[k]) for k in counts]
+    short = {"unreachable": "unreach.", "unlinked": "unlinked"}
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.9 * len(keys) + 1.5), 3.0))
     try:
         colors = ["#4c72b0" if k.isdigit() else "#999999" for k in keys]
         ax.bar(range(len(keys)), vals, color=colors)
-        ax.set_xticks(range(len(keys)), keys, rotation=0)
+        ax.set_xticks(range(len(keys)), [short.get(k, k) for k in keys], fontsize=8)
         ax.set_xlabel("shortest query→answer hops")
         ax.set_ylabel("examples")
         ax.set_title(title)

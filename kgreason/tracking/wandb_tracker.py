@@ -31,10 +31,16 @@ def _default_group() -> str | None:
 
         hc = HydraConfig.get()
         if hc.mode == RunMode.MULTIRUN:
-            return Path(str(hc.sweep.dir)).name or str(hc.sweep.dir)
+            return group_from_sweep_dir(str(hc.sweep.dir))
     except Exception:  # noqa: BLE001 - not inside a Hydra app
         return None
     return None
+
+
+def group_from_sweep_dir(sweep_dir: str) -> str:
+    """``outputs/multirun/2026-11-23/06-45-00`` → ``2026-11-23_06-45-00`` (last two parts)."""
+    parts = [p for p in Path(sweep_dir).parts if p not in ("/", "")]
+    return "_".join(parts[-2:]) if parts else "multirun"
 
 
 def _cell(v: Any) -> Any:

@@ -130,3 +130,11 @@ def test_run_with_wandb_tracking(tmp_path, monkeypatch):
     pred = json.loads(next(media.rglob("predictions_*.table.json")).read_text())
     assert len(pred["data"]) == 12
     assert (tmp_path / "hops.png").exists() and (tmp_path / "hops.json").exists()
+
+
+def test_group_from_sweep_dir():
+    from kgreason.tracking.wandb_tracker import _default_group, group_from_sweep_dir
+
+    assert group_from_sweep_dir("outputs/multirun/2026-11-23/06-45-00") == "2026-11-23_06-45-00"
+    assert group_from_sweep_dir("/tmp/sweep") == "tmp_sweep"
+    assert _default_group() is None  # not inside a Hydra multirun
