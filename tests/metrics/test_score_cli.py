@@ -83,3 +83,14 @@ def test_cli_unknown_metric(tmp_path):
     f = _write(tmp_path / "p.jsonl", [{"id": "1", "prediction": "a", "answers": ["a"]}])
     r = _run(f, "--metrics", "nope")
     assert r.returncode == 2 and "unknown metrics" in r.stderr
+
+
+def test_cli_diagnoses(tmp_path):
+    f = _write(tmp_path / "p.jsonl", [
+        {"id": "1", "prediction": ["Pneumonia", "Flu"], "answers": [], "diagnoses": ["pneumonia", "asthma"]},
+        {"id": "2", "prediction": [], "answers": ["GERD"]},
+    ])
+    m = json.loads(_run(f, "--metrics", "dx_precision,dx_recall,dx_f1").stdout)
+    assert m["dx_precision"] == pytest.approx((0.5 + 0) / 2)
+    assert m["dx_recall"] == pytest.approx((0.5 + 0) / 2)
+    assert m["dx_f1"] == pytest.approx((0.5 + 0) / 2)
