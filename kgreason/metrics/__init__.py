@@ -37,6 +37,7 @@ def _dx(i: int) -> Callable[[Prediction, Example], float | None]:
 
 
 HITS_AT_1 = Metric("hits_at_1", lambda p, e: qa.hits_at_1(p.answers, e.answers))
+TOG_HITS_AT_1 = Metric("tog_hits_at_1", lambda p, e: qa.tog_match(p.answer, e.answers))
 ACCURACY = Metric("accuracy", lambda p, e: qa.accuracy(p.answers, _groups(e)))
 EXACT_MATCH = Metric("em", lambda p, e: qa.exact_match_multi(p.answer, e.answers))
 F1 = Metric("f1", lambda p, e: qa.f1_multi(p.answer, e.answers))
@@ -52,7 +53,7 @@ ANSWER_COVERAGE = Metric("answer_coverage", lambda p, e: retrieval.answer_covera
 SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extra), higher_is_better=False)
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    HITS_AT_1, ACCURACY, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1, TWOWIKI_EM, TWOWIKI_F1,
+    HITS_AT_1, TOG_HITS_AT_1, ACCURACY, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1, TWOWIKI_EM, TWOWIKI_F1,
     DX_PRECISION, DX_RECALL, DX_F1, ANSWER_COVERAGE, SEARCH_SPACE,
 )}
 

@@ -112,6 +112,20 @@ def hits_at_1(ranked: Sequence[str], golds: Iterable[str]) -> float:
     return float(any(top == normalize_answer(g) for g in golds))
 
 
+def tog_match(prediction: str, golds: Iterable[str]) -> float:
+    """ToG's ``eval.py`` ``exact_match``: strip, drop spaces, lower-case, then equal *or either a
+    substring of the other*. Looser than :func:`hits_at_1`; an empty prediction scores 0 here
+    (it would match everything in ToG's function)."""
+    p = prediction.strip().replace(" ", "").lower()
+    if not p:
+        return 0.0
+    for g in golds:
+        a = g.strip().replace(" ", "").lower()
+        if p == a or p in a or a in p:
+            return 1.0
+    return 0.0
+
+
 def accuracy(predicted: Sequence[str], groups: Sequence[Sequence[str]]) -> float:
     """1 if every gold answer (each a group of aliases) is among the predictions."""
     preds = {normalize_answer(p) for p in predicted}

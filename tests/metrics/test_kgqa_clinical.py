@@ -51,3 +51,12 @@ def test_coverage_and_search_space():
     assert METRICS["search_space"].per_example(P("x"), EX) is None
     assert not higher_is_better("metric/search_space") and higher_is_better("metric/f1")
     assert not higher_is_better("llm/calls")
+
+
+def test_tog_loose_match():
+    m = METRICS["tog_hits_at_1"].per_example
+    assert m(P("The answer is Paris, France"), EX) == 1.0  # gold is a substring of the response
+    assert m(P("Par"), EX) == 1.0  # response is a substring of a gold (ToG's rule)
+    assert m(P("citYof light"), EX) == 1.0  # spaces dropped, case folded
+    assert m(P("Berlin"), EX) == 0.0 and m(P(""), EX) == 0.0
+    assert METRICS["hits_at_1"].per_example(P("The answer is Paris, France"), EX) == 0.0
