@@ -1,7 +1,9 @@
 """The one name → :class:`Metric` table. Datasets name their metrics in YAML (``metrics: [...]``).
 
 A metric scores one (prediction, example) pair; ``None`` means "not applicable" and is left
-out of the mean. Distributions (hops, judge sub-scores) are reports, not metrics.
+out of the mean. Distributions (hops, judge sub-scores) are reports, not metrics
+(:mod:`kgreason.metrics.hops`). Definitions and the official script each one matches:
+docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from kgreason.metrics import qa
+from kgreason.metrics import clinical, qa, retrieval
 from kgreason.types import Example, Prediction
 
 
@@ -26,18 +28,46 @@ def _groups(ex: Example) -> tuple[tuple[str, ...], ...]:
     return ex.answer_groups or ((tuple(ex.answers)),)
 
 
+def _dx(i: int) -> Callable[[Prediction, Example], float | None]:
+    def fn(p: Prediction, e: Example) -> float | None:
+        r = clinical.dx_prf(p.answers, e.diagnoses or e.answers)
+        return None if r is None else r[i]
+
+    return fn
+
+
 HITS_AT_1 = Metric("hits_at_1", lambda p, e: qa.hits_at_1(p.answers, e.answers))
+TOG_HITS_AT_1 = Metric("tog_hits_at_1", lambda p, e: qa.tog_match(p.answer, e.answers))
 ACCURACY = Metric("accuracy", lambda p, e: qa.accuracy(p.answers, _groups(e)))
 EXACT_MATCH = Metric("em", lambda p, e: qa.exact_match_multi(p.answer, e.answers))
 F1 = Metric("f1", lambda p, e: qa.f1_multi(p.answer, e.answers))
-ANSWER_COVERAGE = Metric(
-    "answer_coverage",
-    lambda p, e: (None if "retrieved" not in p.extra else qa.coverage(p.extra["retrieved"], e.answers)),
-)
+MUSIQUE_EM = Metric("musique_em", lambda p, e: qa.musique_exact_multi(p.answer, e.answers))
+MUSIQUE_F1 = Metric("musique_f1", lambda p, e: qa.musique_f1_multi(p.answer, e.answers))
+# 2Wiki's evaluate_v1.1 = HotpotQA's em/f1, best over the answer and its aliases
+TWOWIKI_EM = Metric("twowiki_em", lambda p, e: qa.exact_match_multi(p.answer, e.answers))
+TWOWIKI_F1 = Metric("twowiki_f1", lambda p, e: qa.f1_multi(p.answer, e.answers))
+DX_PRECISION = Metric("dx_precision", _dx(0))
+DX_RECALL = Metric("dx_recall", _dx(1))
+DX_F1 = Metric("dx_f1", _dx(2))
+ANSWER_COVERAGE = Metric("answer_coverage", lambda p, e: retrieval.answer_coverage(p.extra, e.answers))
+SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extra), higher_is_better=False)
 
-METRICS: dict[str, Metric] = {m.name: m for m in (HITS_AT_1, ACCURACY, EXACT_MATCH, F1, ANSWER_COVERAGE)}
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    HITS_AT_1, TOG_HITS_AT_1, ACCURACY, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1, TWOWIKI_EM, TWOWIKI_F1,
+    DX_PRECISION, DX_RECALL, DX_F1, ANSWER_COVERAGE, SEARCH_SPACE,
+)}
 
 
 def register(metric: Metric) -> Metric:
     METRICS[metric.name] = metric
     return metric
+
+
+def higher_is_better(name: str) -> bool:
+    """Direction of a metric by name (``metric/`` prefix allowed; unknown names: True,
+    except ``llm/*``, ``run/error*`` and ``retrieval/search_space`` which are costs)."""
+    base = name.split("/", 1)[1] if name.startswith("metric/") else name
+    if base in METRICS:
+        return METRICS[base].higher_is_better
+    return not (name.startswith("llm/") or name.startswith("run/error") or name.endswith("search_space")
+                or name.startswith("timing/"))

@@ -1,7 +1,19 @@
-"""Answer-string metrics with the official SQuAD / HotpotQA normalisation.
+"""Answer-string metrics that reproduce the official evaluation scripts exactly.
 
-``normalize_answer`` is the SQuAD v1.1 evaluation script's: lower-case, drop punctuation, drop
-the articles a/an/the, collapse whitespace.
+* :func:`normalize_answer` – SQuAD v1.1 ``evaluate-v1.1.py`` (also used verbatim by HotpotQA,
+  2WikiMultihopQA and MuSiQue): lower-case, drop ASCII punctuation (``string.punctuation``),
+  drop the articles a/an/the, collapse whitespace. Non-ASCII characters (é, ß, full-width
+  letters/punctuation) are kept as they are, exactly as in the official scripts.
+* :func:`exact_match`, :func:`f1` – HotpotQA ``hotpot_evaluate_v1.py``; ``f1`` includes its
+  special case: when either side normalises to ``yes``/``no``/``noanswer`` and the two differ,
+  F1 is 0. (2WikiMultihopQA's ``evaluate_v1.1`` uses the same two functions.)
+* :func:`musique_exact`, :func:`musique_f1` – MuSiQue ``metrics/answer.py`` (SQuAD 2.0 style:
+  an empty prediction and an empty gold agree with F1 = 1).
+* ``*_multi`` – max over the gold answer and its aliases (``metric_max_over_ground_truths``
+  / 2Wiki ``update_answer``); an empty gold list scores 0.
+
+The test suite checks every function against frozen copies of the official scripts
+(``tests/assets/official_*.py``).
 """
 
 from __future__ import annotations
@@ -12,29 +24,49 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCT = set(string.punctuation)
+_PUNCT = frozenset(string.punctuation)
+_YES_NO = ("yes", "no", "noanswer")
 
 
 def normalize_answer(s: str) -> str:
+    """SQuAD v1.1 normalisation (lower → strip punctuation → strip articles → whitespace)."""
     s = s.lower()
     s = "".join(ch for ch in s if ch not in _PUNCT)
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
 
+def _prf(p: list[str], g: list[str]) -> tuple[float, float, float]:
+    same = sum((Counter(p) & Counter(g)).values())
+    if same == 0:
+        return 0.0, 0.0, 0.0
+    precision, recall = same / len(p), same / len(g)
+    return 2 * precision * recall / (precision + recall), precision, recall
+
+
 def exact_match(prediction: str, gold: str) -> float:
+    """SQuAD / HotpotQA ``exact_match_score``."""
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
+def f1_prf(prediction: str, gold: str) -> tuple[float, float, float]:
+    """HotpotQA ``f1_score``: ``(f1, precision, recall)`` with the yes/no/noanswer rule."""
+    np_, ng = normalize_answer(prediction), normalize_answer(gold)
+    if np_ in _YES_NO and np_ != ng:
+        return 0.0, 0.0, 0.0
+    if ng in _YES_NO and np_ != ng:
+        return 0.0, 0.0, 0.0
+    return _prf(np_.split(), ng.split())
+
+
 def f1(prediction: str, gold: str) -> float:
-    p = normalize_answer(prediction).split()
-    g = normalize_answer(gold).split()
-    common = Counter(p) & Counter(g)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(p), same / len(g)
-    return 2 * precision * recall / (precision + recall)
+    """HotpotQA token F1 (see :func:`f1_prf`)."""
+    return f1_prf(prediction, gold)[0]
+
+
+def squad_f1(prediction: str, gold: str) -> float:
+    """SQuAD v1.1 ``f1_score`` (no yes/no rule)."""
+    return _prf(normalize_answer(prediction).split(), normalize_answer(gold).split())[0]
 
 
 def exact_match_multi(prediction: str, golds: Sequence[str]) -> float:
@@ -45,12 +77,53 @@ def f1_multi(prediction: str, golds: Sequence[str]) -> float:
     return max((f1(prediction, g) for g in golds), default=0.0)
 
 
+# ----------------------------------------------------------------------------- MuSiQue
+def _musique_tokens(s: str) -> list[str]:
+    return normalize_answer(s).split() if s else []
+
+
+def musique_exact(prediction: str, gold: str) -> float:
+    """MuSiQue ``compute_exact``."""
+    return float(normalize_answer(gold) == normalize_answer(prediction))
+
+
+def musique_f1(prediction: str, gold: str) -> float:
+    """MuSiQue ``compute_f1``: empty-vs-empty is 1, empty-vs-nonempty 0."""
+    g, p = _musique_tokens(gold), _musique_tokens(prediction)
+    if not g or not p:
+        return float(g == p)
+    return _prf(p, g)[0]
+
+
+def musique_exact_multi(prediction: str, golds: Sequence[str]) -> float:
+    return max((musique_exact(prediction, g) for g in golds), default=0.0)
+
+
+def musique_f1_multi(prediction: str, golds: Sequence[str]) -> float:
+    return max((musique_f1(prediction, g) for g in golds), default=0.0)
+
+
+# ----------------------------------------------------------------------------- KGQA
 def hits_at_1(ranked: Sequence[str], golds: Iterable[str]) -> float:
     """1 if the top-ranked prediction matches any gold alias after normalisation."""
     if not ranked:
         return 0.0
     top = normalize_answer(ranked[0])
     return float(any(top == normalize_answer(g) for g in golds))
+
+
+def tog_match(prediction: str, golds: Iterable[str]) -> float:
+    """ToG's ``eval.py`` ``exact_match``: strip, drop spaces, lower-case, then equal *or either a
+    substring of the other*. Looser than :func:`hits_at_1`; an empty prediction scores 0 here
+    (it would match everything in ToG's function)."""
+    p = prediction.strip().replace(" ", "").lower()
+    if not p:
+        return 0.0
+    for g in golds:
+        a = g.strip().replace(" ", "").lower()
+        if p == a or p in a or a in p:
+            return 1.0
+    return 0.0
 
 
 def accuracy(predicted: Sequence[str], groups: Sequence[Sequence[str]]) -> float:

@@ -1,0 +1,23 @@
+"""Retrieval-side per-example scalars read from ``Prediction.extra``.
+
+* answer coverage (retrieval rate): a gold answer is among ``extra["retrieved"]`` (names).
+* search space: ``extra["search_space"]`` (number of candidate entities/triples the reasoner
+  looked at; lower is better).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from kgreason.metrics.qa import coverage
+
+
+def answer_coverage(extra: Mapping[str, Any], golds: Sequence[str]) -> float | None:
+    if "retrieved" not in extra:
+        return None
+    return coverage(extra["retrieved"], golds)
+
+
+def search_space(extra: Mapping[str, Any]) -> float | None:
+    v = extra.get("search_space")
+    return None if v is None else float(v)

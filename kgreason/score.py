@@ -1,0 +1,132 @@
+"""Re-score a predictions file without re-running anything.
+
+``python -m kgreason.score PRED.jsonl [--metrics em,f1,hits_at_1] [--out metrics.json]``
+
+Each line is a JSON object with at least:
+
+* ``id`` – example id;
+* ``prediction`` – the answer string, or a ranked list of answers (``predictions``, a ranked
+  list, wins when present — a run's own ``predictions.jsonl`` has both);
+* ``answers`` – gold answers with aliases (a list of strings), or a list of alias lists (one per
+  distinct gold answer; then ``accuracy`` needs every group).
+
+Optional: ``answer_groups``, ``diagnoses`` (clinical; the ``dx_*`` metrics use them, else
+``answers``), ``extra`` (``retrieved``, ``search_space``). Prints ``{metric: mean}`` as JSON
+(examples where a metric is not applicable are left out of its mean, as in a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from kgreason.metrics import METRICS
+from kgreason.types import Example, Prediction
+
+DEFAULT_METRICS = ("em", "f1", "hits_at_1", "accuracy")
+
+
+class ScoreInputError(ValueError):
+    """A predictions line is malformed; the message names the file and line."""
+
+
+def _strs(value: Any, where: str, field: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ScoreInputError(f"{where}: field {field!r} must be a string or a list of strings, got {value!r:.80}")
+
+
+def parse_line(obj: Any, where: str) -> tuple[Prediction, Example]:
+    """One JSON object → ``(Prediction, Example)``; ``where`` is ``file:line`` for errors."""
+    if not isinstance(obj, dict):
+        raise ScoreInputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for key in ("id", "answers"):
+        if key not in obj:
+            raise ScoreInputError(f"{where}: missing required field {key!r} (need id, prediction, answers)")
+    if "prediction" not in obj and "predictions" not in obj:
+        raise ScoreInputError(f"{where}: missing required field 'prediction' (a string or a ranked list)")
+    ranked = obj.get("predictions")
+    ranked = _strs(ranked, where, "predictions") if ranked is not None else None
+    if ranked is None or (not ranked and obj.get("prediction")):
+        pred = obj.get("prediction")
+        ranked = [] if pred is None else _strs(pred, where, "prediction")
+    gold = obj["answers"]
+    groups: list[list[str]] = []
+    if isinstance(gold, list) and gold and all(isinstance(g, list) for g in gold):
+        groups = [_strs(g, where, "answers[i]") for g in gold]
+        answers = [a for g in groups for a in g]
+    else:
+        answers = _strs(gold, where, "answers")
+    if "answer_groups" in obj and obj["answer_groups"]:
+        if not isinstance(obj["answer_groups"], list):
+            raise ScoreInputError(f"{where}: field 'answer_groups' must be a list of lists of strings")
+        groups = [_strs(g, where, "answer_groups[i]") for g in obj["answer_groups"]]
+    extra = obj.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise ScoreInputError(f"{where}: field 'extra' must be an object")
+    diagnoses = _strs(obj["diagnoses"], where, "diagnoses") if obj.get("diagnoses") else []
+    ex = Example(id=str(obj["id"]), question=str(obj.get("question", "")), answers=tuple(answers),
+                 answer_groups=tuple(tuple(g) for g in groups), diagnoses=tuple(diagnoses))
+    return Prediction(example_id=ex.id, answers=tuple(ranked), extra=extra), ex
+
+
+def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:
+    path = Path(path)
+    if not path.is_file():
+        raise ScoreInputError(f"{path}: no such file")
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{i}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ScoreInputError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            pairs.append(parse_line(obj, where))
+    return pairs
+
+
+def score(pairs: Iterable[tuple[Prediction, Example]], metrics: Sequence[str] = DEFAULT_METRICS) -> dict[str, float]:
+    """Mean of each metric over the pairs (``None`` values left out; NaN if none apply)."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise KeyError(f"unknown metrics {unknown}; known: {sorted(METRICS)}")
+    pairs = list(pairs)
+    out: dict[str, float] = {}
+    for name in metrics:
+        m = METRICS[name]
+        vals = [v for v in (m.per_example(p, e) for p, e in pairs) if v is not None]
+        out[name] = float(m.aggregate(vals)) if vals else float("nan")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kgreason.score", description=__doc__.split("\n\n")[0])
+    ap.add_argument("predictions", help="JSONL file: id, prediction, answers per line")
+    ap.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
+                    help=f"comma-separated metric names (known: {', '.join(sorted(METRICS))})")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+    names = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    try:
+        pairs = read_pairs(args.predictions)
+        result = score(pairs, names)
+    except (ScoreInputError, KeyError) as e:
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=2, sort_keys=True)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""hop_distribution equals NetworkX multi-source shortest paths on the embedded world."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+
+from kgreason.metrics.hops import hop_distribution, query_and_gold
+from kgreason.types import Example
+
+
+def _nx_hops(kg, examples, K, direction):
+    G = nx.DiGraph()
+    G.add_nodes_from(range(kg.n_entities))
+    for h, t in zip(kg.heads.tolist(), kg.tails.tolist()):
+        if direction in ("out", "both"):
+            G.add_edge(h, t)
+        if direction in ("in", "both"):
+            G.add_edge(t, h)
+    out = {}
+    for ex in examples:
+        s, g = query_and_gold(kg, ex)
+        if not s or not g:
+            out[ex.id] = "unlinked"
+            continue
+        # a super-source joined to every query entity: its distance - 1 = multi-source distance
+        G.add_edges_from(("src", x) for x in s)
+        dist = {k: v - 1 for k, v in nx.single_source_shortest_path_length(G, "src", cutoff=K + 1).items()}
+        G.remove_node("src")
+        ds = [dist[t] for t in g if t in dist]
+        out[ex.id] = min(ds) if ds else None
+    return out
+
+
+@pytest.mark.parametrize("direction,K", [("both", 5), ("out", 3), ("in", 2)])
+def test_matches_networkx(world, direction, K):
+    kg, qs = world.kg, world.questions[::3]
+    res = hop_distribution(kg, qs, max_hops=K, direction=direction)
+    ref = _nx_hops(kg, qs, K, direction)
+    for ex in qs:
+        want = ref[ex.id]
+        got = res["per_example"][ex.id]
+        assert got == (None if want == "unlinked" else want), ex.id
+    counts = res["counts"]
+    assert sum(counts.values()) == len(qs)
+    assert counts["unlinked"] == sum(1 for v in ref.values() if v == "unlinked")
+    assert counts["unreachable"] == sum(1 for v in ref.values() if v is None)
+    for h in range(1, K + 1):
+        assert counts[str(h)] == sum(1 for v in ref.values() if v == h)
+    assert res["max_hops"] == K
+
+
+def test_gold_hops_bound_distance(world):
+    """With direction=both the distance never exceeds the template hop count (held-out facts
+    may make it unreachable), and most 1-hop questions are at distance 1."""
+    res = hop_distribution(world.kg, world.questions, max_hops=5, direction="both")
+    one = [q for q in world.questions if q.hops == 1]
+    assert sum(res["per_example"][q.id] == 1 for q in one) >= 0.5 * len(one)
+
+
+def test_clinical_and_unlinked(world, tiny_kg):
+    res = hop_distribution(world.kg, world.patients[:20], max_hops=3)
+    assert sum(res["counts"].values()) == 20
+    ex = [Example(id="a", question="q", answers=("D",), topic_entities=("A",)),
+          Example(id="b", question="q", answers=("nowhere",), topic_entities=("A",)),
+          Example(id="c", question="q", answers=("E",), topic_entities=("A",)),
+          Example(id="d", question="q", answers=("F", "B"), topic_entities=("A",))]
+    r = hop_distribution(tiny_kg, ex, max_hops=2, direction="out")
+    assert r["per_example"] == {"a": 2, "b": None, "c": None, "d": 1}
+    assert r["counts"] == {"1": 1, "2": 1, "unreachable": 1, "unlinked": 1}

@@ -1,0 +1,96 @@
+"""``python -m kgreason.score``: subprocess, hand-computed values, errors naming file:line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "kgreason.score", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _write(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_cli_scores_hand_computed(tmp_path):
+    f = _write(tmp_path / "p.jsonl", [
+        {"id": "1", "prediction": "The Eiffel Tower", "answers": ["Eiffel Tower", "Tour Eiffel"]},
+        {"id": "2", "prediction": ["Lyon", "Paris"], "answers": ["Paris"]},
+        {"id": "3", "prediction": "new york city", "answers": ["New York"]},
+        {"id": "4", "prediction": "yes it is", "answers": ["yes"]},
+    ])
+    r = _run(f, "--metrics", "em,f1,hits_at_1,musique_f1", "--out", tmp_path / "m.json")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)
+    assert set(m) == {"em", "f1", "hits_at_1", "musique_f1"}
+    assert m["em"] == pytest.approx(1 / 4)
+    assert m["hits_at_1"] == pytest.approx(1 / 4)
+    # f1: 1, 0, 0.8 (p=2/3, r=1), 0 (HotpotQA yes/no rule)
+    assert m["f1"] == pytest.approx((1 + 0 + 0.8 + 0) / 4)
+    # MuSiQue has no yes/no rule: "yes it is" vs "yes" = 0.5
+    assert m["musique_f1"] == pytest.approx((1 + 0 + 0.8 + 0.5) / 4)
+    assert all(0 <= v <= 1 for v in m.values())
+    assert json.loads((tmp_path / "m.json").read_text()) == m
+
+
+def test_cli_groups_and_accuracy(tmp_path):
+    f = _write(tmp_path / "p.jsonl", [
+        {"id": "1", "prediction": ["Paris", "Lyon"], "answers": [["Paris", "City of Light"], ["Lyon"]]},
+        {"id": "2", "predictions": ["Paris"], "prediction": "Paris", "answers": [["Paris"], ["Lyon"]]},
+    ])
+    m = json.loads(_run(f, "--metrics", "accuracy,hits_at_1").stdout)
+    assert m == {"accuracy": 0.5, "hits_at_1": 1.0}
+
+
+def test_cli_rescoring_a_run_file_matches_run(tmp_path):
+    from conftest import compose_cfg
+
+    from kgreason.run import run
+
+    res = run(compose_cfg(["tracking=none", "dataset.limit=15"], tmp_path), tmp_path)
+    r = _run(tmp_path / "predictions.jsonl", "--metrics", "hits_at_1,accuracy,f1,answer_coverage")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)
+    for k, v in m.items():
+        assert v == pytest.approx(res.metrics[f"metric/{k}"]), k
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ('{"id": "2", "prediction": "x"', "invalid JSON"),
+    ('{"id": "2", "prediction": "x"}', "missing required field 'answers'"),
+    ('{"id": "2", "answers": ["x"]}', "missing required field 'prediction'"),
+    ('{"id": "2", "prediction": 3, "answers": ["x"]}', "field 'prediction'"),
+    ('[1, 2]', "expected a JSON object"),
+])
+def test_cli_errors_name_file_and_line(tmp_path, bad, msg):
+    f = _write(tmp_path / "p.jsonl", [{"id": "1", "prediction": "a", "answers": ["a"]}, bad])
+    r = _run(f)
+    assert r.returncode == 2
+    assert f"{f}:2" in r.stderr and msg in r.stderr
+
+
+def test_cli_unknown_metric(tmp_path):
+    f = _write(tmp_path / "p.jsonl", [{"id": "1", "prediction": "a", "answers": ["a"]}])
+    r = _run(f, "--metrics", "nope")
+    assert r.returncode == 2 and "unknown metrics" in r.stderr
+
+
+def test_cli_diagnoses(tmp_path):
+    f = _write(tmp_path / "p.jsonl", [
+        {"id": "1", "prediction": ["Pneumonia", "Flu"], "answers": [], "diagnoses": ["pneumonia", "asthma"]},
+        {"id": "2", "prediction": [], "answers": ["GERD"]},
+    ])
+    m = json.loads(_run(f, "--metrics", "dx_precision,dx_recall,dx_f1").stdout)
+    assert m["dx_precision"] == pytest.approx((0.5 + 0) / 2)
+    assert m["dx_recall"] == pytest.approx((0.5 + 0) / 2)
+    assert m["dx_f1"] == pytest.approx((0.5 + 0) / 2)
