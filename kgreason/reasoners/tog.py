@@ -181,7 +181,10 @@ class ToG:
                     cands[(int(kg.rels[tid]), True)] = None
             rel_list = list(cands)
             names = [kg.relation_names[r] + (BACKWARD if b else "") for r, b in rel_list]
-            sc = self.pruner.scores(q, names, names, t, "relations")
+            # lexical / embedding backends see the property words ("directed by"): the shared
+            # "film film" prefix otherwise dominates MiniLM's similarity to the question
+            texts = [kg.relation_names[r].rsplit(".", 1)[-1].replace("_", " ") for r, _ in rel_list]
+            sc = self.pruner.scores(q, names, texts, t, "relations")
             kept_rels = [rel_list[i] for i in top_w(sc, W)]
             t.add("prune", "relations", depth=d, candidates=len(names),
                   kept=[names[rel_list.index(k)] for k in kept_rels])
