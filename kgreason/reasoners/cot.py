@@ -13,7 +13,7 @@ from kgreason.llm.parsing import ParseResult
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 
-_ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*(.*)$", re.I | re.M)
+_ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*(.*)$", re.I | re.M)
 
 
 def parse_answers(text: str) -> ParseResult:
@@ -25,7 +25,7 @@ def parse_answers(text: str) -> ParseResult:
     hits = _ANSWER.findall(text)
     ok = bool(hits)
     line = hits[-1] if hits else next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "")
-    line = line.strip().strip("{}").strip()
+    line = line.strip().strip("*{}").strip()
     if line.startswith("["):
         import json
 
