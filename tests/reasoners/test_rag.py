@@ -30,8 +30,10 @@ def _rag(world, embedder, **kw):
 
 
 def test_keeps_top_k_triples_in_similarity_order(world, embedder):
-    rag, llm = _rag(world, embedder, top_k=7)
-    q = next(q for q in world.questions if q.hops == 2)
+    rag, llm = _rag(world, embedder, top_k=7, hops=1)  # 1 hop around a city: a few dozen triples
+    deg = world.kg.degree()
+    q = max((q for q in world.questions if q.gold_paths[0][0] == "~people.person.place_of_birth"),
+            key=lambda q: deg[world.kg.entity_id(q.topic_entities[0])])
     pred = rag.answer(q)
     step = next(s for s in pred.trace if s.kind == "rank")
     kept = [x for x, _ in step.data["kept"]]
@@ -58,14 +60,15 @@ def test_threshold_tau_filters_after_top_k(world, embedder):
     kept = next(s for s in pred.trace if s.kind == "rank").data["kept"]
     assert all(s >= 0.5 for _, s in kept) and len(kept) <= 50
     rag_all, _ = _rag(world, embedder, top_k=None, tau=0.5)
-    assert next(s for s in rag_all.answer(q).trace if s.kind == "rank").data["kept"] == kept or len(kept) == 50
+    kept_all = next(s for s in rag_all.answer(q).trace if s.kind == "rank").data["kept"]
+    assert kept == kept_all[:50]  # Eq. 5 ∘ Eq. 6: threshold, then the top-k of what passes
     with pytest.raises(ValueError, match="top_k"):
         _rag(world, embedder, top_k=None, tau=None)
 
 
 def test_retrieved_covers_gold_with_gold_hops(world, embedder):
     rag, _ = _rag(world, embedder, top_k=5)
-    qs = [q for q in world.questions if q.hops == 1][:10]
+    qs = [q for q in world.questions if q.hops == 1][:4]
     for q in qs:
         pred = rag.answer(q)
         assert pred.extra["hops_used"] == 1
