@@ -217,3 +217,21 @@ def test_run_end_to_end_with_ablations(tmp_path):
         assert res.metrics["run/error_rate"] == 0.0
         rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
         assert all(r["extra"]["llm_calls"] <= 2 * cfg.reasoner.depth + 1 for r in rows)
+
+
+@pytest.mark.parametrize("name, params", [
+    ("reknos_width_depth", {"reasoner.width": "1,3,5", "reasoner.depth": "1,3,5"}),
+    ("kgqa_baselines", {"reasoner": "io,cot,rag,tog,reknos"}),
+])
+def test_experiment_presets_compose(tmp_path, name, params):
+    from conftest import REPO
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose(config_name="config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN" or cfg.hydra.mode == "MULTIRUN"
+    assert {k: str(v) for k, v in cfg.hydra.sweeper.params.items()} == params
+    if name == "reknos_width_depth":
+        assert cfg.reasoner._target_ == "kgreason.reasoners.reknos.ReKnoS"
