@@ -1,0 +1,125 @@
+"""KG retrieval-augmented generation with embedding-similarity triple filtering.
+
+Pipeline for one question:
+
+1. link the topic entities (:func:`kgreason.kg.linking.link_example`);
+2. k-hop retrieval with the injected :class:`~kgreason.retrieval.base.GraphRetriever`
+   (``hops``, or the example's gold hop count when ``hops`` is null);
+3. verbalise every activated triple (``KG.verbalise``: ``"head | relation | tail"``);
+4. score each triple against the question with all-MiniLM-L6-v2 cosine,
+   ``s(e_i, q) = sim(φ(e_i), φ(q))`` (sgr.txt §3.1.2 Eq. 4), keep the top-k (Eq. 6) and, when
+   ``tau`` is set, only those with ``s ≥ τ`` (Eq. 5);
+5. prompt the LLM with the kept triples (best first) and parse ``Answer: ...``.
+
+Per-example extra: ``retrieved`` (names of every entity the k-hop retrieval reached, so the
+``answer_coverage`` metric measures the retrieval, as in SGR/ReKnoS "retrieval rate"),
+``retrieved_in_prompt`` (entities of the kept triples), ``search_space`` (candidate triples
+scored), ``kept`` (triples in the prompt).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kgreason.kg.linking import LinkResult, link_example
+from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.reasoners.cot import parse_answers
+from kgreason.types import ChatRequest, Example, Prediction, Subgraph
+
+
+class RAG:
+    """Args:
+        hops: retrieval depth; ``None`` = the example's gold hop count (MetaQA protocol), else
+            ``max_hops``.
+        max_hops: depth when neither ``hops`` nor the example gives one.
+        top_k: triples kept by cosine rank (Eq. 6); ``None`` = no top-k cut (then ``tau`` must
+            be set).
+        tau: similarity threshold (Eq. 5); ``None`` = top-k only.
+        max_candidates: cap on triples scored per question (hop-1 triples first); the cut is
+            recorded as ``candidates_truncated``.
+        temperature, max_tokens: answer generation settings.
+        embedder: an :class:`~kgreason.retrieval.dense.Embedder` (default: packaged MiniLM).
+    """
+
+    def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
+                 top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
+                 temperature: float = 0.0, max_tokens: int = 256, prompts_dir: str = "rag",
+                 embedder=None) -> None:
+        if top_k is None and tau is None:
+            raise ValueError("RAG: set top_k (Eq. 6) or tau (Eq. 5); both are null")
+        self.kg, self.retriever, self.llm = kg, retriever, llm
+        self.hops, self.max_hops = hops, max_hops
+        self.top_k, self.tau, self.max_candidates = top_k, tau, max_candidates
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.template = load_prompt(prompts_dir, "answer")
+        self._embedder = embedder
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from kgreason.retrieval.dense import Embedder
+
+            self._embedder = Embedder()
+        return self._embedder
+
+    # ------------------------------------------------------------------ retrieval (no LLM)
+    def retrieve(self, example: Example) -> tuple[LinkResult, Subgraph | None, int]:
+        """Link and run the k-hop retrieval: ``(link, subgraph or None, hops used)``."""
+        link = link_example(self.kg, example)
+        k = int(self.hops or example.hops or self.max_hops)
+        if not link.ids:
+            return link, None, k
+        return link, self.retriever.retrieve(link.ids, k), k
+
+    def candidate_triples(self, sub: Subgraph) -> tuple[np.ndarray, bool]:
+        """``(m, 3)`` int32 distinct activated triples, hop order kept, capped at
+        ``max_candidates``; and whether the cap cut any."""
+        if not sub.triples_by_hop:
+            return np.zeros((0, 3), dtype=np.int32), False
+        allt = np.concatenate(sub.triples_by_hop, axis=0).reshape(-1, 3)
+        _, first = np.unique(allt, axis=0, return_index=True)
+        allt = allt[np.sort(first)]
+        cut = len(allt) > self.max_candidates
+        return allt[: self.max_candidates].astype(np.int32), cut
+
+    def rank(self, question: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Eq. 4–6: ``(kept indices into texts, their cosine scores)``, best first; ties keep
+        the lower index."""
+        if not texts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        sims = (self.embedder.encode([question]) @ self.embedder.encode(texts).T)[0]
+        order = np.argsort(-sims, kind="stable")
+        if self.top_k is not None:
+            order = order[: self.top_k]
+        if self.tau is not None:
+            order = order[sims[order] >= self.tau]
+        return order, sims[order]
+
+    # ------------------------------------------------------------------ answer
+    def answer(self, example: Example) -> Prediction:
+        t = Trace()
+        link, sub, k = self.retrieve(example)
+        t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
+        if sub is None:
+            return t.finish(example, [], retrieved=[], search_space=0, link_failed=True)
+        t.retrieval("khop", sub, self.kg)
+        triples, cut = self.candidate_triples(sub)
+        texts = [self.kg.verbalise(tr) for tr in triples]
+        order, scores = self.rank(example.question, texts)
+        kept = [texts[i] for i in order]
+        t.add("rank", "cosine_filter", top_k=self.top_k, tau=self.tau, candidates=len(texts),
+              candidates_truncated=cut, kept=[(x, round(float(s), 4)) for x, s in zip(kept, scores)])
+        facts = "\n".join(kept) if kept else "(no facts retrieved)"
+        req = ChatRequest.of(render(self.template, question=example.question, facts=facts),
+                             temperature=self.temperature, max_tokens=self.max_tokens)
+        comp = self.llm.generate([req])[0]
+        res = parse_answers(comp.text)
+        t.llm("answer", req, comp, parsed=res.value, parse_ok=res.ok)
+        reached = self.retriever.answer_set(sub)
+        in_prompt = sorted({int(x) for i in order for x in (triples[i][0], triples[i][2])})
+        return t.finish(
+            example, res.value or [],
+            retrieved=[self.kg.entity_label(int(e)) for e in reached],
+            retrieved_in_prompt=[self.kg.entity_label(e) for e in in_prompt],
+            search_space=int(len(texts)), kept=len(kept), hops_used=k, llm_calls=1,
+        )

@@ -1,0 +1,228 @@
+"""ReKnoS: reasoning over knowledge graphs with super-relations (reknos.txt, arXiv 2503.22166).
+
+A super-relation is a group of relations of one field (:mod:`kgreason.reasoners.superrel`);
+``"film.film"`` covers ``film.film.directed_by``, ``film.film.genre``, ... and
+``"film.film (backward)"`` the same relations traversed tail → head. One search step scores
+super-relations, not relations, so the number of LLM calls does not grow with the width.
+
+For ``l = 1..L`` (Fig. 3, §3.3–3.4):
+
+1. **candidate selection**: the super-relations attached to the current entity set ``E_{l-1}``
+   in both directions (forward: entity is head; backward: entity is tail);
+2. **scoring**: ONE LLM call scores all candidates in [0, 1] (3-shot prompt, §4.2);
+3. **path selection**: keep the top ``N`` candidates, normalise their scores, extend every kept
+   super-relation path with every kept candidate it connects to; a path's score is the sum of the
+   normalised step scores along it (Eq. 8); keep the top ``K`` paths;
+4. **entity extraction** (Eq. 9): ``E_l`` = the entities reached from ``E_{l-1}`` through a
+   concrete relation of the selected super-relation in its direction, i.e. only entities on a
+   valid relation chain realising the path (Theorem 4.1);
+5. **answer decision**: ONE LLM call — answer now (yes) or continue (no).
+
+After a "yes", or after step ``L``, one final call answers from the paths. So a question costs
+at most ``2L + 1`` calls (L scoring + L decision + 1 answer; §4.4 "2L*+1"), asserted below.
+Calls never re-ask: an unparseable score reply falls back to uniform scores (recorded as a parse
+failure), an unparseable decision means "continue".
+
+Where we follow the paper vs. the authors' ToG-derived code conventions:
+
+* paper: one scoring call per step, top-N super-relations, top-K paths, path score = sum of step
+  scores (Eq. 8), entity extraction by valid relation chains (Eq. 9), ≤ 2L+1 calls;
+* code conventions (ToG): scores are normalised per step by dividing each kept score by the sum
+  of the kept scores (uniform 1/N when they sum to 0); the score reply is ToG's
+  ``name (Score: s)`` / ``name: s`` list; candidates are shown with a few member relations;
+  backward super-relations are written ``"<name> (backward)"``;
+* ours: entity sets per path are capped at ``max_entities`` (KG order) to bound prompt size, and
+  ``max_facts`` example triples per path go into the decision/answer prompts.
+
+Per-example extra: ``retrieved`` (all extracted entities of the kept paths → answer_coverage =
+the paper's retrieval rate), ``search_space`` (distinct fact triples encountered, Fig. 6),
+``llm_calls``, ``steps``, ``call_budget``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kgreason.kg.linking import link_example
+from kgreason.llm.parsing import ParseResult, parse_yes_no
+from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.reasoners.cot import parse_answers
+from kgreason.reasoners.superrel import SuperRelations, build_superrelations
+from kgreason.reasoners.tog import BACKWARD, parse_candidate_scores
+from kgreason.types import ChatRequest, Example, Prediction
+
+
+@dataclass(frozen=True)
+class SRPath:
+    """A super-relation path and the entities that realise it.
+
+    Attributes:
+        steps: ``((group, backward), ...)`` one per step.
+        score: sum of normalised step scores (Eq. 8).
+        layers: ``[l]`` = ``(n_l,)`` int32 entities extracted at step ``l`` (layer 0 = topic).
+        facts: ``[l-1]`` = ``(f_l,)`` int64 triple ids realising step ``l``.
+    """
+
+    steps: tuple[tuple[int, bool], ...]
+    score: float
+    layers: tuple[np.ndarray, ...]
+    facts: tuple[np.ndarray, ...] = ()
+
+    @property
+    def entities(self) -> np.ndarray:
+        return self.layers[-1]
+
+
+class ReKnoS:
+    """Args:
+        width: N, super-relations kept per step (reknos.txt Table 4).
+        depth: L, maximum reasoning steps (Table 4).
+        top_k_paths: K, super-relation paths kept (Eq. 8).
+        superrel_source: ``hierarchy`` | ``cluster`` | ``random`` (§3.2; random = ablation).
+        superrel_map: optional relation→group file for ``hierarchy`` on flat schemas.
+        n_clusters: clusters for ``cluster``.
+        seed: seed of the clustering / random grouping.
+        use_backward: also consider backward super-relations (False = forward-only ablation).
+        few_shot: 3-shot scoring prompt (§4.2) or zero-shot.
+        max_entities: cap on each path's entity set (KG order).
+        max_facts: example triples per path shown in the decision / answer prompts.
+    """
+
+    def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
+                 top_k_paths: int = 3, superrel_source: str = "hierarchy",
+                 superrel_map: str | None = None, n_clusters: int = 8, seed: int = 0,
+                 use_backward: bool = True, few_shot: bool = True, max_entities: int = 100,
+                 max_facts: int = 15, temperature: float = 0.0, max_tokens: int = 256,
+                 prompts_dir: str = "reknos", embedder=None) -> None:
+        if min(width, depth, top_k_paths) < 1:
+            raise ValueError(f"ReKnoS: width, depth, top_k_paths must be ≥ 1; got {width}, {depth}, {top_k_paths}")
+        self.kg, self.llm = kg, llm
+        self.width, self.depth, self.top_k_paths = int(width), int(depth), int(top_k_paths)
+        self.use_backward, self.few_shot = bool(use_backward), bool(few_shot)
+        self.max_entities, self.max_facts = int(max_entities), int(max_facts)
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.superrel_source = superrel_source
+        self.sr: SuperRelations = build_superrelations(
+            kg, superrel_source, map_file=superrel_map, n_clusters=n_clusters, seed=seed, embedder=embedder)
+        self.prompts = {s: load_prompt(prompts_dir, s) for s in ("score", "decide", "answer", "fewshot")}
+        # relation → group as an array lookup over triples: (m,) int32
+        self._tgroup = self.sr.group_of[kg.rels]
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def call_budget(self) -> int:
+        return 2 * self.depth + 1
+
+    def name(self, cand: tuple[int, bool]) -> str:
+        g, back = cand
+        return self.sr.names[g] + (BACKWARD if back else "")
+
+    def candidates(self, entities: np.ndarray) -> list[tuple[int, bool]]:
+        """Super-relations attached to ``entities``: forward (entity = head) first, then backward
+        (entity = tail); each in group-id order."""
+        mask = np.zeros(self.kg.n_entities, dtype=bool)
+        mask[entities] = True
+        out = [(int(g), False) for g in np.unique(self._tgroup[mask[self.kg.heads]])]
+        if self.use_backward:
+            out += [(int(g), True) for g in np.unique(self._tgroup[mask[self.kg.tails]])]
+        return out
+
+    def extract(self, entities: np.ndarray, cand: tuple[int, bool]) -> tuple[np.ndarray, np.ndarray]:
+        """Eq. 9: ``(entities (n,) int32, triple ids (f,) int64)`` reached from ``entities``
+        through a relation of ``cand``'s group in its direction."""
+        g, back = cand
+        kg = self.kg
+        mask = np.zeros(kg.n_entities, dtype=bool)
+        mask[entities] = True
+        src, dst = (kg.tails, kg.heads) if back else (kg.heads, kg.tails)
+        tids = np.flatnonzero(mask[src] & (self._tgroup == g))
+        ents = np.unique(dst[tids]).astype(np.int32)
+        if len(ents) > self.max_entities:
+            ents = ents[: self.max_entities]
+            tids = tids[np.isin(dst[tids], ents)]
+        return ents, tids
+
+    def _call(self, t: Trace, step: str, text: str, parser, n_calls: list[int]) -> ParseResult:
+        n_calls[0] += 1
+        assert n_calls[0] <= self.call_budget, f"ReKnoS exceeded its call budget 2L+1={self.call_budget}"
+        req = ChatRequest.of(text, temperature=self.temperature, max_tokens=self.max_tokens)
+        comp = self.llm.generate([req])[0]
+        res = parser(comp.text)
+        t.llm(step, req, comp, parsed=res.value, parse_ok=res.ok)
+        return res
+
+    def paths_text(self, paths: list[SRPath]) -> str:
+        kg = self.kg
+        blocks = []
+        for i, p in enumerate(paths, 1):
+            chain = " -> ".join(self.name(c) for c in p.steps) or "(topic entities)"
+            lines = [f"Path {i} (score {p.score:.2f}): {chain}"]
+            facts = [int(x) for f in p.facts for x in f[: self.max_facts]][-self.max_facts :]
+            lines += [f"  {kg.verbalise(kg.triples[x])}" for x in facts]
+            ents = [kg.entity_label(int(e)) for e in p.entities[:20]]
+            more = f" (+{len(p.entities) - 20} more)" if len(p.entities) > 20 else ""
+            lines.append(f"  Entities reached: {', '.join(ents)}{more}")
+            blocks.append("\n".join(lines))
+        return "\n".join(blocks) if blocks else "(no paths found)"
+
+    # ------------------------------------------------------------------ search
+    def answer(self, example: Example) -> Prediction:
+        kg, t, q = self.kg, Trace(), example.question
+        link = link_example(kg, example)
+        t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
+        topic = np.unique(np.asarray(link.ids, dtype=np.int32))
+        paths = [SRPath((), 0.0, (topic,))] if len(topic) else []
+        n_calls = [0]
+        seen: set[int] = set()
+        steps_done = 0
+        for step in range(1, self.depth + 1):
+            if not paths:
+                break
+            current = np.unique(np.concatenate([p.entities for p in paths]))
+            cands = self.candidates(current)
+            if not cands:
+                t.note("no_candidates", step=step)
+                break
+            names = [self.name(c) for c in cands]
+            listing = "\n".join(f"{i}. {n}: {self.sr.describe(kg, c[0])}" for i, (n, c) in enumerate(zip(names, cands), 1))
+            ents_txt = ", ".join(kg.entity_label(int(e)) for e in current[:20])
+            prompt = render(self.prompts["score"], question=q, entities=ents_txt, candidates=listing,
+                            examples=self.prompts["fewshot"] if self.few_shot else "")
+            res = self._call(t, "score", prompt, lambda x: parse_candidate_scores(x, names), n_calls)
+            scores = np.asarray(res.value if res.ok else [1.0] * len(cands), dtype=np.float64)
+            keep = np.argsort(-scores, kind="stable")[: self.width]
+            total = scores[keep].sum()
+            norm = scores[keep] / total if total > 0 else np.full(len(keep), 1.0 / len(keep))
+            new: list[SRPath] = []
+            for p in paths:
+                for j, ci in enumerate(keep):
+                    ents, tids = self.extract(p.entities, cands[ci])
+                    seen.update(tids.tolist())
+                    if len(ents):
+                        new.append(SRPath(p.steps + (cands[ci],), p.score + float(norm[j]),
+                                          p.layers + (ents,), p.facts + (tids,)))
+            new.sort(key=lambda p: -p.score)  # stable: ties keep generation order
+            t.add("select", "paths", step=step, candidates=names, scores=scores.tolist(),
+                  kept=[names[i] for i in keep], normalised=norm.tolist(),
+                  paths=[{"path": [self.name(c) for c in p.steps], "score": p.score,
+                          "n_entities": int(len(p.entities))} for p in new[: self.top_k_paths]])
+            if not new:
+                t.note("no_entities", step=step)
+                break
+            paths = new[: self.top_k_paths]
+            steps_done = step
+            dec = self._call(t, "decide", render(self.prompts["decide"], question=q, paths=self.paths_text(paths)),
+                             parse_yes_no, n_calls)
+            if dec.ok and dec.value:
+                break
+        ans = self._call(t, "answer", render(self.prompts["answer"], question=q, paths=self.paths_text(paths)),
+                         parse_answers, n_calls)
+        extracted = np.unique(np.concatenate([ly for p in paths for ly in p.layers[1:]])) if steps_done else np.zeros(0, np.int32)
+        return t.finish(
+            example, ans.value or [], retrieved=[kg.entity_label(int(e)) for e in extracted],
+            search_space=len(seen), llm_calls=n_calls[0], steps=steps_done, call_budget=self.call_budget,
+            paths=[{"path": [self.name(c) for c in p.steps], "score": round(p.score, 6),
+                    "layers": [[kg.entity_names[int(e)] for e in ly] for ly in p.layers]} for p in paths],
+        )
