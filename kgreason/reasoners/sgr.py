@@ -112,6 +112,20 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
+_EMBEDDER = None
+
+
+def _shared_embedder():
+    """One in-memory-cached MiniLM embedder per process (verbalised triples repeat across
+    questions and reasoner instances)."""
+    global _EMBEDDER
+    if _EMBEDDER is None:
+        from kgreason.retrieval.dense import Embedder
+
+        _EMBEDDER = Embedder()
+    return _EMBEDDER
+
+
 class SGR:
     """The SGR reasoner. Settings map to paper knobs; see conf/reasoner/sgr.yaml.
 
@@ -139,6 +153,8 @@ class SGR:
         cache_dir: where the kuzu DB lives (null → ``$KGREASON_CACHE_DIR/cypher``).
         row_limit, query_timeout_ms: applied to every LLM query.
         graphdb: an already-open :class:`GraphDB` (tests); skips opening/exporting.
+        embedder: a shared :class:`~kgreason.retrieval.dense.Embedder` (default: the packaged
+            all-MiniLM-L6-v2, one per process).
     """
 
     def __init__(
@@ -171,6 +187,7 @@ class SGR:
         row_limit: int = 100,
         query_timeout_ms: int = 10_000,
         graphdb: GraphDB | None = None,
+        embedder=None,
     ) -> None:
         if vote not in ("confidence", "majority"):
             raise ValueError(f"vote must be 'confidence' or 'majority', got {vote!r}")
@@ -187,7 +204,7 @@ class SGR:
         self.max_candidate_triples, self.schema_sample, self.evidence_k = int(max_candidate_triples), int(schema_sample), int(evidence_k)
         self.temperature, self.seed, self.max_reasks = float(temperature), int(seed), int(max_reasks)
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
-        self._embedder = None
+        self._embedder = embedder
         self.db: GraphDB | None = None
         if self.use_cypher:
             # opened (and the KG exported) up front: an unavailable engine fails the run at build
@@ -200,9 +217,7 @@ class SGR:
     @property
     def embedder(self):
         if self._embedder is None:
-            from kgreason.retrieval.dense import Embedder
-
-            self._embedder = Embedder()
+            self._embedder = _shared_embedder()
         return self._embedder
 
     def _ask(self, t: Trace, purpose: str, prompt: str, parser, *, temperature: float = 0.0,
