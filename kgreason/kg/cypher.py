@@ -242,6 +242,18 @@ class KuzuDB(GraphDB):
         tmp.write_text(json.dumps({k: v for k, v in state.items() if k != "keys"}))
         tmp.replace(self.path / "export.json")
 
+    def export(self, kg: KG) -> ExportStats:
+        """As :meth:`GraphDB.export`, under an exclusive file lock on the DB dir, so parallel
+        runs (Hydra multirun) sharing a cache export once and never read a half-written DB."""
+        import fcntl
+
+        with open(self.path / ".export.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return super().export(kg)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def _close_ro(self) -> None:
         if self._ro is not None:
             self._ro[1].close()

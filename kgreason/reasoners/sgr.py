@@ -466,8 +466,8 @@ class SGR:
         if self.use_cypher:
             rows, _ = self._run_cypher(
                 t, "retrieve",
-                "MATCH (a:Entity)-[r:R]->(b:Entity) WHERE a.id IN $ids OR b.id IN $ids "
-                "RETURN a.name AS h, r.type AS rel, b.name AS tl", {"ids": [int(i) for i in ids]})
+                "MATCH (a:Entity)-[r:R]->(b:Entity) WHERE a.name IN $names OR b.name IN $names "
+                "RETURN a.name AS h, r.type AS rel, b.name AS tl", {"names": [kg.entity_names[i] for i in ids]})
             texts = [f"{kg.entity_label(kg.find_entity(r['h']))} | {r['rel']} | {kg.entity_label(kg.find_entity(r['tl']))}"
                      for r in rows or []]
         else:

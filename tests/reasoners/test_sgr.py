@@ -302,3 +302,24 @@ def test_end_to_end_local_llm(tmp_path):
     cfg = compose_cfg(["reasoner=sgr", "llm=local", "dataset.limit=3", "tracking=none"], tmp_path)
     res = run(cfg, tmp_path)
     assert res.metrics["run/n_examples"] == 3 and res.metrics["run/errors"] == 0
+
+
+def test_sgr_on_falkordb(world, retriever, q2):
+    """The same direct path on the FalkorDB engine the reasoner starts itself; close() stops it."""
+    from kgreason.kg.cypher import GraphDBUnavailable
+
+    topic = q2.topic_entities[0]
+    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                             {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")}])
+    try:
+        sgr = _sgr(world.kg, retriever, llm, engine="falkordb")
+    except GraphDBUnavailable as e:  # pragma: no cover
+        pytest.skip(str(e))
+    try:
+        assert sgr.db.engine == "falkordb"
+        pred = sgr.answer(q2)
+        assert set(pred.answers) == set(q2.answers) and pred.extra["refine_rounds"] == 0
+    finally:
+        proc = sgr.db._proc
+        sgr.close()
+    assert proc.poll() is not None  # the server is gone
