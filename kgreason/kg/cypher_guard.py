@@ -51,7 +51,7 @@ READ_PROCEDURES = frozenset({
 READ_STARTS = frozenset({"match", "optional", "with", "unwind", "return", "call"})
 
 _WORD = re.compile(r"[a-z_][a-z0-9_]*")
-_LIMIT_TAIL = re.compile(r"\bLIMIT\s+(\d+)\s*$", re.I)
+_LIMIT_TAIL = re.compile(r"\bLIMIT\s+(\d+|\$\w+)\s*$", re.I)
 
 
 class CypherRejected(ValueError):
@@ -201,11 +201,13 @@ def check_read_only(query: str) -> str:
 
 
 def enforce_limit(query: str, limit: int) -> str:
-    """Clamp a trailing ``LIMIT n`` to ``limit`` or append ``LIMIT limit``. The caller also caps the
+    """Clamp a trailing ``LIMIT n`` to ``limit`` (a ``LIMIT $param`` becomes ``LIMIT limit``) or
+    append ``LIMIT limit``. The caller also caps the
     rows it fetches, so a query whose shape defeats this (``UNION``) is still bounded."""
     m = _LIMIT_TAIL.search(query)
     if m:
-        n = min(int(m.group(1)), int(limit))
+        g = m.group(1)
+        n = int(limit) if g.startswith("$") else min(int(g), int(limit))
         return query[: m.start()] + f"LIMIT {n}"
     return f"{query.rstrip()} LIMIT {int(limit)}"
 

@@ -320,8 +320,10 @@ class SGR:
         for r in rows:
             vals = [r["answer"]] if "answer" in r else list(r.values())
             for v in vals:
-                if isinstance(v, dict):  # a node
+                if isinstance(v, dict) or (hasattr(v, "get") and not isinstance(v, str)):  # kuzu / neo4j node
                     v = v.get("name")
+                elif hasattr(v, "properties"):  # FalkorDB node
+                    v = v.properties.get("name")
                 if isinstance(v, str):
                     i = self.kg.find_entity(v)
                     if i >= 0:

@@ -70,6 +70,9 @@ BENIGN = [
     "UNWIND [1, 2, 3] AS x RETURN x",
     "WITH 1 AS x RETURN x",
     "MATCH (a:Entity)-[:R*1..2]->(b:Entity) WHERE a.id = 0 RETURN DISTINCT b.id",
+    "CALL db.labels() YIELD label RETURN label",
+    "MATCH (n:Entity) WHERE EXISTS { MATCH (n)-[:R]->() } RETURN n.name ORDER BY n.name DESC LIMIT $k",
+    "MATCH (n:Entity {name: 'O\\'Brien'}) RETURN n",
 ]
 
 
@@ -98,6 +101,7 @@ def test_enforce_limit():
     assert enforce_limit("MATCH (n) RETURN n", 10) == "MATCH (n) RETURN n LIMIT 10"
     assert enforce_limit("MATCH (n) RETURN n LIMIT 5000", 10) == "MATCH (n) RETURN n LIMIT 10"
     assert enforce_limit("MATCH (n) RETURN n limit 3", 10) == "MATCH (n) RETURN n LIMIT 3"
+    assert enforce_limit("MATCH (n) RETURN n LIMIT $k", 10) == "MATCH (n) RETURN n LIMIT 10"
 
 
 @pytest.fixture(scope="module")

@@ -240,6 +240,14 @@ def test_cypher_false_never_touches_db(world, retriever, q2):
     assert set(direct.data["valid"]) <= set(q2.answers)
 
 
+def test_rows_to_entities_accepts_names_and_nodes(world, retriever, db):
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=ScriptedLLM(), graphdb=db)
+    name = world.kg.entity_names[5]
+    rows = db.run_read("MATCH (n:Entity) WHERE n.name = $x RETURN n", {"x": name})  # a node value
+    assert sgr._rows_to_entities(rows) == [5]
+    assert sgr._rows_to_entities([{"answer": name}, {"answer": "not an entity"}, {"x": name}]) == [5]
+
+
 def test_cypher_true_queries_the_db(world, retriever, db, q2):
     topic = q2.topic_entities[0]
     llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
