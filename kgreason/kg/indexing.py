@@ -46,10 +46,12 @@ def triple_key(t: Triple) -> tuple[str, str, str]:
 def parse_triples(text: str) -> tuple[list[Triple], int]:
     """``(well-formed triples, n_rejected)`` from an LLM reply: a JSON list of 3-item lists or of
     ``{"head","relation","tail"}`` objects. Items that are not three non-empty strings are rejected."""
-    res = parse_json(text)
-    if not res.ok:
-        return [], 1
-    items = res.value
+    items = _outer_list(text)
+    if items is None:
+        res = parse_json(text)
+        if not res.ok:
+            return [], 1
+        items = res.value
     if isinstance(items, dict):
         items = next((v for v in items.values() if isinstance(v, list)), [])
     if not isinstance(items, list):
@@ -67,6 +69,21 @@ def parse_triples(text: str) -> tuple[list[Triple], int]:
             continue
         out.append(t)  # type: ignore[arg-type]
     return out, bad
+
+
+def _outer_list(text: str):
+    """The outermost ``[...]`` of the reply as JSON (parse_json prefers the first ``{...}``, which
+    would return only the first triple of a list of objects)."""
+    i, j = text.find("["), text.rfind("]")
+    if i < 0 or j <= i:
+        return None
+    for cand in (text[i : j + 1], re.sub(r",\s*([}\]])", r"\1", text[i : j + 1])):
+        try:
+            v = json.loads(cand)
+            return v if isinstance(v, list) else None
+        except json.JSONDecodeError:
+            continue
+    return None
 
 
 def grounded(t: Triple, passage: str, title: str = "") -> bool:
