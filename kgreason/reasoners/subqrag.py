@@ -112,13 +112,19 @@ class SubQRAG:
         corpus: ``embedded`` | JSONL path | null; ``example.corpus`` wins when present.
         validate: keep only extracted triples whose head and tail occur in the passage.
         embed_cache_dir: MiniLM vector cache (by text hash).
+        use_injected_kg: start the working graph from the injected ``kg`` (the embedded world);
+            false for document datasets whose graph comes from offline indexing.
+        index_dir: when set, each example's own passages (``example.corpus``) are indexed
+            offline with the LLM (§2.1, :func:`kgreason.kg.indexing.index_corpus`, resumable and
+            cached by corpus hash) and merged into the working graph before answering.
     """
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,
                  extract_passages: int = 2, decomposition: bool = True, rewriting: bool = True,
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
                  corpus: str | None = "embedded", world_seed: int = 0, validate: bool = True,
-                 embed_cache_dir: str | None = None, max_tokens: int = 256) -> None:
+                 embed_cache_dir: str | None = None, max_tokens: int = 256,
+                 use_injected_kg: bool = True, index_dir: str | None = None) -> None:
         self.llm = llm
         self.top_k, self.passage_top_k, self.extract_passages = top_k, passage_top_k, extract_passages
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
@@ -128,7 +134,9 @@ class SubQRAG:
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[tuple[str, str]] | None = None
         self.passages = PassageIndex(self.embedder)
-        self._kg = kg
+        self._kg = kg if use_injected_kg else None
+        self.index_dir = index_dir
+        self._indexed: set[str] = set()
         self._graph: WorkingGraph | None = None
         self._extracted: set[str] = set()  # passages already mined (never re-extracted in a run)
         self.prompts = {s: load_prompt("subqrag", s) for s in
@@ -238,10 +246,30 @@ class SubQRAG:
         used = [i for i in new_ids if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
         return ans, used[: self.top_k]
 
+    def index_passages(self, t: Trace, example: Example) -> None:
+        """§2.1 offline indexing of the example's passages, merged into the working graph."""
+        from kgreason.kg.indexing import index_corpus
+
+        rows = list(dict.fromkeys((p[0], p[0], p[1]) for p in example.corpus))
+        rows = [r for r in rows if r[0] not in self._indexed]
+        seen: set[str] = set()
+        rows = [r for r in rows if not (r[0] in seen or seen.add(r[0]))]
+        if not rows:
+            return
+        res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
+        added = 0
+        for tr, srcs in res.provenance.items():
+            added += len(self.graph.add([tr], source=srcs[0]))
+        self._indexed.update(r[0] for r in rows)
+        t.add("index", "offline_indexing", passages=len(rows), triples=len(res.triples), added=added,
+              calls=res.calls_made, usage=res.usage)
+
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         q = example.question
+        if self.index_dir and example.corpus:
+            self.index_passages(t, example)
         subs = self.decompose(t, q) if self.decomposition else [q]
         prev: list[tuple[str, str]] = []
         memory: list[int] = []

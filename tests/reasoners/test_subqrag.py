@@ -167,3 +167,31 @@ def test_end_to_end_local(tmp_path):
                        "dataset.limit=3", "tracking=none"], tmp_path)
     res = run(cfg, tmp_path)
     assert res.metrics["run/n_examples"] == 3
+
+
+def test_example_corpus_is_indexed_offline_and_used(emb_dir, tmp_path):
+    """Document datasets: no injected KG; the example's passages are indexed (§2.1) first."""
+    corpus = (("Alpha", "Alpha is a film directed by Bob Stone."), ("Bob Stone", "Bob Stone was born in Riverton."),
+              ("Zeta", "Zeta is a river in Eastland."))
+    llm = ScriptedLLM(rules=[
+        {"pattern": r"Decompose", "reply": '["Who directed Alpha?", "Where was #1 born?"]'},
+        {"pattern": r"Title: Alpha\n", "reply": '[["Alpha", "directed by", "Bob Stone"]]'},
+        {"pattern": r"Title: Bob Stone\n", "reply": '[["Bob Stone", "born in", "Riverton"]]'},
+        {"pattern": r"Title: ", "reply": '[["Zeta", "located in", "Eastland"]]'},
+        {"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Who directed",
+         "reply": '{{"answer": "Bob Stone", "used": [{0}], "sufficient": true}}'},
+        {"pattern": r"\[(\d+)\] Bob Stone \| born in \| Riverton.*Question: Where was Bob Stone born",
+         "reply": '{{"answer": "Riverton", "used": [{0}], "sufficient": true}}'},
+        {"pattern": r"Graph memory", "reply": '{"answer": "Riverton"}'},
+    ])
+    r = SubQRAG(kg=object(), llm=llm, corpus=None, use_injected_kg=False, index_dir=str(tmp_path / "idx"),
+                embed_cache_dir=str(emb_dir), top_k=2)
+    ex = Example(id="d0", question="Where was the director of Alpha born?", answers=("Riverton",), corpus=corpus)
+    p = r.answer(ex)
+    assert len(r.graph) == 3 and p.answer == "Riverton"
+    assert p.extra["graph_memory"] == [["Alpha", "directed by", "Bob Stone"], ["Bob Stone", "born in", "Riverton"]]
+    n = len(llm.calls)
+    r2 = SubQRAG(kg=None, llm=llm, corpus=None, use_injected_kg=False, index_dir=str(tmp_path / "idx"),
+                 embed_cache_dir=str(emb_dir), top_k=2)
+    r2.answer(ex)  # a new run re-uses the index: no extraction calls
+    assert not [c for c in llm.calls[n:] if "Title: " in c.messages[-1].content]
