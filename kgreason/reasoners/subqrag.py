@@ -112,11 +112,12 @@ class SubQRAG:
         corpus: ``embedded`` | JSONL path | null; ``example.corpus`` wins when present.
         validate: keep only extracted triples whose head and tail occur in the passage.
         embed_cache_dir: MiniLM vector cache (by text hash).
-        use_injected_kg: start the working graph from the injected ``kg`` (the embedded world);
-            false for document datasets whose graph comes from offline indexing.
-        index_dir: when set, each example's own passages (``example.corpus``) are indexed
-            offline with the LLM (§2.1, :func:`kgreason.kg.indexing.index_corpus`, resumable and
-            cached by corpus hash) and merged into the working graph before answering.
+        kg_source: where the working graph starts. ``injected``: the injected ``kg`` (the
+            embedded world). ``index``: empty; each example's own passages (``example.corpus``)
+            are indexed offline with the LLM (§2.1, :func:`kgreason.kg.indexing.index_corpus`,
+            resumable, cached by corpus hash under ``index_dir``) and merged in before answering.
+            ``auto``: ``index`` when the first example carries passages, else ``injected``.
+        index_dir: root of the offline index cache.
     """
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,
@@ -124,7 +125,11 @@ class SubQRAG:
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
                  corpus: str | None = "embedded", world_seed: int = 0, validate: bool = True,
                  embed_cache_dir: str | None = None, max_tokens: int = 256,
-                 use_injected_kg: bool = True, index_dir: str | None = None) -> None:
+                 kg_source: str = "auto", index_dir: str | None = ".cache/kgreason/subqrag_index") -> None:
+        if kg_source not in ("auto", "injected", "index"):
+            raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
+        if kg_source == "index" and not index_dir:
+            raise ValueError("SubQRAG: kg_source=index needs index_dir")
         self.llm = llm
         self.top_k, self.passage_top_k, self.extract_passages = top_k, passage_top_k, extract_passages
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
@@ -134,7 +139,8 @@ class SubQRAG:
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[tuple[str, str]] | None = None
         self.passages = PassageIndex(self.embedder)
-        self._kg = kg if use_injected_kg else None
+        self._kg = kg
+        self.kg_source = kg_source
         self.index_dir = index_dir
         self._indexed: set[str] = set()
         self._graph: WorkingGraph | None = None
@@ -147,7 +153,7 @@ class SubQRAG:
     def graph(self) -> WorkingGraph:
         if self._graph is None:
             triples: list[Triple] = []
-            kg = self._kg
+            kg = self._kg if self.kg_source == "injected" else None
             if kg is not None:
                 names = [kg.entity_label(i) for i in range(kg.n_entities)]
                 for h, r, t in kg.triples:
@@ -268,7 +274,9 @@ class SubQRAG:
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         q = example.question
-        if self.index_dir and example.corpus:
+        if self.kg_source == "auto":
+            self.kg_source = "index" if (example.corpus and self.index_dir) else "injected"
+        if self.kg_source == "index" and example.corpus:
             self.index_passages(t, example)
         subs = self.decompose(t, q) if self.decomposition else [q]
         prev: list[tuple[str, str]] = []

@@ -70,7 +70,7 @@ def _reasoner(small, tmp_path, **kw):
     kg, corpus = small
     llm = ScriptedLLM(rules=_rules(), default="")
     kw.setdefault("top_k", 10)  # the film has ~9 triples; MiniLM ranks starring/genre above directed_by
-    r = SubQRAG(kg=kg, llm=llm, corpus=None, embed_cache_dir=str(tmp_path), **kw)
+    r = SubQRAG(kg=kg, llm=llm, corpus=None, kg_source="injected", embed_cache_dir=str(tmp_path), **kw)
     r._corpus = corpus
     return r, llm
 
@@ -184,14 +184,14 @@ def test_example_corpus_is_indexed_offline_and_used(emb_dir, tmp_path):
          "reply": '{{"answer": "Riverton", "used": [{0}], "sufficient": true}}'},
         {"pattern": r"Graph memory", "reply": '{"answer": "Riverton"}'},
     ])
-    r = SubQRAG(kg=object(), llm=llm, corpus=None, use_injected_kg=False, index_dir=str(tmp_path / "idx"),
+    r = SubQRAG(kg=object(), llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
                 embed_cache_dir=str(emb_dir), top_k=2)
     ex = Example(id="d0", question="Where was the director of Alpha born?", answers=("Riverton",), corpus=corpus)
     p = r.answer(ex)
     assert len(r.graph) == 3 and p.answer == "Riverton"
     assert p.extra["graph_memory"] == [["Alpha", "directed by", "Bob Stone"], ["Bob Stone", "born in", "Riverton"]]
     n = len(llm.calls)
-    r2 = SubQRAG(kg=None, llm=llm, corpus=None, use_injected_kg=False, index_dir=str(tmp_path / "idx"),
+    r2 = SubQRAG(kg=None, llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
                  embed_cache_dir=str(emb_dir), top_k=2)
     r2.answer(ex)  # a new run re-uses the index: no extraction calls
     assert not [c for c in llm.calls[n:] if "Title: " in c.messages[-1].content]
