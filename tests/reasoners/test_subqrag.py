@@ -195,3 +195,19 @@ def test_example_corpus_is_indexed_offline_and_used(emb_dir, tmp_path):
                  embed_cache_dir=str(emb_dir), top_k=2)
     r2.answer(ex)  # a new run re-uses the index: no extraction calls
     assert not [c for c in llm.calls[n:] if "Title: " in c.messages[-1].content]
+
+
+def test_rag_text_feeds_top_passages(emb_dir):
+    """Table 1 "Retrieval-only": the top-k passages by cosine reach the answer prompt."""
+    from kgreason.reasoners.rag_text import RagText
+
+    corpus = (("Paris", "Paris is the capital of France."), ("Everest", "Mount Everest is the highest mountain."),
+              ("Cat", "The cat sat on the mat."))
+    llm = ScriptedLLM(rules=[{"pattern": r"Paris is the capital of France.*Question:", "reply": '{"answer": "Paris"}'}],
+                      default="unknown")
+    r = RagText(llm=llm, top_k=1, corpus=None, embed_cache_dir=str(emb_dir))
+    p = r.answer(Example(id="r0", question="What is the capital of France?", answers=("Paris",), corpus=corpus))
+    assert p.answer == "Paris" and p.extra["retrieved_passages"] == ["Paris"]
+    assert "Everest" not in llm.calls[0].messages[-1].content
+    with pytest.raises(ValueError, match="no corpus"):
+        r.answer(Example(id="r1", question="q"))
