@@ -81,3 +81,24 @@ def test_minilm_top_k_equals_brute_force_and_cache_round_trip(counting, monkeypa
     # a new text costs exactly one forward pass over one text
     emb2.encode(["A brand new sentence."])
     assert calls["texts"] == first + 1
+
+
+def test_dense_recall_hand_computed():
+    """HippoRAG recall@k on a 2-question toy with a bag-of-words embedder, checked by hand."""
+    from kgreason.bench.dense_recall import RecallItem, recall_at_k
+
+    vocab = ["paris", "france", "everest", "cat", "berlin"]
+
+    class BoW:
+        def encode(self, texts):
+            m = np.array([[t.lower().count(w) for w in vocab] for t in texts], dtype=np.float32) + 1e-3
+            return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    a = RecallItem("a", "paris france", (("P", "paris"), ("F", "france"), ("C", "cat")), (0, 1))
+    b = RecallItem("b", "berlin", (("B", "berlin"), ("E", "everest"), ("C", "cat")), (0, 1))
+    r = recall_at_k([a, b], BoW(), ks=(1, 2))
+    # a: top1 is P or F (1 of 2 gold), top2 = {P, F} (2/2); b: top1 = B (1/2), top2 = B + ? (E ties C
+    # at ~0 similarity; E comes first in the pool and own list) → 2/2
+    assert r["distractor/recall_at_1"] == pytest.approx((0.5 + 0.5) / 2)
+    assert r["distractor/recall_at_2"] == pytest.approx((1.0 + 1.0) / 2)
+    assert r["pool_size"] == 5 and r["n_questions"] == 2  # ("C", "cat") shared → pooled once
