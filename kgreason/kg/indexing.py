@@ -1,0 +1,252 @@
+"""Offline indexing (subqrag.txt §2.1, Eq. 1): an LLM reads each corpus passage and writes
+``⟨h, r, t⟩`` triples; they are normalised, de-duplicated and compiled into a :class:`KG`.
+
+The same extraction + validation is reused online by SubQRAG's dynamic graph update (§2.3,
+Eq. 4), so both stages agree on what a well-formed triple is.
+
+Resumable and cached per passage::
+
+    <index_dir>/<corpus_hash>/extractions.jsonl   # one row per finished passage (append + flush)
+    <index_dir>/<corpus_hash>/kg/                 # KG.save of the de-duplicated triples
+    <index_dir>/<corpus_hash>/provenance.json     # "h\\tr\\tt" -> [passage ids]
+    <index_dir>/<corpus_hash>/cost.json           # calls, tokens, USD (summed Completion.usage)
+
+``corpus_hash`` covers the passages, the model and the prompt, so changing any of them starts a
+fresh index and an interrupted run re-uses every finished passage without repeating its call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from kgreason.kg.store import KG
+from kgreason.llm.parsing import parse_json
+from kgreason.types import ChatRequest, Completion, Usage, to_jsonable
+
+_WS = re.compile(r"\s+")
+Triple = tuple[str, str, str]
+
+
+def normalise_text(s: str) -> str:
+    """Collapse whitespace and strip surrounding punctuation/quotes (surface case is kept)."""
+    return _WS.sub(" ", str(s)).strip().strip("\"'").strip()
+
+
+def triple_key(t: Triple) -> tuple[str, str, str]:
+    """De-duplication key: case-folded, whitespace-normalised (§2.1 "checks whether a newly
+    generated triple already exists")."""
+    return tuple(normalise_text(x).casefold() for x in t)  # type: ignore[return-value]
+
+
+def parse_triples(text: str) -> tuple[list[Triple], int]:
+    """``(well-formed triples, n_rejected)`` from an LLM reply: a JSON list of 3-item lists or of
+    ``{"head","relation","tail"}`` objects. Items that are not three non-empty strings are rejected."""
+    items = _outer_list(text)
+    if items is None:
+        res = parse_json(text)
+        if not res.ok:
+            return [], 1
+        items = res.value
+    if isinstance(items, dict):
+        items = next((v for v in items.values() if isinstance(v, list)), [])
+    if not isinstance(items, list):
+        return [], 1
+    out, bad = [], 0
+    for it in items:
+        if isinstance(it, dict):
+            it = [it.get("head", it.get("h")), it.get("relation", it.get("r")), it.get("tail", it.get("t"))]
+        if not isinstance(it, (list, tuple)) or len(it) != 3 or not all(isinstance(x, (str, int, float)) for x in it):
+            bad += 1
+            continue
+        t = tuple(normalise_text(x) for x in it)
+        if not all(t) or t[0].casefold() == t[2].casefold():
+            bad += 1
+            continue
+        out.append(t)  # type: ignore[arg-type]
+    return out, bad
+
+
+def _outer_list(text: str):
+    """The outermost ``[...]`` of the reply as JSON (parse_json prefers the first ``{...}``, which
+    would return only the first triple of a list of objects)."""
+    i, j = text.find("["), text.rfind("]")
+    if i < 0 or j <= i:
+        return None
+    for cand in (text[i : j + 1], re.sub(r",\s*([}\]])", r"\1", text[i : j + 1])):
+        try:
+            v = json.loads(cand)
+            return v if isinstance(v, list) else None
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def grounded(t: Triple, passage: str, title: str = "") -> bool:
+    """True when the head and tail mentions occur in the passage (or its title), case-insensitive:
+    the validation step of §2.3 that keeps hallucinated entities out of the graph."""
+    text = (title + " " + passage).casefold()
+    text = _WS.sub(" ", text)
+    return t[0].casefold() in text and t[2].casefold() in text
+
+
+def extraction_request(title: str, passage: str, max_tokens: int = 512) -> ChatRequest:
+    from kgreason.reasoners.base import load_prompt, render
+
+    return ChatRequest.of(render(load_prompt("subqrag", "extract"), title=title, passage=passage),
+                          max_tokens=max_tokens)
+
+
+def extract_triples(llm, title: str, passage: str, *, validate: bool = True,
+                    max_tokens: int = 512) -> tuple[list[Triple], ChatRequest, Completion, int]:
+    """One LLM call: ``(valid triples, request, completion, n_rejected)`` for one passage."""
+    req = extraction_request(title, passage, max_tokens)
+    comp = llm.generate([req])[0]
+    triples, bad = parse_triples(comp.text)
+    if validate:
+        keep = [t for t in triples if grounded(t, passage, title)]
+        bad += len(triples) - len(keep)
+        triples = keep
+    return triples, req, comp, bad
+
+
+def corpus_hash(passages: Sequence[tuple[str, str, str]], model: str = "", prompt: str = "") -> str:
+    """SHA-256 (16 hex) of ``(id, title, text)`` rows + model + prompt."""
+    h = hashlib.sha256()
+    h.update(json.dumps([model, prompt]).encode())
+    for row in passages:
+        h.update(json.dumps(list(row), ensure_ascii=False).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class IndexResult:
+    """What :func:`index_corpus` built. ``triples`` are de-duplicated, first-seen surface forms."""
+
+    kg: KG
+    triples: list[Triple]
+    provenance: dict[Triple, list[str]]
+    usage: Usage
+    directory: Path
+    calls_made: int = 0          # calls issued in THIS invocation (0 on a fully cached re-run)
+    passages_cached: int = 0     # passages read back from extractions.jsonl
+    rejected: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _price_usd(usage: Usage, price_per_mtok: tuple[float, float] | None) -> float:
+    if usage.cost_usd or not price_per_mtok:
+        return usage.cost_usd
+    return (usage.prompt_tokens * price_per_mtok[0] + usage.completion_tokens * price_per_mtok[1]) / 1e6
+
+
+def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm, index_dir: str | Path, *,
+                 name: str = "indexed", validate: bool = True, max_tokens: int = 512,
+                 price_per_mtok: tuple[float, float] | None = None) -> IndexResult:
+    """Extract triples from every passage (resumable), de-duplicate, save a KG + provenance.
+
+    Args:
+        passages: ``(title, text)`` (id = title) or ``(id, title, text)`` rows.
+        llm: anything with ``generate`` and a ``model`` attribute.
+        index_dir: root folder; the index lives in ``index_dir/<corpus_hash>/``.
+        validate: drop triples whose head/tail does not occur in the passage.
+        price_per_mtok: ``(prompt, completion)`` USD per million tokens, used only when the
+            backend reports no ``cost_usd``.
+    """
+    rows = [(p[0], p[0], p[1]) if len(p) == 2 else tuple(p) for p in passages]
+    ids = [r[0] for r in rows]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"index_corpus: passage ids must be unique; {dup!r} repeats")
+    from kgreason.reasoners.base import load_prompt
+
+    key = corpus_hash(rows, getattr(llm, "model", ""), load_prompt("subqrag", "extract"))
+    d = Path(index_dir) / key
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "extractions.jsonl"
+    done: dict[str, dict] = {}
+    if log.exists():
+        for ln, line in enumerate(log.read_text().splitlines(), 1):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from an interrupted write: that passage is redone
+            done[rec["id"]] = rec
+    cached = sum(1 for i in ids if i in done)
+    made = 0
+    with log.open("a") as f:
+        for pid, title, text in rows:
+            if pid in done:
+                continue
+            triples, _req, comp, bad = extract_triples(llm, title, text, validate=validate, max_tokens=max_tokens)
+            rec = {"id": pid, "triples": [list(t) for t in triples], "rejected": bad,
+                   "usage": to_jsonable(comp.usage)}
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            done[pid] = rec
+            made += 1
+    usage, rejected = Usage(), 0
+    seen: dict[tuple[str, str, str], Triple] = {}
+    prov: dict[Triple, list[str]] = {}
+    for pid in ids:
+        rec = done[pid]
+        usage = usage + Usage(**rec["usage"])
+        rejected += rec.get("rejected", 0)
+        for t in rec["triples"]:
+            t = tuple(t)
+            canon = seen.setdefault(triple_key(t), t)
+            src = prov.setdefault(canon, [])
+            if pid not in src:
+                src.append(pid)
+    triples = list(seen.values())
+    kg = KG.from_triples(triples, name=name)
+    kg.save(d / "kg")
+    (d / "provenance.json").write_text(json.dumps({"\t".join(t): v for t, v in prov.items()}, ensure_ascii=False))
+    cost = {"passages": len(rows), "triples": len(triples), "rejected": rejected, "calls": usage.calls,
+            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "cost_usd": _price_usd(usage, price_per_mtok), "calls_this_run": made}
+    (d / "cost.json").write_text(json.dumps(cost, indent=1))
+    return IndexResult(kg=kg, triples=triples, provenance=prov, usage=usage, directory=d,
+                       calls_made=made, passages_cached=cached, rejected=rejected, extra=cost)
+
+
+def load_index(directory: str | Path) -> tuple[KG, dict[Triple, list[str]]]:
+    """``(kg, provenance)`` from an index folder written by :func:`index_corpus`."""
+    d = Path(directory)
+    prov = {tuple(k.split("\t")): v for k, v in json.loads((d / "provenance.json").read_text()).items()}
+    return KG.load(d / "kg", mmap=False), prov  # type: ignore[return-value]
+
+
+def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - thin CLI
+    """``python -m kgreason.kg.indexing CORPUS.jsonl INDEX_DIR`` with the offline scripted LLM is
+    useless; the CLI exists for real backends: ``--llm module:Class`` + ``--model``."""
+    import argparse
+    import importlib
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("corpus", help="JSONL with title/text (and optional id)")
+    ap.add_argument("index_dir")
+    ap.add_argument("--llm", required=True, help="e.g. kgreason.llm.openai_http:OpenAIChat")
+    ap.add_argument("--model", default="gpt-4o-mini")
+    a = ap.parse_args(argv)
+    rows = []
+    for ln, line in enumerate(Path(a.corpus).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if "text" not in r or "title" not in r:
+            raise ValueError(f"{a.corpus}:{ln}: expected fields 'title' and 'text'")
+        rows.append((str(r.get("id", r["title"])), r["title"], r["text"]))
+    mod, cls = a.llm.split(":")
+    llm = getattr(importlib.import_module(mod), cls)(model=a.model)
+    res = index_corpus(rows, llm, a.index_dir)
+    print(json.dumps(res.extra, indent=1))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

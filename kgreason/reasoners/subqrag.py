@@ -1,0 +1,311 @@
+"""SubQRAG (shared/papers/subqrag.txt): sub-question driven dynamic graph RAG.
+
+Per question (Fig. 1):
+
+1. **Decomposition** (§2.2.1): one LLM call → an ordered JSON list of sub-questions
+   ``q_1..q_n``; later ones refer to earlier answers as ``#1``, ``#2`` (as in Fig. 1).
+2. **Rewriting** (§2.2.2, Eq. 2): ``q'_i = Rewrite(q_i, A_<i)``. Placeholders ``#j`` are replaced
+   by ``a_j``; a sub-question that has no placeholder but follows answered ones goes through one
+   LLM rewrite call (``llm_rewrite``) that injects the earlier answers.
+3. **Triple retrieval** (§2.3, Eq. 3): ``T_sub = top-k cos(f(q'_i), f((h,r,t)))`` over the
+   verbalised triples of the working KG (MiniLM). The generator answers from ``T_sub`` and names
+   the triples it used (``T_used_i``, by index, JSON) and whether they sufficed.
+4. **Dynamic graph update** (§2.3, Eq. 4): when they do not suffice, the top passages (cosine)
+   answer the sub-question; new triples ``T*_new = Extract(D)`` are extracted from those passages,
+   validated (well-formed, head and tail mentioned in the passage), de-duplicated against the
+   working KG and written back with their passage as provenance. The working KG lives for the
+   whole run, so later sub-questions AND later questions retrieve them. The written-back triples
+   that mention the sub-answer become ``T_used_i``.
+5. **Answer generation** (§2.4, Eq. 5): graph memory ``T_used = ∪_i T_used_i`` + the original
+   question → final answer.
+
+Ablations (Table 2): ``decomposition=False`` (the question is its own single sub-question),
+``rewriting=False`` (sub-questions are used verbatim, placeholders left in), ``update=False``
+(the passage fallback still answers, but nothing is extracted or written back), ``top_k``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kgreason.kg.indexing import Triple, extract_triples, normalise_text, triple_key
+from kgreason.llm.parsing import parse_json, parse_list
+from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.reasoners.rag_text import PassageIndex, load_corpus, parse_answer, passage_text
+from kgreason.retrieval.dense import DenseTextRetriever, Embedder
+from kgreason.types import ChatRequest, Example, Prediction
+
+_PLACEHOLDER = re.compile(r"#(\d+)")
+
+
+def verbalise(t: Triple) -> str:
+    """``"head | relation | tail"``, relation ids like ``film.film.directed_by`` shortened to
+    ``directed by`` so the embedding sees words."""
+    r = t[1].rsplit(".", 1)[-1].replace("_", " ")
+    return f"{t[0]} | {r} | {t[2]}"
+
+
+def substitute(subq: str, answers: list[str]) -> str:
+    """Replace ``#j`` (1-based) by the j-th earlier answer; unknown indices are left as is."""
+    def rep(m: re.Match) -> str:
+        j = int(m.group(1)) - 1
+        return answers[j] if 0 <= j < len(answers) and answers[j] else m.group(0)
+
+    return _PLACEHOLDER.sub(rep, subq)
+
+
+class WorkingGraph:
+    """The reasoner's triple store for the run: string triples + provenance + a dense index over
+    their verbalisations. Starts from the injected KG; grows by write-back (Eq. 4)."""
+
+    def __init__(self, triples: list[Triple], embedder: Embedder, provenance: dict | None = None) -> None:
+        self.triples: list[Triple] = []
+        self.keys: set[tuple[str, str, str]] = set()
+        self.provenance: dict[int, list[str]] = {}
+        for t in triples:
+            k = triple_key(t)
+            if k not in self.keys:
+                self.keys.add(k)
+                self.triples.append(t)
+        for i, t in enumerate(self.triples):
+            self.provenance[i] = list((provenance or {}).get(t, ["kg"]))
+        self.index = DenseTextRetriever([verbalise(t) for t in self.triples], embedder)
+
+    def __len__(self) -> int:
+        return len(self.triples)
+
+    def __contains__(self, t: Triple) -> bool:
+        return triple_key(t) in self.keys
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        return [(h.id, h.score) for h in self.index.search([query], k)[0]]
+
+    def add(self, triples: list[Triple], source: str) -> list[int]:
+        """Write back new triples (duplicates skipped); returns the ids of those added."""
+        new: list[int] = []
+        for t in triples:
+            k = triple_key(t)
+            if k in self.keys:
+                continue
+            self.keys.add(k)
+            self.triples.append(t)
+            new.append(len(self.triples) - 1)
+            self.provenance[new[-1]] = [source]
+        self.index.add([verbalise(self.triples[i]) for i in new])
+        return new
+
+    def to_kg(self, name: str = "subqrag_working"):
+        from kgreason.kg.store import KG
+
+        return KG.from_triples(self.triples, name=name)
+
+
+class SubQRAG:
+    """Args:
+        top_k: triples retrieved per sub-question (Eq. 3; paper: 5).
+        passage_top_k: passages used by the corpus fallback (§2.3).
+        extract_passages: how many of those passages are sent to triple extraction (Eq. 4).
+        decomposition / rewriting / update: Table 2 ablation switches.
+        llm_rewrite: rewrite placeholder-free dependent sub-questions with an LLM call (Eq. 2).
+        max_subquestions: cap on the decomposition length.
+        corpus: ``embedded`` | JSONL path | null; ``example.corpus`` wins when present.
+        validate: keep only extracted triples whose head and tail occur in the passage.
+        embed_cache_dir: MiniLM vector cache (by text hash).
+        kg_source: where the working graph starts. ``injected``: the injected ``kg`` (the
+            embedded world). ``index``: empty; each example's own passages (``example.corpus``)
+            are indexed offline with the LLM (§2.1, :func:`kgreason.kg.indexing.index_corpus`,
+            resumable, cached by corpus hash under ``index_dir``) and merged in before answering.
+            ``auto``: ``index`` when the first example carries passages, else ``injected``.
+        index_dir: root of the offline index cache.
+    """
+
+    def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,
+                 extract_passages: int = 2, decomposition: bool = True, rewriting: bool = True,
+                 update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
+                 corpus: str | None = "embedded", world_seed: int = 0, validate: bool = True,
+                 embed_cache_dir: str | None = None, max_tokens: int = 256,
+                 kg_source: str = "auto", index_dir: str | None = ".cache/kgreason/subqrag_index") -> None:
+        if kg_source not in ("auto", "injected", "index"):
+            raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
+        if kg_source == "index" and not index_dir:
+            raise ValueError("SubQRAG: kg_source=index needs index_dir")
+        self.llm = llm
+        self.top_k, self.passage_top_k, self.extract_passages = top_k, passage_top_k, extract_passages
+        self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
+        self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
+        self.max_tokens = max_tokens
+        self.embedder = Embedder(cache_dir=embed_cache_dir)
+        self._corpus_spec, self._world_seed = corpus, world_seed
+        self._corpus: list[tuple[str, str]] | None = None
+        self.passages = PassageIndex(self.embedder)
+        self._kg = kg
+        self.kg_source = kg_source
+        self.index_dir = index_dir
+        self._indexed: set[str] = set()
+        self._graph: WorkingGraph | None = None
+        self._extracted: set[str] = set()  # passages already mined (never re-extracted in a run)
+        self.prompts = {s: load_prompt("subqrag", s) for s in
+                        ("decompose", "rewrite", "answer_triples", "answer_passages", "final_answer")}
+
+    # ------------------------------------------------------------------ state
+    @property
+    def graph(self) -> WorkingGraph:
+        if self._graph is None:
+            triples: list[Triple] = []
+            kg = self._kg if self.kg_source == "injected" else None
+            if kg is not None:
+                names = [kg.entity_label(i) for i in range(kg.n_entities)]
+                for h, r, t in kg.triples:
+                    triples.append((names[h], kg.relation_names[r], names[t]))
+            self._graph = WorkingGraph(triples, self.embedder)
+        return self._graph
+
+    def passages_for(self, example: Example) -> list[tuple[str, str]]:
+        if example.corpus:
+            return [tuple(p) for p in example.corpus]  # type: ignore[misc]
+        if self._corpus is None:
+            self._corpus = load_corpus(self._corpus_spec, self._world_seed)
+        return self._corpus
+
+    # ------------------------------------------------------------------ LLM steps
+    def _call(self, t: Trace, purpose: str, prompt: str) -> str:
+        req = ChatRequest.of(prompt, max_tokens=self.max_tokens)
+        comp = self.llm.generate([req])[0]
+        t.llm(purpose, req, comp)
+        return comp.text
+
+    def decompose(self, t: Trace, question: str) -> list[str]:
+        """§2.2.1: ordered sub-questions (the question itself when the reply is unusable)."""
+        text = self._call(t, "decompose", render(self.prompts["decompose"], question=question))
+        res = parse_list(text)
+        subs = [s for s in (res.value or []) if s] if res.ok else []
+        return subs[: self.max_subquestions] or [question]
+
+    def rewrite(self, t: Trace, subq: str, prev: list[tuple[str, str]]) -> str:
+        """§2.2.2 Eq. 2: inject earlier answers into ``subq``."""
+        answers = [a for _, a in prev]
+        if _PLACEHOLDER.search(subq):
+            return substitute(subq, answers)
+        if self.llm_rewrite and prev:
+            listing = "\n".join(f"#{j + 1} {q} -> {a}" for j, (q, a) in enumerate(prev))
+            out = self._call(t, "rewrite", render(self.prompts["rewrite"], previous=listing, subquestion=subq))
+            out = out.strip().splitlines()[0].strip() if out.strip() else ""
+            return out or subq
+        return subq
+
+    def answer_from_triples(self, t: Trace, subq: str) -> tuple[str, list[int], bool]:
+        """Eq. 3 + generator: ``(answer, used triple ids, sufficient)``."""
+        g = self.graph
+        hits = g.search(subq, self.top_k)
+        ids = [i for i, _ in hits]
+        t.add("retrieve", "triples", query=subq, triples=[list(g.triples[i]) for i in ids],
+              scores=[s for _, s in hits])
+        listing = "\n".join(f"[{j}] {verbalise(g.triples[i])}" for j, i in enumerate(ids))
+        text = self._call(t, "answer_triples", render(self.prompts["answer_triples"], triples=listing, subquestion=subq))
+        js = parse_json(text)
+        if not (js.ok and isinstance(js.value, dict)):
+            return "", [], False
+        v = js.value
+        ans = normalise_text(v.get("answer") or "")
+        used = []
+        for j in v.get("used") or []:
+            try:
+                j = int(j)
+            except (TypeError, ValueError):
+                continue
+            if 0 <= j < len(ids) and ids[j] not in used:
+                used.append(ids[j])
+        sufficient = bool(v.get("sufficient", bool(ans))) and bool(ans) and ans.lower() not in ("unknown", "none")
+        return ans, used, sufficient
+
+    def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:
+        """§2.3 corpus fallback + Eq. 4 write-back: ``(answer, used ids among the new triples)``."""
+        passages = self.passages_for(example)
+        if not passages:
+            t.note("fallback_skipped", reason="no corpus")
+            return "", []
+        hits = self.passages.get(passages).search([subq], self.passage_top_k)[0]
+        top = [passages[h.id] for h in hits]
+        t.add("retrieve", "passages", query=subq, titles=[p[0] for p in top], scores=[h.score for h in hits])
+        listing = "\n".join(f"[{j}] {passage_text(p)}" for j, p in enumerate(top))
+        ans = parse_answer(self._call(t, "answer_passages",
+                                      render(self.prompts["answer_passages"], passages=listing, subquestion=subq)))
+        if not self.update:
+            return ans, []
+        g = self.graph
+        new_ids: list[int] = []
+        for title, text in top[: self.extract_passages]:
+            src = f"{title}"
+            if src in self._extracted:
+                continue
+            self._extracted.add(src)
+            triples, req, comp, bad = extract_triples(self.llm, title, text, validate=self.validate,
+                                                      max_tokens=self.max_tokens * 2)
+            t.llm("extract", req, comp, parsed=[list(x) for x in triples])
+            added = g.add(triples, source=src)
+            t.add("update", "write_back", passage=title, extracted=len(triples), rejected=bad,
+                  added=[list(g.triples[i]) for i in added],
+                  duplicates=len(triples) - len(added))
+            new_ids += added
+        a = ans.casefold()
+        used = [i for i in new_ids if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
+        return ans, used[: self.top_k]
+
+    def index_passages(self, t: Trace, example: Example) -> None:
+        """§2.1 offline indexing of the example's passages, merged into the working graph."""
+        from kgreason.kg.indexing import index_corpus
+
+        rows = list(dict.fromkeys((p[0], p[0], p[1]) for p in example.corpus))
+        rows = [r for r in rows if r[0] not in self._indexed]
+        seen: set[str] = set()
+        rows = [r for r in rows if not (r[0] in seen or seen.add(r[0]))]
+        if not rows:
+            return
+        res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
+        added = 0
+        for tr, srcs in res.provenance.items():
+            added += len(self.graph.add([tr], source=srcs[0]))
+        self._indexed.update(r[0] for r in rows)
+        t.add("index", "offline_indexing", passages=len(rows), triples=len(res.triples), added=added,
+              calls=res.calls_made, usage=res.usage)
+
+    # ------------------------------------------------------------------ main
+    def answer(self, example: Example) -> Prediction:
+        t = Trace()
+        q = example.question
+        if self.kg_source == "auto":
+            self.kg_source = "index" if (example.corpus and self.index_dir) else "injected"
+        if self.kg_source == "index" and example.corpus:
+            self.index_passages(t, example)
+        subs = self.decompose(t, q) if self.decomposition else [q]
+        prev: list[tuple[str, str]] = []
+        memory: list[int] = []
+        steps: list[dict[str, Any]] = []
+        writes_before = len(self.graph)
+        for i, sq in enumerate(subs):
+            rq = self.rewrite(t, sq, prev) if (self.rewriting and i > 0) else sq
+            ans, used, ok = self.answer_from_triples(t, rq)
+            source = "triples"
+            if not ok:
+                ans, used = self.fallback(t, rq, example)
+                source = "passages"
+            for u in used:
+                if u not in memory:
+                    memory.append(u)
+            prev.append((rq, ans))
+            steps.append({"subquestion": sq, "rewritten": rq, "answer": ans, "source": source,
+                          "used": [list(self.graph.triples[u]) for u in used]})
+            t.add("subquestion", f"q{i + 1}", **steps[-1])
+        g = self.graph
+        mem_text = "\n".join(verbalise(g.triples[u]) for u in memory) or "(empty)"
+        steps_text = "\n".join(f"{j + 1}. {s['rewritten']} -> {s['answer']}" for j, s in enumerate(steps))
+        final = parse_answer(self._call(t, "final_answer", render(self.prompts["final_answer"], memory=mem_text,
+                                                                    steps=steps_text, question=q)))
+        if not final and prev:
+            final = prev[-1][1]
+        mem_triples = [list(g.triples[u]) for u in memory]
+        t.add("memory", "graph_memory", triples=mem_triples)
+        return t.finish(example, [final] if final else [], subquestions=[s["subquestion"] for s in steps],
+                        rewritten=[s["rewritten"] for s in steps], graph_memory=mem_triples,
+                        written_back=len(g) - writes_before, retrieved=[x for tr in mem_triples for x in (tr[0], tr[2])])

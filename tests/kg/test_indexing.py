@@ -1,0 +1,82 @@
+"""Offline indexing (subqrag.txt §2.1): resumable per-passage extraction, dedupe, provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kgreason.kg.indexing import grounded, index_corpus, load_index, parse_triples
+from kgreason.llm.scripted import ScriptedLLM
+
+PASSAGES = [
+    ("p1", "Alpha", "Alpha is a film directed by Bob Stone. Alpha stars Carol Day."),
+    ("p2", "Bob Stone", "Bob Stone was born in Riverton. Bob Stone directed Alpha."),
+    ("p3", "Carol Day", "Carol Day was born in Riverton."),
+    ("p4", "Riverton", "Riverton is a city in Eastland."),
+]
+REPLIES = {
+    "Alpha": '[["Alpha", "directed by", "Bob Stone"], ["Alpha", "starring", "Carol Day"], ["Alpha", "set in", "Mars"]]',
+    "Bob Stone": '```json\n[["Bob Stone", "born in", "Riverton"], ["alpha", "Directed  by", "bob stone"]]\n```',
+    "Carol Day": '[{"head": "Carol Day", "relation": "born in", "tail": "Riverton"}, ["x", "y"]]',
+    "Riverton": '[["Riverton", "contained by", "Eastland"]]',
+}
+
+
+class FailingLLM(ScriptedLLM):
+    """Scripted extraction that raises after ``fail_after`` calls (a crash mid-run)."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        super().__init__(rules=[{"pattern": f"Title: {t}\n", "reply": r} for t, r in REPLIES.items()], model="fake")
+        self.fail_after = fail_after
+
+    def generate(self, requests):
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise RuntimeError("connection lost")
+        return super().generate(requests)
+
+
+def test_parse_and_validate():
+    t, bad = parse_triples('[["A", "r", "B"], ["A", "", "B"], ["A", "r"], ["Same", "r", "same"]]')
+    assert t == [("A", "r", "B")] and bad == 3
+    assert grounded(("Alpha", "x", "Bob Stone"), "Alpha is by Bob  Stone.".replace("  ", " "))
+    assert not grounded(("Alpha", "x", "Mars"), "Alpha is by Bob Stone.")
+
+
+def test_index_dedupes_with_provenance_and_cost(tmp_path):
+    llm = FailingLLM()
+    res = index_corpus(PASSAGES, llm, tmp_path)
+    assert len(llm.calls) == 4 and res.calls_made == 4
+    assert res.triples == [("Alpha", "directed by", "Bob Stone"), ("Alpha", "starring", "Carol Day"),
+                           ("Bob Stone", "born in", "Riverton"), ("Carol Day", "born in", "Riverton"),
+                           ("Riverton", "contained by", "Eastland")]
+    assert res.provenance[("Alpha", "directed by", "Bob Stone")] == ["p1", "p2"]  # case/space dupes merged
+    assert res.rejected == 2  # ungrounded "Mars" + the 2-item list
+    assert res.kg.n_triples == 5 and res.kg.n_entities == 5
+    kg, prov = load_index(res.directory)
+    assert kg.n_triples == 5 and prov == res.provenance
+    cost = json.loads((res.directory / "cost.json").read_text())
+    assert cost["calls"] == 4 and cost["prompt_tokens"] == sum(sum(len(m.content.split()) for m in c.messages) for c in llm.calls)
+
+
+def test_resume_after_interruption_repeats_no_call(tmp_path):
+    crash = FailingLLM(fail_after=2)
+    with pytest.raises(RuntimeError, match="connection lost"):
+        index_corpus(PASSAGES, crash, tmp_path)
+    assert len(crash.calls) == 2
+    resumed = FailingLLM()
+    res = index_corpus(PASSAGES, resumed, tmp_path)
+    titles = [c.messages[-1].content.split("Title: ")[1].split("\n")[0] for c in resumed.calls]
+    assert titles == ["Carol Day", "Riverton"]  # only the unfinished passages
+    assert res.passages_cached == 2 and res.calls_made == 2
+    assert res.usage.calls == 4  # cost covers both invocations
+    full = index_corpus(PASSAGES, FailingLLM(), tmp_path / "fresh")
+    assert res.triples == full.triples and len(set(res.triples)) == len(res.triples)
+    # a third run is fully cached: zero calls
+    again = FailingLLM(fail_after=0)
+    assert index_corpus(PASSAGES, again, tmp_path).calls_made == 0
+
+
+def test_duplicate_ids_rejected(tmp_path):
+    with pytest.raises(ValueError, match="unique"):
+        index_corpus([("a", "t", "x"), ("a", "u", "y")], FailingLLM(), tmp_path)

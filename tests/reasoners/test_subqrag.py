@@ -1,0 +1,215 @@
+"""SubQRAG control flow on the embedded world with a scripted LLM and real MiniLM embeddings.
+
+The held-out fact ⟨Fyry Cidrul, place_of_birth, Dazoville⟩ is stated in Fyry Cidrul's passage
+but missing from ``world.kg``: the dynamic update (Eq. 4) must recover it and the next question
+must retrieve it (subqrag.txt §2.3).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import compose_cfg
+
+from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.subqrag import SubQRAG, substitute
+from kgreason.types import Example
+
+PERSON, PLACE, FILM = "Fyry Cidrul", "Dazoville", "The Golden Signal"
+
+
+def _rules():
+    return [
+        {"pattern": r"Decompose.*Question: Where was the director of (.+?) born\?",
+         "reply": '["Who directed {0}?", "Where was #1 born?"]'},
+        {"pattern": r"Decompose", "reply": '["Where was Fyry Cidrul born?"]'},
+        # triples answer, q1: find the directed_by triple's index in the listing
+        {"pattern": r"\[(\d+)\] The Golden Signal \| directed by \| Fyry Cidrul.*Question: Who directed",
+         "reply": '{{"answer": "Fyry Cidrul", "used": [{0}], "sufficient": true}}'},
+        # q2 once the written-back triple is in the graph
+        {"pattern": r"\[(\d+)\] Fyry Cidrul \| born in \| Dazoville.*Question: Where was Fyry Cidrul born",
+         "reply": '{{"answer": "Dazoville", "used": [{0}], "sufficient": true}}'},
+        {"pattern": r"Triples:.*Question:", "reply": '{"answer": "unknown", "used": [], "sufficient": false}'},
+        {"pattern": r"Passages:.*Question: Where was Fyry Cidrul born", "reply": '{"answer": "Dazoville"}'},
+        {"pattern": r"Title: Fyry Cidrul\n",
+         "reply": '[["Fyry Cidrul", "born in", "Dazoville"], ["Fyry Cidrul", "born in", "Atlantis"], ["bad"]]'},
+        {"pattern": r"Title: ", "reply": "[]"},
+        {"pattern": r"Graph memory", "reply": '{"answer": "Dazoville"}'},
+    ]
+
+
+@pytest.fixture(scope="module")
+def small(world):
+    """A small KG around the person (plus distractors) and a small corpus: keeps MiniLM cheap."""
+    kg = world.kg
+    names = kg.entity_names
+    ents = {PERSON, FILM}
+    keep = [i for i, (h, r, t) in enumerate(kg.triples) if names[h] in ents or names[t] in ents]
+    keep += list(range(0, 60))
+    from kgreason.kg.store import KG
+
+    trip = [(names[h], kg.relation_names[r], names[t]) for h, r, t in kg.triples[sorted(set(keep))]]
+    assert (PERSON, "people.person.place_of_birth", PLACE) not in trip  # held out
+    sub = KG.from_triples(trip, name="small")
+    titles = {PERSON, FILM} | {h for h, _, _ in trip[:10]}
+    corpus = [p for p in world.corpus if p[0] in titles]
+    return sub, corpus
+
+
+def _ex(i, q):
+    return Example(id=f"t{i}", question=q, answers=(PLACE,))
+
+
+@pytest.fixture(scope="module")
+def emb_dir(tmp_path_factory):
+    """One MiniLM vector cache for the module: each test re-builds its reasoner from disk."""
+    return tmp_path_factory.mktemp("emb")
+
+
+def _reasoner(small, tmp_path, **kw):
+    kg, corpus = small
+    llm = ScriptedLLM(rules=_rules(), default="")
+    kw.setdefault("top_k", 10)  # the film has ~9 triples; MiniLM ranks starring/genre above directed_by
+    r = SubQRAG(kg=kg, llm=llm, corpus=None, kg_source="injected", embed_cache_dir=str(tmp_path), **kw)
+    r._corpus = corpus
+    return r, llm
+
+
+def _prompts(llm, marker):
+    return [c.messages[-1].content for c in llm.calls if marker in c.messages[-1].content]
+
+
+def test_substitute_placeholders():
+    assert substitute("Where was #1 born and #3?", ["A"]) == "Where was A born and #3?"
+
+
+def test_rewriting_injects_first_answer(small, emb_dir):
+    r, llm = _reasoner(small, emb_dir)
+    pred = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
+    triple_prompts = _prompts(llm, "Triples:")
+    assert len(triple_prompts) == 2, triple_prompts
+    assert "Question: Where was Fyry Cidrul born?" in triple_prompts[1]
+    assert "#1" not in triple_prompts[1].split("Question:")[1]
+    assert pred.extra["rewritten"] == [f"Who directed {FILM}?", "Where was Fyry Cidrul born?"]
+    assert pred.answer == PLACE
+
+
+def test_no_rewriting_keeps_placeholder(small, emb_dir):
+    r, llm = _reasoner(small, emb_dir, rewriting=False)
+    pred = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
+    assert pred.extra["rewritten"][1] == "Where was #1 born?"
+
+
+def test_update_writes_back_and_next_question_uses_it(small, emb_dir):
+    r, llm = _reasoner(small, emb_dir)
+    n0 = len(r.graph)
+    p1 = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
+    # the held-out fact was extracted from Fyry Cidrul's passage, validated and written back;
+    # the ungrounded "Atlantis" triple and the malformed item were rejected
+    wb = [s for s in p1.trace if s.kind == "update" and s.data["passage"] == PERSON]
+    assert wb and wb[0].data["added"] == [[PERSON, "born in", PLACE]] and wb[0].data["rejected"] == 2
+    assert len(r.graph) == n0 + 1 and p1.extra["written_back"] == 1
+    assert r.graph.provenance[n0] == [PERSON]
+    assert [PERSON, "born in", PLACE] in p1.extra["graph_memory"]
+    n_extract = len(_prompts(llm, "Title: "))
+    # next question: answered from the graph, no fallback, no new extraction
+    p2 = r.answer(_ex(1, "Where was Fyry Cidrul born?"))
+    retrieved = [s.data["triples"] for s in p2.trace if s.kind == "retrieve" and s.name == "triples"]
+    assert [PERSON, "born in", PLACE] in retrieved[0]
+    assert p2.extra["graph_memory"] == [[PERSON, "born in", PLACE]]
+    assert not [s for s in p2.trace if s.name == "passages"]
+    assert len(_prompts(llm, "Title: ")) == n_extract and p2.extra["written_back"] == 0
+    assert p2.answer == PLACE
+
+
+def test_no_update_writes_nothing(small, emb_dir):
+    r, llm = _reasoner(small, emb_dir, update=False)
+    n0 = len(r.graph)
+    p1 = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
+    assert len(r.graph) == n0 and p1.extra["written_back"] == 0
+    assert not _prompts(llm, "Title: ")
+    assert p1.answer == PLACE  # the passage fallback still answers
+
+
+def test_graph_memory_is_union_of_used(small, emb_dir):
+    r, _ = _reasoner(small, emb_dir)
+    p = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
+    used = []
+    for s in p.trace:
+        if s.kind == "subquestion":
+            used += [u for u in s.data["used"] if u not in used]
+    assert used and p.extra["graph_memory"] == used
+    assert [FILM, "film.film.directed_by", PERSON] in used
+
+
+def test_no_decomposition_single_subquestion(small, emb_dir):
+    r, llm = _reasoner(small, emb_dir, decomposition=False)
+    p = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
+    assert p.extra["subquestions"] == [f"Where was the director of {FILM} born?"]
+    assert not _prompts(llm, "Decompose")
+
+
+@pytest.mark.slow
+def test_end_to_end_scripted(tmp_path, emb_dir):
+    from kgreason.run import run
+
+    cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=scripted",
+                       "dataset.limit=3", "tracking=none",
+                       f"reasoner.embed_cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
+    res = run(cfg, tmp_path)
+    assert res.metrics["run/n_examples"] == 3 and res.metrics["run/error_rate"] == 0.0
+
+
+@pytest.mark.slow
+def test_end_to_end_local(tmp_path, emb_dir):
+    from kgreason.run import run
+
+    cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=local",
+                       "dataset.limit=3", "tracking=none",
+                       f"reasoner.embed_cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
+    res = run(cfg, tmp_path)
+    assert res.metrics["run/n_examples"] == 3
+
+
+def test_example_corpus_is_indexed_offline_and_used(emb_dir, tmp_path):
+    """Document datasets: no injected KG; the example's passages are indexed (§2.1) first."""
+    corpus = (("Alpha", "Alpha is a film directed by Bob Stone."), ("Bob Stone", "Bob Stone was born in Riverton."),
+              ("Zeta", "Zeta is a river in Eastland."))
+    llm = ScriptedLLM(rules=[
+        {"pattern": r"Decompose", "reply": '["Who directed Alpha?", "Where was #1 born?"]'},
+        {"pattern": r"Title: Alpha\n", "reply": '[["Alpha", "directed by", "Bob Stone"]]'},
+        {"pattern": r"Title: Bob Stone\n", "reply": '[["Bob Stone", "born in", "Riverton"]]'},
+        {"pattern": r"Title: ", "reply": '[["Zeta", "located in", "Eastland"]]'},
+        {"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Who directed",
+         "reply": '{{"answer": "Bob Stone", "used": [{0}], "sufficient": true}}'},
+        {"pattern": r"\[(\d+)\] Bob Stone \| born in \| Riverton.*Question: Where was Bob Stone born",
+         "reply": '{{"answer": "Riverton", "used": [{0}], "sufficient": true}}'},
+        {"pattern": r"Graph memory", "reply": '{"answer": "Riverton"}'},
+    ])
+    r = SubQRAG(kg=object(), llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
+                embed_cache_dir=str(emb_dir), top_k=2)
+    ex = Example(id="d0", question="Where was the director of Alpha born?", answers=("Riverton",), corpus=corpus)
+    p = r.answer(ex)
+    assert len(r.graph) == 3 and p.answer == "Riverton"
+    assert p.extra["graph_memory"] == [["Alpha", "directed by", "Bob Stone"], ["Bob Stone", "born in", "Riverton"]]
+    n = len(llm.calls)
+    r2 = SubQRAG(kg=None, llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
+                 embed_cache_dir=str(emb_dir), top_k=2)
+    r2.answer(ex)  # a new run re-uses the index: no extraction calls
+    assert not [c for c in llm.calls[n:] if "Title: " in c.messages[-1].content]
+
+
+def test_rag_text_feeds_top_passages(emb_dir):
+    """Table 1 "Retrieval-only": the top-k passages by cosine reach the answer prompt."""
+    from kgreason.reasoners.rag_text import RagText
+
+    corpus = (("Paris", "Paris is the capital of France."), ("Everest", "Mount Everest is the highest mountain."),
+              ("Cat", "The cat sat on the mat."))
+    llm = ScriptedLLM(rules=[{"pattern": r"Paris is the capital of France.*Question:", "reply": '{"answer": "Paris"}'}],
+                      default="unknown")
+    r = RagText(llm=llm, top_k=1, corpus=None, embed_cache_dir=str(emb_dir))
+    p = r.answer(Example(id="r0", question="What is the capital of France?", answers=("Paris",), corpus=corpus))
+    assert p.answer == "Paris" and p.extra["retrieved_passages"] == ["Paris"]
+    assert "Everest" not in llm.calls[0].messages[-1].content
+    with pytest.raises(ValueError, match="no corpus"):
+        r.answer(Example(id="r1", question="q"))
