@@ -104,6 +104,8 @@ class LogosKGDx:
         max_reasks: bounded re-asks on unparseable replies.
         max_tokens: generation budget per call.
         require_both_directions: refuse a retriever whose direction is not ``both``.
+        time_hops: also time the retrieval at each h = 1..k (k extra retrievals) and record the
+            per-hop times (``hop_times_s``: time of hop h = t(h) - t(h-1)) in the trace and extra.
         prompts_dir: ``kgreason/reasoners/prompts/<prompts_dir>/*.txt``.
     """
 
@@ -113,7 +115,8 @@ class LogosKGDx:
         max_select: int = 5, rank: str = "similarity", refine: str = "none", tau: float = 0.8,
         top_n: int = 20, link_embedding: bool = False, link_threshold: float = 0.8,
         use_findings: bool = True, max_reasks: int = 1, max_tokens: int = 512,
-        require_both_directions: bool = True, prompts_dir: str = "logoskg_dx", embedder=None,
+        require_both_directions: bool = True, time_hops: bool = False, prompts_dir: str = "logoskg_dx",
+        embedder=None,
     ) -> None:
         if rounds not in (1, 2):
             raise ValueError(f"logoskg_dx: rounds must be 1 or 2, got {rounds}")
@@ -140,6 +143,7 @@ class LogosKGDx:
         self.rank, self.refine, self.tau, self.top_n = rank, refine, float(tau), int(top_n)
         self.link_embedding, self.link_threshold = link_embedding, link_threshold
         self.use_findings, self.max_reasks, self.max_tokens = use_findings, max_reasks, max_tokens
+        self.time_hops = bool(time_hops)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("baseline", "extract", "select")}
         self._disease_mask = np.zeros(kg.n_entities, dtype=bool)
         self._disease_mask[kg.entities_of_type(disease_type)] = True
@@ -213,11 +217,21 @@ class LogosKGDx:
         else:
             sub, layers = None, []
         retrieve_s = time.perf_counter() - t0
+        hop_times: list[float] = []
+        if self.time_hops and len(seeds):
+            prev = 0.0
+            for h in range(1, self.hops + 1):
+                t1 = time.perf_counter()
+                self.retriever.retrieve(seeds, h)
+                cum = time.perf_counter() - t1
+                hop_times.append(round(max(cum - prev, 0.0), 6))
+                prev = cum
         supported = self.supported(layers, seeds) if len(seeds) else np.zeros(0, np.int32)
         diseases = supported[self._disease_mask[supported]]
         diseases_per_hop = [int(self._disease_mask[np.asarray(x, dtype=np.int64)].sum()) for x in layers]
         if sub is not None:
-            t.retrieval("khop", sub, kg, retrieve_s=round(retrieve_s, 6), diseases_per_hop=diseases_per_hop,
+            t.retrieval("khop", sub, kg, retrieve_s=round(retrieve_s, 6), hop_times_s=hop_times,
+                        diseases_per_hop=diseases_per_hop,
                         n_supported=int(len(supported)), n_disease_candidates=int(len(diseases)))
 
         scores = self._scores(diseases, entity_names, seeds)
@@ -272,7 +286,7 @@ class LogosKGDx:
             round2_prf=set_prf(round2, gold, same),
             n_note_entities=len(mentions), n_linked_entities=int(len(seeds)),
             n_disease_candidates=int(len(diseases)), n_candidates_shown=len(shown),
-            diseases_per_hop=diseases_per_hop, retrieve_s=round(retrieve_s, 6),
+            diseases_per_hop=diseases_per_hop, retrieve_s=round(retrieve_s, 6), hop_times_s=hop_times,
             retrieved=[kg.entity_label(int(c)) for c in ranked], hops_used=self.hops,
             search_space=int(len(sub.triples)) if sub is not None else 0,
         )

@@ -207,3 +207,11 @@ def test_e2e_run_similarity_rank_minilm(tmp_path):
 
     res = run(_scripted_cfg(tmp_path, "reasoner.refine=top_n", "reasoner.top_n=10"), tmp_path)
     assert res.metrics["run/error_rate"] == 0.0
+
+
+def test_time_hops_records_one_time_per_hop(world):
+    p = world.patients[0]
+    pred = _reasoner(world, _llm([p.diagnoses[0]]), hops=3, time_hops=True).answer(p)
+    assert len(pred.extra["hop_times_s"]) == 3 and len(pred.extra["diseases_per_hop"]) == 3
+    step = next(s for s in pred.trace if s.kind == "retrieve")
+    assert len(step.data["hop_times_s"]) == 3 and len(step.data["entities_per_hop"]) == 3
