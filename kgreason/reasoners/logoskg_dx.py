@@ -24,7 +24,8 @@ Refinement (App. A.7): the KG-supported disease set used by Round 1 can be prune
 cosine similarity between a candidate's label and the note entities (``refine: threshold`` with
 ``tau``) or to the ``top_n`` most similar (``refine: top_n``). The paper used SapBERT; we use the
 packaged all-MiniLM-L6-v2 (:class:`kgreason.retrieval.dense.Embedder`). With a refinement on,
-Round 1 keeps only baseline diagnoses that link into the refined disease set.
+Round 1 keeps only baseline diagnoses that link into the refined disease set. A refinement always
+ranks by similarity (Round 2 then uses the same ranking).
 
 Per-example outputs in ``Prediction.extra``: ``baseline``/``round1``/``round2`` name lists, a
 ``rounds`` dict of the same (what the PDSQI judge reads to score each round), per-round
