@@ -1,0 +1,217 @@
+"""logoskg_dx: Round 1 / Round 2 sets checked against NetworkX shortest paths on the embedded
+clinical world; P/R/F1 by hand; re-ask; refinement; end-to-end run with the PDSQI judge."""
+
+from __future__ import annotations
+
+import json
+
+import networkx as nx
+import pytest
+from conftest import compose_cfg
+
+from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.logoskg_dx import LogosKGDx, set_prf
+from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+
+def _undirected(kg) -> nx.Graph:
+    g = nx.MultiDiGraph()
+    g.add_nodes_from(range(kg.n_entities))
+    g.add_edges_from(zip(kg.heads.tolist(), kg.tails.tolist()))
+    return g.to_undirected()
+
+
+@pytest.fixture(scope="module")
+def nxg(world):
+    return _undirected(world.kg)
+
+
+def _dist(g, kg, seeds_names, k):
+    """{node: min shortest-path distance ≤ k from any seed} (NetworkX reference)."""
+    out: dict[int, int] = {}
+    for s in seeds_names:
+        for n, d in nx.single_source_shortest_path_length(g, kg.entity_id(s), cutoff=k).items():
+            out[n] = min(d, out.get(n, d))
+    return out
+
+
+def _diseases(kg):
+    return [kg.entity_names[i] for i in kg.entities_of_type("disease")]
+
+
+def _llm(baseline, select=()):
+    return ScriptedLLM(rules=[
+        {"pattern": r"Candidate diagnoses:", "reply": json.dumps(list(select))},
+        {"pattern": r"most likely diagnoses", "reply": json.dumps(list(baseline))},
+    ])
+
+
+def _reasoner(world, llm, **kw):
+    kw.setdefault("rank", "none")
+    return LogosKGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="both"), llm=llm, **kw)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("exact", [False, True])
+def test_round1_keeps_exactly_the_diagnoses_within_k_hops(world, nxg, k, exact):
+    kg = world.kg
+    baseline = _diseases(kg)[:30] + ["Not A Real Disease"]
+    for p in world.patients[:6]:
+        r = _reasoner(world, _llm(baseline), hops=k, exact_hops=exact, max_diagnoses=100, rounds=1)
+        pred = r.answer(p)
+        dist = _dist(nxg, kg, p.findings, k)
+        ok = (lambda d: d == k) if exact else (lambda d: d <= k)
+        expected = [b for b in baseline if kg.find_entity(b) >= 0 and kg.find_entity(b) in dist and ok(dist[kg.find_entity(b)])]
+        assert pred.extra["round1"] == expected
+        assert list(pred.answers) == expected  # rounds=1: final = Round 1
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_round2_candidates_are_the_disease_entities_within_k(world, nxg, k):
+    kg = world.kg
+    diseases = set(kg.entities_of_type("disease").tolist())
+    for p in world.patients[:6]:
+        r = _reasoner(world, _llm([]), hops=k, max_candidates=10_000)
+        pred = r.answer(p)
+        dist = _dist(nxg, kg, p.findings, k)
+        expected = {kg.entity_names[n] for n in dist if n in diseases}
+        assert set(pred.extra["retrieved"]) == expected
+        assert pred.extra["n_disease_candidates"] == len(expected)
+
+
+def test_round2_selects_only_shown_candidates_and_unions_round1(world, nxg):
+    kg = world.kg
+    p = world.patients[0]
+    dist = _dist(nxg, kg, p.findings, 2)
+    cands = sorted(kg.entity_names[n] for n in dist if kg.type_of(n) == "disease")
+    far = next(d for d in _diseases(kg) if kg.entity_id(d) not in dist)
+    keep, pick = cands[0], cands[1]
+    r = _reasoner(world, _llm([keep, far], select=[pick.upper(), far, keep]), hops=2, max_candidates=1000)
+    pred = r.answer(p)
+    assert pred.extra["baseline"] == [keep, far]
+    assert pred.extra["round1"] == [keep]
+    assert pred.extra["round2_selected"] == [pick]  # case-insensitive match, far not shown, keep already kept
+    assert list(pred.answers) == [keep, pick] == pred.extra["round2"]
+    assert set(pred.extra["rounds"]) == {"baseline", "round1", "round2"}
+
+
+def test_prf_by_hand():
+    # pred {a, b, c, d}, gold {a, c, e}: P = 2/4, R = 2/3, F1 = 2·(1/2)(2/3)/(1/2 + 2/3) = 4/7
+    m = set_prf(["A", "b", "C", "d"], ["a", "c", "E"])
+    assert m == {"p": 0.5, "r": round(2 / 3, 10), "f1": round(4 / 7, 10)}
+    assert set_prf([], ["a"]) == {"p": 0.0, "r": 0.0, "f1": 0.0}
+
+
+def test_prf_in_extra_matches_hand_count(world):
+    p = world.patients[0]
+    gold = p.diagnoses[0]
+    other = next(d for d in _diseases(world.kg) if d != gold)
+    r = _reasoner(world, _llm([gold, other, "Made Up"]), hops=5, rounds=1)
+    pred = r.answer(p)
+    assert pred.extra["baseline_prf"] == {"p": round(1 / 3, 10), "r": 1.0, "f1": 0.5}
+    # at k=5 both real diseases are reachable in the connected clinical world; "Made Up" is not linked
+    assert pred.extra["round1"] == [gold, other]
+    assert pred.extra["round1_prf"] == {"p": 0.5, "r": 1.0, "f1": round(2 / 3, 10)}
+
+
+def test_reask_recovers_from_malformed_baseline(world):
+    p = world.patients[0]
+    llm = ScriptedLLM(rules=[{"pattern": "Candidate diagnoses:", "reply": "[]"},
+                             {"pattern": "most likely diagnoses", "reply": ["I think it is flu", json.dumps([p.diagnoses[0]])]},
+                             {"pattern": "could not be parsed", "reply": json.dumps([p.diagnoses[0]])}])
+    pred = _reasoner(world, llm, hops=2).answer(p)
+    assert pred.extra["baseline"] == [p.diagnoses[0]]
+    assert pred.usage.parse_failures == 1
+
+
+def test_extraction_call_when_no_findings(world):
+    from dataclasses import replace
+
+    p = replace(world.patients[0], findings=())
+    llm = ScriptedLLM(rules=[{"pattern": "Extract the clinical entities", "reply": json.dumps(list(world.patients[0].findings))},
+                             {"pattern": "Candidate diagnoses:", "reply": "[]"},
+                             {"pattern": "most likely diagnoses", "reply": json.dumps([p.diagnoses[0]])}])
+    pred = _reasoner(world, llm, hops=1).answer(p)
+    assert pred.extra["n_linked_entities"] == len(world.patients[0].findings)
+    assert any(s.name == "extract" for s in pred.trace)
+
+
+class _FakeEmbedder:
+    """similarity(labels, entities) = a fixed score per label (deterministic, no model)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def similarity(self, queries, texts):
+        import numpy as np
+
+        return np.array([[self.table.get(q, 0.0)] * max(len(texts), 1) for q in queries], dtype=np.float32)
+
+
+def test_refinement_threshold_and_top_n(world, nxg):
+    kg = world.kg
+    p = world.patients[0]
+    dist = _dist(nxg, kg, p.findings, 2)
+    cands = sorted(kg.entity_names[n] for n in dist if kg.type_of(n) == "disease")
+    table = {c: 0.96 - 0.05 * i for i, c in enumerate(cands)}  # descending similarity
+    emb = _FakeEmbedder(table)
+    base = cands[:6]
+    r = LogosKGDx(kg=kg, retriever=ScipyRetriever(kg, direction="both"), llm=_llm(base), hops=2, rounds=1,
+                  refine="threshold", tau=0.8, rank="similarity", embedder=emb)
+    assert r.answer(p).extra["round1"] == [c for c in base if table[c] >= 0.8]
+    r = LogosKGDx(kg=kg, retriever=ScipyRetriever(kg, direction="both"), llm=_llm(base), hops=2, rounds=1,
+                  refine="top_n", top_n=2, rank="similarity", embedder=emb)
+    assert r.answer(p).extra["round1"] == cands[:2]
+
+
+def test_rejects_directed_or_walk_retriever(world):
+    with pytest.raises(ValueError, match="direction=both"):
+        LogosKGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="out"), llm=None)
+    with pytest.raises(ValueError, match="walk"):
+        LogosKGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="both", semantics="walk"), llm=None)
+
+
+def _scripted_cfg(tmp_path, *extra):
+    from omegaconf import open_dict
+
+    cfg = compose_cfg(["reasoner=logoskg_dx", "dataset=embedded", "dataset.task=clinical", "llm=scripted",
+                       "judge=pdsqi", "dataset.limit=3", "tracking=none", "reasoner.hops=2", *extra], tmp_path)
+    scores = {a: 4 for a in ("cited", "accurate", "thorough", "useful", "organized", "comprehensible",
+                             "succinct", "synthesized", "stigmatizing")}
+    with open_dict(cfg):
+        cfg.llm.rules = [
+            {"pattern": "Diagnostic output to evaluate", "reply": json.dumps(scores)},
+            {"pattern": "Candidate diagnoses:", "reply": '["Zoutrix syndrome"]'},
+            {"pattern": "most likely diagnoses", "reply": '["Grouwai syndrome", "Gehu disorder", "Made Up"]'},
+        ]
+    return cfg
+
+
+def test_e2e_run_with_pdsqi_judge(tmp_path):
+    from kgreason.run import run
+
+    res = run(_scripted_cfg(tmp_path, "reasoner.rank=path_support"), tmp_path)
+    m = res.metrics
+    assert m["run/n_examples"] == 3 and m["run/error_rate"] == 0.0
+    assert m["judge/pdsqi_total"] == 4.0 and m["judge/cited"] == 4.0
+    for rd in ("baseline", "round1", "round2"):
+        assert m[f"judge/{rd}/succinct"] == 4.0
+        assert f"dx/{rd}_f1" in m
+    rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert all(set(r["judge"]["per_round"]) == {"baseline", "round1", "round2"} for r in rows)
+
+
+@pytest.mark.slow
+def test_e2e_run_similarity_rank_minilm(tmp_path):
+    from kgreason.run import run
+
+    res = run(_scripted_cfg(tmp_path, "reasoner.refine=top_n", "reasoner.top_n=10"), tmp_path)
+    assert res.metrics["run/error_rate"] == 0.0
+
+
+def test_time_hops_records_one_time_per_hop(world):
+    p = world.patients[0]
+    pred = _reasoner(world, _llm([p.diagnoses[0]]), hops=3, time_hops=True).answer(p)
+    assert len(pred.extra["hop_times_s"]) == 3 and len(pred.extra["diseases_per_hop"]) == 3
+    step = next(s for s in pred.trace if s.kind == "retrieve")
+    assert len(step.data["hop_times_s"]) == 3 and len(step.data["entities_per_hop"]) == 3
