@@ -70,6 +70,11 @@ class KGDx:
             self._reach_cache[d] = int(len(r)) - (0 if self.exact_hops else 1)
         return self._reach_cache[d]
 
+    def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
+        """One k-hop query per linked evidence (what :meth:`answer` asks), for batched prefetching."""
+        link = link_mentions(self.kg, list(example.topic_entities) or list(example.findings))
+        return [([e], self.hops) for e in link.ids]
+
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         kg = self.kg

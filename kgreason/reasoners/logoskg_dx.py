@@ -194,6 +194,21 @@ class LogosKGDx:
         return np.zeros(len(cands), dtype=np.float32)
 
     # ------------------------------------------------------------------ main
+    def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
+        """The k-hop queries :meth:`answer` makes, when they are known before any LLM call
+        (structured findings, ``use_findings``); batched by the run loop. Extracted entities
+        depend on the LLM, so those examples plan nothing; with ``time_hops`` nothing is
+        prefetched either, so the recorded per-hop times are the engine's own."""
+        if self.time_hops or not (self.use_findings and example.findings):
+            return []
+        seeds = list(self._link(list(example.findings)).ids)
+        if not seeds:
+            return []
+        plan = [(seeds, self.hops)]
+        if self.rank == "path_support" and self.refine == "none":
+            plan += [([s], self.hops) for s in seeds]
+        return plan
+
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         kg, note = self.kg, example.question

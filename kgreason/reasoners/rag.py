@@ -71,6 +71,11 @@ class RAG:
             return link, None, k
         return link, self.retriever.retrieve(link.ids, k), k
 
+    def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
+        """The k-hop query :meth:`retrieve` makes (for batched prefetching by the run loop)."""
+        link = link_example(self.kg, example)
+        return [(list(link.ids), int(self.hops or example.hops or self.max_hops))] if link.ids else []
+
     def candidate_triples(self, sub: Subgraph) -> tuple[np.ndarray, bool]:
         """``(m, 3)`` int32 distinct activated triples, hop order kept, capped at
         ``max_candidates``; and whether the cap cut any."""

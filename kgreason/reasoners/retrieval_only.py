@@ -48,6 +48,11 @@ class RetrievalOnly:
         self._rel_words = [_words(n.replace(".", " ").replace("_", " ")) for n in kg.relation_names] * 2
         self._R = R
 
+    def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
+        """The k-hop query :meth:`answer` makes (for batched prefetching by the run loop)."""
+        ids = link_example(self.kg, example).ids
+        return [(list(ids), int(self.hops or example.hops or self.max_hops))] if ids else []
+
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         link = link_example(self.kg, example)
