@@ -181,6 +181,7 @@ class SGR:
         temperature: float = 0.7,
         seed: int = 0,
         max_reasks: int = 1,
+        max_tokens: int = 512,
         engine: str = "kuzu",
         engine_options: dict | None = None,
         cache_dir: str | None = None,
@@ -196,6 +197,7 @@ class SGR:
         if not 0.0 <= lam <= 1.0:
             raise ValueError(f"lam (λ, Eq. 29) must be in [0, 1], got {lam}")
         self.kg, self.retriever, self.llm = kg, retriever, llm
+        self.max_tokens = int(max_tokens)
         self.use_schema, self.use_cypher = bool(schema), bool(cypher)
         self.lam, self.num_paths, self.collab_iterations = float(lam), int(num_paths), int(collab_iterations)
         self.tau, self.top_k = tau, int(top_k)
@@ -222,7 +224,8 @@ class SGR:
 
     def _ask(self, t: Trace, purpose: str, prompt: str, parser, *, temperature: float = 0.0,
              sample_index: int = 0, seed: int | None = None) -> ParseResult:
-        req = ChatRequest.of(prompt, temperature=temperature, sample_index=sample_index, seed=seed)
+        req = ChatRequest.of(prompt, temperature=temperature, sample_index=sample_index, seed=seed,
+                             max_tokens=self.max_tokens)
         res, _ = with_reask(self.llm, req, parser, max_reasks=self.max_reasks,
                             on_call=lambda rq, c, r: t.llm(purpose, rq, c, parsed=r.value, parse_ok=r.ok))
         return res

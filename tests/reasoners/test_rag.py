@@ -110,6 +110,8 @@ def test_cli_end_to_end(tmp_path, reasoner, llm):
     embedded CPU model once the LLM layer is merged)."""
     cmd = [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", f"llm={llm}", "dataset.limit=3",
            "tracking=none", f"hydra.run.dir={tmp_path}", f"llm_cache.dir={tmp_path / 'cache'}"]
+    if llm == "local":  # plumbing with the real model, kept cheap: short replies, one search step
+        cmd += ["reasoner.max_tokens=48"] + (["reasoner.depth=1"] if reasoner in ("tog", "reknos") else [])
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]

@@ -307,7 +307,8 @@ def test_ablation_bundles_compose(tmp_path, ablation):
 def test_end_to_end_local_llm(tmp_path):
     from kgreason.run import run
 
-    cfg = compose_cfg(["reasoner=sgr", "llm=local", "dataset.limit=3", "tracking=none"], tmp_path)
+    cfg = compose_cfg(["reasoner=sgr", "llm=local", "dataset.limit=3", "tracking=none", "reasoner.max_tokens=96",
+                       "reasoner.num_paths=2", "reasoner.collab_iterations=1", "reasoner.max_refine_rounds=1"], tmp_path)
     res = run(cfg, tmp_path)
     assert res.metrics["run/n_examples"] == 3 and res.metrics["run/errors"] == 0
 
