@@ -135,3 +135,14 @@ def test_parse_retry_after():
     assert parse_retry_after("3") == 3.0
     assert parse_retry_after(None) is None and parse_retry_after("soon") is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == pytest.approx(10.0)
+
+
+def test_bounded_concurrency_seen_by_the_server():
+    """A batch never has more than max_concurrency requests in flight at the server."""
+    with FakeChatServer(latency_s=0.05) as srv:
+        comps = _llm(srv, max_concurrency=3).generate([ChatRequest.of(f"q{i}") for i in range(12)])
+        assert [c.text for c in comps] == [f"echo: q{i}" for i in range(12)]
+        assert srv.in_flight == 0 and 1 <= srv.max_in_flight <= 3
+        srv.max_in_flight = 0
+        _llm(srv, max_concurrency=1).generate([ChatRequest.of(f"r{i}") for i in range(4)])
+        assert srv.max_in_flight == 1

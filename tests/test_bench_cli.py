@@ -1,0 +1,47 @@
+"""`python -m kgreason.bench NAME [args]` dispatches to `kgreason.bench.NAME.main(argv)`;
+overrides (`kg=embedded ...`) still run the Hydra retrieval bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kgreason.bench.__main__ import dispatch, subcommands
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "kgreason.bench", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_llm_subcommand(tmp_path):
+    out = tmp_path / "llm.json"
+    r = _run("llm", "--which", "openai", "--n", "8", "--latency-ms", "1", "--concurrency", "4", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "ratio" in r.stdout
+    res = json.loads(out.read_text())
+    assert res[0]["backend"].startswith("openai") and res[0]["n"] == 8 and res[0]["ratio"] > 0
+
+
+def test_unknown_subcommand_is_a_clear_error():
+    r = _run("no_such_bench")
+    assert r.returncode == 2 and "unknown sub-bench 'no_such_bench'" in r.stderr and "llm" in r.stderr
+
+
+def test_retrieval_spelled_out(tmp_path):
+    out = tmp_path / "b.json"
+    r = _run("retrieval", "kg=embedded", "backends=[scipy]", "hops=[1]", "queries=2", f"out={out}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+
+
+def test_dispatch_leaves_hydra_args_alone():
+    assert {"llm", "dense_recall", "dx_offline", "retrieval"} <= set(subcommands())
+    for argv in (["x"], ["x", "kg=embedded"], ["x", "--help"], ["x", "-m", "hops=[1]"], ["x", "+a=b"]):
+        assert dispatch(argv) is None

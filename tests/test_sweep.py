@@ -1,0 +1,141 @@
+"""Multirun sweeps end to end: launcher names, a 2×2 joblib sweep → four run dirs → one table,
+and a 2×2 joblib sweep of `reasoner=io llm=openai` jobs sharing one OpenAI-compatible server
+(bounded in-flight requests) and one SQLite call cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kgreason.bench.llm import FakeChatServer
+from kgreason.tables import job_dirs
+
+REPO = Path(__file__).resolve().parents[1]
+N_JOBS = 2
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def _module(mod: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", mod, *args], cwd=REPO, env=_env(), capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, f"{mod} {' '.join(args)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def _sweep(sweep_dir: Path, *overrides: str) -> list[Path]:
+    _module("kgreason", "--multirun", "hydra/launcher=joblib", f"hydra.launcher.n_jobs={N_JOBS}",
+            f"hydra.sweep.dir={sweep_dir}", "tracking=none", *overrides)
+    jobs = job_dirs(sweep_dir)
+    for j in jobs:
+        for f in ("config.yaml", "predictions.jsonl", "metrics.json"):
+            assert (j / f).is_file(), f"{j}/{f} missing"
+    return jobs
+
+
+def _metrics(job: Path) -> dict:
+    return json.loads((job / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("name,target,check", [
+    ("joblib", "JoblibLauncher", {}),
+    ("local_parallel", "JoblibLauncher", {"n_jobs": 2, "backend": "loky"}),
+    ("submitit_slurm", "SlurmLauncher", {}),
+    ("submitit_local", "LocalLauncher", {}),
+    ("slurm_cpu", "SlurmLauncher", {"gpus_per_node": 0, "cpus_per_task": 4}),
+    ("slurm_gpu", "SlurmLauncher", {"gpus_per_node": 1}),
+])
+def test_launcher_names_compose(name, target, check):
+    """The plugins' own names and the repo's presets are all valid `hydra/launcher=` choices."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose(config_name="config", overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("." + target)
+    for k, v in check.items():
+        assert launcher[k] == v
+
+
+def test_joblib_sweep_2x2_gives_four_runs_and_one_table(tmp_path):
+    sweep = tmp_path / "sweep"
+    jobs = _sweep(sweep, "dataset.limit=4", "reasoner.max_hops=1,2", "reasoner.top_k=1,10")
+    assert len(jobs) == 4
+    for j in jobs:
+        assert len((j / "predictions.jsonl").read_text().splitlines()) == 4
+        m = _metrics(j)
+        assert m["run/n_examples"] == 4 and m["run/errors"] == 0
+        assert "choices" in (j / ".hydra" / "hydra.yaml").read_text()
+        assert "hydra/launcher: joblib" in (j / ".hydra" / "hydra.yaml").read_text()
+
+    r = _module("kgreason.tables", str(sweep), "--metrics", "hits_at_1,accuracy")
+    assert "Missing" not in r.stdout and not (sweep / "missing.txt").exists()
+    lines = (sweep / "results.md").read_text().strip().splitlines()
+    header, body = lines[0], lines[2:]
+    assert "embedded / hits_at_1" in header and "variant" in header
+    variants = {ln.split("|")[3].strip() for ln in body}
+    assert variants == {f"reasoner.max_hops={h},reasoner.top_k={k}" for h in (1, 2) for k in (1, 10)}
+    assert all(ln.split("|")[1].strip() == "retrieval_only" for ln in body)
+
+
+LIMIT, CONC = 5, 2
+
+
+def _llm_sweep(srv: FakeChatServer, sweep_dir: Path, cache: Path) -> list[Path]:
+    """2×2 sweep of `reasoner=io llm=openai` jobs: `reasoner.top_k` does not change the LLM
+    request, `reasoner.max_tokens` does, so the sweep has 2 × LIMIT distinct calls."""
+    return _sweep(sweep_dir, "reasoner=io", "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=fake-model",
+                  "llm.api_key_env=null", f"llm.max_concurrency={CONC}", f"llm_cache.dir={cache}",
+                  f"dataset.limit={LIMIT}", "max_error_rate=0", "reasoner.top_k=1,3", "reasoner.max_tokens=32,64")
+
+
+def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> list[dict]:
+    assert len(jobs) == 4
+    ms = [_metrics(j) for j in jobs]
+    assert all(m["run/errors"] == 0 and m["run/n_examples"] == LIMIT for m in ms)
+    # bounded concurrency: at most n_jobs × max_concurrency requests in flight at the server
+    assert srv.in_flight == 0 and 1 <= srv.max_in_flight <= N_JOBS * CONC
+    calls = sum(m["llm/calls"] for m in ms)
+    hits = sum(m["llm/cache_hits"] for m in ms)
+    assert calls == len(srv.requests)  # every server request is accounted to one run
+    assert calls + hits == 4 * LIMIT
+    assert 2 * LIMIT <= calls  # each distinct call reached the server at least once...
+    with sqlite3.connect(cache / "llm_calls.sqlite") as db:  # ...and is stored once, in one shared file
+        assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 2 * LIMIT
+    return ms
+
+
+def test_llm_sweep_shares_one_server_and_one_cache(tmp_path):
+    """Four jobs (2 at a time) against one OpenAI-compatible server and one cache dir."""
+    cache = tmp_path / "shared_cache"
+    with FakeChatServer(latency_s=0.02) as srv:
+        _check_first_sweep(srv, _llm_sweep(srv, tmp_path / "sweep", cache), cache)
+
+
+@pytest.mark.slow
+def test_llm_sweep_rerun_makes_no_server_calls(tmp_path):
+    """Re-running the whole sweep (new sweep dir, same cache dir) answers everything from the cache."""
+    cache = tmp_path / "shared_cache"
+    with FakeChatServer(latency_s=0.02) as srv:
+        jobs = _llm_sweep(srv, tmp_path / "sweep1", cache)
+        _check_first_sweep(srv, jobs, cache)
+        n_before = len(srv.requests)
+        jobs2 = _llm_sweep(srv, tmp_path / "sweep2", cache)
+        assert len(srv.requests) == n_before  # zero server calls
+        for m in (_metrics(j) for j in jobs2):
+            assert m["llm/calls"] == 0 and m["llm/cache_hits"] == LIMIT and m["llm/cost_usd"] == 0
+
+    def by_name(js):
+        return {j.name: _metrics(j)["metric/hits_at_1"] for j in js}
+
+    assert by_name(jobs) == by_name(jobs2)
