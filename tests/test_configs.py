@@ -54,7 +54,12 @@ def test_reasoners_instantiate(option, tmp_path, embedded_kg):
     from kgreason.retrieval.scipy_engine import ScipyRetriever
 
     cfg = compose_cfg([f"reasoner={option}"], tmp_path)
-    instantiate(cfg.reasoner, kg=embedded_kg, retriever=ScipyRetriever(embedded_kg), llm=ScriptedLLM())
+    # the retriever exactly as the default config builds it (scipy, direction both)
+    instantiate(cfg.reasoner, kg=embedded_kg, retriever=instantiate(cfg.retriever, kg=embedded_kg), llm=ScriptedLLM())
+    if option in ("kg_dx", "logoskg_dx"):  # hop distances are undirected: a one-way retriever is refused
+        with pytest.raises(Exception, match="direction=both"):
+            instantiate(cfg.reasoner, kg=embedded_kg, retriever=ScipyRetriever(embedded_kg, direction="out"),
+                        llm=ScriptedLLM())
 
 
 @pytest.mark.parametrize("option", options("ablation"))
