@@ -14,6 +14,9 @@ from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 
 _ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*(.*)$", re.I | re.M)
+# prose forms small models use instead: "The answer (to this question) is: X", "The answers are X"
+_ANSWER_PROSE = re.compile(
+    r"\b(?:final\s+)?answers?(?:\s+to\s+(?:this|the)\s+question)?\s+(?:is|are)\s*[:：]?\s*(.+)$", re.I | re.M)
 
 
 def parse_answers(text: str) -> ParseResult:
@@ -21,8 +24,10 @@ def parse_answers(text: str) -> ParseResult:
 
     >>> parse_answers("Step 1 ...\\nAnswer: Paris; Lyon").value
     ['Paris', 'Lyon']
+    >>> parse_answers("The answer to this question is: 2000.").value
+    ['2000']
     """
-    hits = _ANSWER.findall(text)
+    hits = _ANSWER.findall(text) or _ANSWER_PROSE.findall(text)
     ok = bool(hits)
     line = hits[-1] if hits else next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "")
     line = line.strip().strip("*{}").strip()

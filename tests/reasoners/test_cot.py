@@ -39,3 +39,14 @@ def test_cot_asks_for_reasoning_and_parses_the_answer_line(world):
 def test_cot_unparseable_reply_counts_a_parse_failure(world):
     pred = CoT(llm=ScriptedLLM(default="")).answer(world.questions[0])
     assert pred.answers == () and pred.usage.parse_failures == 1
+
+
+def test_parse_answers_prose_forms_of_small_models():
+    from kgreason.reasoners.cot import parse_answers
+
+    assert parse_answers("The answer to this question is: 2000.").value == ["2000"]
+    assert parse_answers("Some reasoning.\nThe answers are Paris; Lyon").value == ["Paris", "Lyon"]
+    # the explicit form wins over prose earlier in the reply
+    assert parse_answers("The answer is probably X.\nAnswer: Y").value == ["Y"]
+    r = parse_answers("Soul Surfer is a film.")
+    assert not r.ok and r.value == ["Soul Surfer is a film"]
