@@ -141,6 +141,8 @@ class KG:
         entity_types: optional ``(n,)`` int32 type ids (``-1`` = unknown), with ``type_names``.
         labels: optional ``(n,)`` human-readable labels (e.g. the English name of a Freebase MID).
         name: a short label for logs and tables.
+        validate: check that ids are in range (a full pass over the triple arrays; ``KG.load``
+            of a huge memory-mapped KG can skip it to avoid paging the arrays in).
     """
 
     def __init__(
@@ -156,6 +158,7 @@ class KG:
         type_names: Sequence[str] = (),
         labels: Sequence[str] | None = None,
         name: str = "kg",
+        validate: bool = True,
     ) -> None:
         self.heads = np.ascontiguousarray(heads, dtype=np.int32)
         self.rels = np.ascontiguousarray(rels, dtype=np.int32)
@@ -166,7 +169,7 @@ class KG:
         self.relation_names = list(relation_names)
         self.name = name
         n, r = len(self.entity_names), len(self.relation_names)
-        if len(self.heads):
+        if validate and len(self.heads):
             for arr, bound, what in ((self.heads, n, "head"), (self.tails, n, "tail"), (self.rels, r, "relation")):
                 lo, hi = int(arr.min()), int(arr.max())
                 if lo < 0 or hi >= bound:
@@ -370,7 +373,7 @@ class KG:
         return d
 
     @classmethod
-    def load(cls, directory: str | Path, mmap: bool = True) -> "KG":
+    def load(cls, directory: str | Path, mmap: bool = True, validate: bool = True) -> "KG":
         d = Path(directory)
         vocab_path = d / "vocab.json"
         if not vocab_path.exists():
@@ -385,6 +388,7 @@ class KG:
             arr["heads"], arr["rels"], arr["tails"], names, vocab["relation_names"],
             aliases=vocab.get("aliases"), entity_types=arr["entity_types"],
             type_names=vocab.get("type_names", []), labels=vocab.get("labels"), name=vocab.get("name", "kg"),
+            validate=validate,
         )
 
     def subset(self, triple_ids: np.ndarray, name: str | None = None) -> "KG":
