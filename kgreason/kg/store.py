@@ -27,6 +27,7 @@ import json
 import re
 from functools import cached_property
 from pathlib import Path
+from collections.abc import Sequence as _SequenceABC
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -40,18 +41,108 @@ def normalise_name(name: str) -> str:
     return _WS.sub(" ", name.replace("_", " ")).strip().lower()
 
 
+class RangeNames(_SequenceABC):
+    """Lazy entity names ``f"{prefix}{i}"`` for ``i in range(n)`` (synthetic KGs at PKG scale:
+    54M names as a Python list would take ~4 GB and a multi-second ``vocab.json`` load).
+
+    Behaves as a read-only sequence of ``str``; equal to any sequence with the same items;
+    ``index(name)`` is O(1) by parsing. Serialised in ``vocab.json`` as
+    ``{"range": prefix, "n": n}``.
+
+    >>> names = RangeNames(3)
+    >>> list(names), names[-1], names[:2], names.index("e2"), "e3" in names
+    (['e0', 'e1', 'e2'], 'e2', ['e0', 'e1'], 2, False)
+    """
+
+    __slots__ = ("n", "prefix")
+
+    def __init__(self, n: int, prefix: str = "e") -> None:
+        self.n, self.prefix = int(n), str(prefix)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [f"{self.prefix}{j}" for j in range(*i.indices(self.n))]
+        i = int(i)
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return f"{self.prefix}{i}"
+
+    def lookup(self, name) -> int:
+        """Id of ``name`` or ``-1``."""
+        if not isinstance(name, str) or not name.startswith(self.prefix):
+            return -1
+        digits = name[len(self.prefix):]
+        if not digits.isdigit() or (len(digits) > 1 and digits[0] == "0"):
+            return -1
+        i = int(digits)
+        return i if i < self.n else -1
+
+    def index(self, name, *args) -> int:  # type: ignore[override]
+        i = self.lookup(name)
+        if i < 0:
+            raise ValueError(f"{name!r} is not in names")
+        return i
+
+    def __contains__(self, name) -> bool:
+        return self.lookup(name) >= 0
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, RangeNames):
+            return (self.n, self.prefix) == (other.n, other.prefix) or (self.n == other.n == 0)
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == self.n and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_json(self) -> dict:
+        return {"range": self.prefix, "n": self.n}
+
+    def __repr__(self) -> str:
+        return f"RangeNames({self.n}, prefix={self.prefix!r})"
+
+
+class _RangeIndex(dict):
+    """``name → id`` for :class:`RangeNames` without materialising it (dict API subset)."""
+
+    def __init__(self, names: RangeNames) -> None:
+        super().__init__()
+        self._names = names
+
+    def __missing__(self, key):
+        i = self._names.lookup(key)
+        if i < 0:
+            raise KeyError(key)
+        return i
+
+    def get(self, key, default=None):
+        i = self._names.lookup(key)
+        return i if i >= 0 else default
+
+    def __contains__(self, key) -> bool:
+        return self._names.lookup(key) >= 0
+
+
 class KG:
     """A directed multi-relational graph held as int32 arrays.
 
     Args:
         heads, rels, tails: ``(m,)`` int ids, one triple per position.
         entity_names: ``(n,)`` names; the id of ``entity_names[i]`` is ``i``. Names are unique.
+            A :class:`RangeNames` is kept as is (lazy ``e<i>`` names for huge synthetic KGs).
         relation_names: ``(R,)`` relation names.
         aliases: optional ``{alias: entity name}``; aliases are matched after
             :func:`normalise_name`.
         entity_types: optional ``(n,)`` int32 type ids (``-1`` = unknown), with ``type_names``.
         labels: optional ``(n,)`` human-readable labels (e.g. the English name of a Freebase MID).
         name: a short label for logs and tables.
+        validate: check that ids are in range (a full pass over the triple arrays; ``KG.load``
+            of a huge memory-mapped KG can skip it to avoid paging the arrays in).
     """
 
     def __init__(
@@ -67,17 +158,18 @@ class KG:
         type_names: Sequence[str] = (),
         labels: Sequence[str] | None = None,
         name: str = "kg",
+        validate: bool = True,
     ) -> None:
         self.heads = np.ascontiguousarray(heads, dtype=np.int32)
         self.rels = np.ascontiguousarray(rels, dtype=np.int32)
         self.tails = np.ascontiguousarray(tails, dtype=np.int32)
         if not (len(self.heads) == len(self.rels) == len(self.tails)):
             raise ValueError("heads, rels and tails must have the same length")
-        self.entity_names = list(entity_names)
+        self.entity_names = entity_names if isinstance(entity_names, RangeNames) else list(entity_names)
         self.relation_names = list(relation_names)
         self.name = name
         n, r = len(self.entity_names), len(self.relation_names)
-        if len(self.heads):
+        if validate and len(self.heads):
             for arr, bound, what in ((self.heads, n, "head"), (self.tails, n, "tail"), (self.rels, r, "relation")):
                 lo, hi = int(arr.min()), int(arr.max())
                 if lo < 0 or hi >= bound:
@@ -144,6 +236,8 @@ class KG:
 
     @cached_property
     def _entity_index(self) -> dict[str, int]:
+        if isinstance(self.entity_names, RangeNames):
+            return _RangeIndex(self.entity_names)
         return {name: i for i, name in enumerate(self.entity_names)}
 
     @cached_property
@@ -154,6 +248,8 @@ class KG:
     def _name_index(self) -> dict[str, int]:
         """normalised name/label/alias → id (first writer wins, exact names take priority)."""
         idx: dict[str, int] = {}
+        if isinstance(self.entity_names, RangeNames) and not self._aliases and self.labels is None:
+            return _RangeIndex(RangeNames(self.n_entities, normalise_name(self.entity_names.prefix)))
         for alias, target in self._aliases.items():
             if target in self._entity_index:
                 idx.setdefault(normalise_name(alias), self._entity_index[target])
@@ -264,7 +360,8 @@ class KG:
             np.save(d / f"{key}.npy", getattr(self, key))
         vocab = {
             "name": self.name,
-            "entity_names": self.entity_names,
+            "entity_names": (self.entity_names.to_json() if isinstance(self.entity_names, RangeNames)
+                             else self.entity_names),
             "relation_names": self.relation_names,
             "type_names": self.type_names,
             "labels": self.labels,
@@ -276,7 +373,7 @@ class KG:
         return d
 
     @classmethod
-    def load(cls, directory: str | Path, mmap: bool = True) -> "KG":
+    def load(cls, directory: str | Path, mmap: bool = True, validate: bool = True) -> "KG":
         d = Path(directory)
         vocab_path = d / "vocab.json"
         if not vocab_path.exists():
@@ -284,10 +381,14 @@ class KG:
         vocab = json.loads(vocab_path.read_text())
         mode = "r" if mmap else None
         arr = {k: np.load(d / f"{k}.npy", mmap_mode=mode) for k in ("heads", "rels", "tails", "entity_types")}
+        names = vocab["entity_names"]
+        if isinstance(names, dict):  # {"range": prefix, "n": n}: lazy synthetic names
+            names = RangeNames(int(names["n"]), names.get("range", "e"))
         return cls(
-            arr["heads"], arr["rels"], arr["tails"], vocab["entity_names"], vocab["relation_names"],
+            arr["heads"], arr["rels"], arr["tails"], names, vocab["relation_names"],
             aliases=vocab.get("aliases"), entity_types=arr["entity_types"],
             type_names=vocab.get("type_names", []), labels=vocab.get("labels"), name=vocab.get("name", "kg"),
+            validate=validate,
         )
 
     def subset(self, triple_ids: np.ndarray, name: str | None = None) -> "KG":

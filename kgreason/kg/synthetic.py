@@ -5,7 +5,9 @@ over a random permutation of the ids, so a few hub entities carry many triples (
 KGs) — fully vectorised (inverse-CDF sampling with ``np.searchsorted``), no Python loop over
 triples. :func:`write_synthetic_kg` streams the same kind of KG into a compiled KG directory
 (``KG.save`` format) chunk by chunk with ``np.lib.format.open_memmap`` so memory stays bounded;
-entity names are ``e<i>`` (``vocab.json`` grows ~10 bytes per entity: ~4 MB at 400k).
+entity names are ``e<i>``, stored lazily (:class:`~kgreason.kg.store.RangeNames`, ``vocab.json``
+holds ``{"range": "e", "n": n}``), so a PKG-scale KG (54.4M entities, 86.5M triples) needs no
+54M-name list on write or load.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kgreason.kg.store import KG
+from kgreason.kg.store import KG, RangeNames
 
 
 def _cdf(n: int, alpha: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -27,7 +29,13 @@ def _cdf(n: int, alpha: float, rng: np.random.Generator) -> tuple[np.ndarray, np
 
 
 def _draw(cdf, perm, size, rng) -> np.ndarray:
-    idx = np.searchsorted(cdf, rng.random(size), side="right")
+    u = rng.random(size)
+    if len(cdf) > 65536:  # sorted keys: NumPy's binary search reuses the previous bound (cache-friendly,
+        o = np.argsort(u)  # ~4.5x faster into a 16M-entry CDF); identical result to the direct call
+        idx = np.empty(size, dtype=np.intp)
+        idx[o] = np.searchsorted(cdf, u[o], side="right")
+    else:
+        idx = np.searchsorted(cdf, u, side="right")
     return perm[np.minimum(idx, len(perm) - 1)]
 
 
@@ -70,7 +78,7 @@ def write_synthetic_kg(directory: str | Path, n_entities: int, n_triples: int, n
     """Stream a synthetic KG into a compiled KG directory (load it with ``KG.load``).
 
     Arrays are written ``chunk`` triples at a time into ``.npy`` memmaps, so peak memory is
-    O(n_entities + chunk). ``vocab.json`` is written last (marks a complete directory). The same
+    O(n_entities + chunk) (Zipf CDFs, permutations and temporaries: ~41 bytes per entity measured at 54.4M). ``vocab.json`` is written last (marks a complete directory). The same
     arguments with ``chunk >= n_triples`` give the same KG as :func:`synthetic_kg`.
     """
     d = Path(directory)
@@ -84,8 +92,12 @@ def write_synthetic_kg(directory: str | Path, n_entities: int, n_triples: int, n
     for m in mm.values():
         m.flush()
     del mm
-    np.save(d / "entity_types.npy", np.full(n_entities, -1, dtype=np.int32))
-    vocab = {"name": f"synthetic-{n_entities}-{n_triples}", "entity_names": [f"e{i}" for i in range(n_entities)],
+    et = np.lib.format.open_memmap(d / "entity_types.npy", mode="w+", dtype=np.int32, shape=(n_entities,))
+    for start in range(0, n_entities, chunk):
+        et[start:start + chunk] = -1
+    et.flush()
+    del et
+    vocab = {"name": f"synthetic-{n_entities}-{n_triples}", "entity_names": RangeNames(n_entities).to_json(),
              "relation_names": [f"r{i}" for i in range(n_relations)], "type_names": [], "labels": None,
              "aliases": {}}
     tmp = d / "vocab.json.tmp"

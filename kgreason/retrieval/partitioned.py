@@ -4,7 +4,8 @@
 * **Partitioning** (:func:`build_partitions`): subject entities are sorted by out-degree
   (descending) and assigned greedily to the currently least-loaded partition (load = triples),
   so high-degree subjects are spread evenly; all triples of a subject land in one partition.
-  Each partition ``part_{i:05d}.npz`` holds the local CSR of its subjects
+  Built from the memory-mapped triple arrays with compiled counting sorts, one partition
+  at a time (bounded memory at PKG scale). Each partition ``part_{i:05d}.npz`` holds the local CSR of its subjects
   (``keys`` sorted subject ids, ``indptr``, ``tids`` global triple ids, ``heads``, ``rels``,
   ``tails``); ``meta.json`` + ``entity_partition.npy`` (``(n,)`` int32, ``-1`` = no triples) is
   the metadata map ``P: E → {0..M-1}``.
@@ -21,7 +22,6 @@
 
 from __future__ import annotations
 
-import heapq
 import json
 import tempfile
 import time
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from kgreason.kg.store import KG
 from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout
@@ -38,48 +39,141 @@ from kgreason.types import Subgraph
 LAYOUTS = {"by_head": "heads", "by_tail": "tails"}
 
 
+@njit(cache=True)
+def _count(key, n):  # pragma: no cover - jitted
+    deg = np.zeros(n, dtype=np.int64)
+    for i in range(len(key)):
+        deg[key[i]] += 1
+    return deg
+
+
+@njit(cache=True)
+def _greedy(ents, degree, n_partitions, part):  # pragma: no cover - jitted
+    """Least-loaded greedy over ``ents`` (already in degree order) with a binary min-heap keyed
+    by ``(load, partition id)`` — the same choices as ``heapq`` on ``(load, p)`` tuples."""
+    load = np.zeros(n_partitions, dtype=np.int64)
+    heap = np.arange(n_partitions)  # heap of partition ids
+    for j in range(len(ents)):
+        e = ents[j]
+        p = heap[0]
+        part[e] = p
+        load[p] += degree[e]
+        i = 0  # sift the root down
+        while True:
+            c = 2 * i + 1
+            if c >= n_partitions:
+                break
+            if c + 1 < n_partitions and (load[heap[c + 1]] < load[heap[c]] or
+                                         (load[heap[c + 1]] == load[heap[c]] and heap[c + 1] < heap[c])):
+                c += 1
+            if load[heap[c]] < load[heap[i]] or (load[heap[c]] == load[heap[i]] and heap[c] < heap[i]):
+                heap[i], heap[c] = heap[c], heap[i]
+                i = c
+            else:
+                break
+
+
+@njit(cache=True)
+def _group_by(key, indptr, out):  # pragma: no cover - jitted
+    """Stable counting sort: ``out[indptr[k]:indptr[k+1]]`` = positions i with key[i] == k, ascending."""
+    pos = indptr[:-1].copy()
+    for i in range(len(key)):
+        k = key[i]
+        out[pos[k]] = i
+        pos[k] += 1
+
+
+@njit(cache=True)
+def _gather(keys, indptr, order, out):  # pragma: no cover - jitted
+    o = 0
+    for j in range(len(keys)):
+        k = keys[j]
+        for t in range(indptr[k], indptr[k + 1]):
+            out[o] = order[t]
+            o += 1
+
+
 def assign_partitions(degree: np.ndarray, n_partitions: int) -> np.ndarray:
     """Degree-aware greedy assignment (§3.4): ``(n,)`` degrees → ``(n,)`` int32 partition ids,
     ``-1`` for entities of degree 0. Entities are taken by degree (desc, ties by id) and each goes
-    to the least-loaded partition (ties: lowest id). O(|E| log |E|)."""
+    to the least-loaded partition (ties: lowest id). O(|E| log |E|) for the sort, then a compiled
+    O(|E| log M) heap loop (54M entities in seconds)."""
+    degree = np.asarray(degree)
     part = np.full(len(degree), -1, dtype=np.int32)
     ents = np.flatnonzero(degree > 0)
-    ents = ents[np.lexsort((ents, -degree[ents]))]
-    heap = [(0, p) for p in range(n_partitions)]
-    for e in ents.tolist():
-        load, p = heapq.heappop(heap)
-        part[e] = p
-        heapq.heappush(heap, (load + int(degree[e]), p))
+    ents = ents[np.argsort(-degree[ents], kind="stable")]  # ents ascending → ties by id
+    _greedy(ents, degree.astype(np.int64, copy=False), int(n_partitions), part)
     return part
 
 
 def build_partitions(kg: KG, directory: str | Path, n_partitions: int, layouts=("by_head", "by_tail")) -> Path:
-    """Write the partitioned KG under ``directory`` (one sub-directory per layout)."""
+    """Write the partitioned KG under ``directory`` (one sub-directory per layout).
+
+    Works from the (memory-mapped) triple arrays without sorting them: degrees by a compiled
+    count, a stable counting sort of triple ids by key (O(m), int32/int64 ids written to a
+    temporary ``.npy`` memmap in the layout directory, deleted afterwards), then one partition at
+    a time is gathered and saved, so peak memory is ~O(n + m/M) on top of the mapped arrays.
+    Partitions hold each key's triples in ascending triple-id order (as ``lexsort`` would give).
+    """
     d = Path(directory)
+    n, m = kg.n_entities, kg.n_triples
+    tid_dtype = np.int32 if m < 2**31 else np.int64
+    heads, rels, tails = (np.asarray(a) for a in (kg.heads, kg.rels, kg.tails))
     for layout in layouts:
-        key = getattr(kg, LAYOUTS[layout])
+        key = {"by_head": heads, "by_tail": tails}[layout]
         ld = d / layout
         ld.mkdir(parents=True, exist_ok=True)
-        degree = np.bincount(key, minlength=kg.n_entities)
+        degree = _count(key, n)
         ent_part = assign_partitions(degree, n_partitions)
-        tri_part = ent_part[key]
-        order = np.lexsort((np.arange(kg.n_triples), key, tri_part))  # by partition, then key, stable
-        bounds = np.searchsorted(tri_part[order], np.arange(n_partitions + 1))
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(degree, out=indptr[1:])
+        del degree
+        tmp = ld / "_order.tmp.npy"
+        order = np.lib.format.open_memmap(tmp, mode="w+", dtype=tid_dtype, shape=(m,)) if m else np.zeros(0, tid_dtype)
+        _group_by(key, indptr, order)
+        # entities grouped by partition, ascending ids within each (counting sort again)
+        has = ent_part >= 0
+        pcount = np.bincount(ent_part[has], minlength=n_partitions).astype(np.int64)
+        pptr = np.zeros(n_partitions + 1, dtype=np.int64)
+        np.cumsum(pcount, out=pptr[1:])
+        by_part = _entities_by_partition(ent_part, pptr)
         sizes = []
         for p in range(n_partitions):
-            tids = order[bounds[p]:bounds[p + 1]].astype(np.int64)
-            k = key[tids]
-            keys, starts = np.unique(k, return_index=True)
-            indptr = np.append(starts, len(tids)).astype(np.int64)
-            np.savez(ld / f"part_{p:05d}.npz", keys=keys.astype(np.int32), indptr=indptr, tids=tids,
-                     heads=kg.heads[tids], rels=kg.rels[tids], tails=kg.tails[tids])
+            keys = by_part[pptr[p]:pptr[p + 1]]
+            lens = indptr[keys + 1] - indptr[keys]
+            loc = np.zeros(len(keys) + 1, dtype=np.int64)
+            np.cumsum(lens, out=loc[1:])
+            tids = np.empty(int(loc[-1]), dtype=np.int64)
+            _gather(keys, indptr, order, tids)
+            np.savez(ld / f"part_{p:05d}.npz", keys=keys.astype(np.int32), indptr=loc, tids=tids,
+                     heads=heads[tids], rels=rels[tids], tails=tails[tids])
             sizes.append(int(len(tids)))
+            del tids, keys, lens, loc
+        del order
+        if m:
+            tmp.unlink()
         np.save(ld / "entity_partition.npy", ent_part)
         (ld / "meta.json").write_text(json.dumps({
-            "layout": layout, "n_partitions": n_partitions, "n_entities": kg.n_entities,
-            "n_triples": kg.n_triples, "partition_triples": sizes,
+            "layout": layout, "n_partitions": n_partitions, "n_entities": n,
+            "n_triples": m, "partition_triples": sizes,
         }))
     return d
+
+
+def _entities_by_partition(ent_part: np.ndarray, pptr: np.ndarray) -> np.ndarray:
+    out = np.empty(int(pptr[-1]), dtype=np.int64)
+    _scatter_parts(ent_part, pptr, out)
+    return out
+
+
+@njit(cache=True)
+def _scatter_parts(ent_part, pptr, out):  # pragma: no cover - jitted
+    pos = pptr[:-1].copy()
+    for e in range(len(ent_part)):
+        p = ent_part[e]
+        if p >= 0:
+            out[pos[p]] = e
+            pos[p] += 1
 
 
 class LRUCache:
