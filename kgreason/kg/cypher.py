@@ -75,7 +75,11 @@ class ExportStats:
 def kg_content_hash(kg: KG) -> str:
     """SHA-256 over the triples (as names), entity names, labels and types: the DB cache key."""
     h = hashlib.sha256()
-    h.update(json.dumps([kg.entity_names, kg.relation_names, kg.labels, kg.type_names]).encode())
+    names = kg.entity_names
+    # lazy synthetic names (RangeNames) hash by their definition, not by materialising 54M strings
+    names = {"range": names.prefix, "n": names.n} if hasattr(names, "prefix") else list(names)
+    h.update(json.dumps([names, list(kg.relation_names), kg.labels if kg.labels is None else list(kg.labels),
+                         list(kg.type_names)]).encode())
     for arr in (kg.heads, kg.rels, kg.tails, kg.entity_types):
         h.update(np.ascontiguousarray(arr, dtype=np.int32).tobytes())
     return h.hexdigest()

@@ -17,8 +17,8 @@ Triples are rows of ``(head, rel, tail)``; triple ``t`` is row ``t``. The LogosK
 >>> kg = KG.from_triples([("A", "a", "B"), ("B", "b", "D"), ("A", "a", "C"), ("C", "a", "D")])
 >>> kg.n_entities, kg.n_relations, kg.n_triples
 (4, 2, 4)
->>> (kg.SUB @ kg.OBJ)[kg.entity_id("A")].nonzero()[1].tolist()
-[1, 2]
+>>> sorted(kg.entity_names[j] for j in (kg.SUB @ kg.OBJ)[kg.entity_id("A")].nonzero()[1])
+['B', 'C']
 """
 
 from __future__ import annotations
