@@ -12,6 +12,7 @@ import logging
 import math
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -54,14 +55,18 @@ class LazyLLM:
     (retrieval_only, kg_dx) do not load a model."""
 
     def __init__(self, cfg: DictConfig, cache_cfg: DictConfig | None) -> None:
+        import threading
+
         self._cfg, self._cache_cfg, self._llm = cfg, cache_cfg, None
+        self._lock = threading.Lock()  # example_workers > 1: build once
         self.backend = str(cfg.get("backend", cfg.get("_target_", "?")))
         self.model = str(cfg.get("model", "?"))
 
     def get(self):
         if self._llm is None:
-            inner = instantiate(self._cfg)
-            self._llm = wrap_with_cache(inner, self._cache_cfg)
+            with self._lock:
+                if self._llm is None:
+                    self._llm = wrap_with_cache(instantiate(self._cfg), self._cache_cfg)
         return self._llm
 
     @property
@@ -242,13 +247,26 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
             raise RuntimeError(f"{out_dir}/predictions.jsonl already has {done_before} examples and resume=false")
         log.info("dataset %s: %d examples (%d already done)", getattr(c.dataset, "name", "?"), len(examples), done_before)
         pending = [ex for ex in examples if ex.id not in store]
-        for chunk in _chunks(pending, c.retriever, c.reasoner):
-            for ex in chunk:
-                store.append(answer_and_score(c, ex))
-                if len(store) % 50 == 0:
-                    log.info("%d/%d examples", len(store), len(examples))
-            if hasattr(c.retriever, "clear"):
-                c.retriever.clear()
+        workers = int(cfg.get("example_workers") or 1)
+        if workers > 1 and not getattr(c.reasoner, "thread_safe", True):
+            raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
+                             "in order (shared state); set example_workers=1")
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="example") if workers > 1 else None
+        try:
+            for chunk in _chunks(pending, c.retriever, c.reasoner):
+                # with workers, examples run concurrently (their LLM calls overlap at the server);
+                # rows are still appended in dataset order as each one's turn comes
+                rows_iter = pool.map(lambda ex: answer_and_score(c, ex), chunk) if pool else \
+                    (answer_and_score(c, ex) for ex in chunk)
+                for row in rows_iter:
+                    store.append(row)
+                    if len(store) % 50 == 0:
+                        log.info("%d/%d examples", len(store), len(examples))
+                if hasattr(c.retriever, "clear"):
+                    c.retriever.clear()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         ids = {ex.id for ex in examples}
         rows = [r for r in store if r["id"] in ids]
         metrics = summarise(rows, c.metrics, len(examples))

@@ -157,6 +157,8 @@ class SGR:
             all-MiniLM-L6-v2, one per process).
     """
 
+    thread_safe = False  # example_workers must stay 1: one graph-database connection per reasoner
+
     def __init__(
         self,
         *,

@@ -120,6 +120,8 @@ class SubQRAG:
         index_dir: root of the offline index cache.
     """
 
+    thread_safe = False  # example_workers must stay 1: graph updates must reach later questions in order
+
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,
                  extract_passages: int = 2, decomposition: bool = True, rewriting: bool = True,
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,

@@ -79,3 +79,28 @@ def test_cli_io_openai_run_dir_has_no_key(tmp_path):
     assert any(f.parent.name == ".hydra" for f in files)
     for f in files:
         assert KEY.encode() not in f.read_bytes(), f
+
+
+def test_example_workers_overlap_requests_and_keep_order(tmp_path, monkeypatch):
+    """example_workers=4: examples' LLM calls overlap at the server (bounded by the worker
+    count), and predictions.jsonl keeps dataset order with the same answers as a serial run."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with FakeChatServer(latency_s=0.05) as srv:
+        run(_cfg(srv, tmp_path / "serial", "llm_cache.mode=off"), tmp_path / "serial")
+        assert srv.max_in_flight == 1
+        srv.max_in_flight = 0
+        run(_cfg(srv, tmp_path / "par", "llm_cache.mode=off", "example_workers=4"), tmp_path / "par")
+        assert 2 <= srv.max_in_flight <= 4
+    rows = {d: [json.loads(x) for x in (tmp_path / d / "predictions.jsonl").read_text().splitlines()]
+            for d in ("serial", "par")}
+    assert [r["id"] for r in rows["par"]] == [r["id"] for r in rows["serial"]]
+    assert [r["prediction"] for r in rows["par"]] == [r["prediction"] for r in rows["serial"]]
+
+
+def test_example_workers_refused_for_order_dependent_reasoners(tmp_path):
+    from conftest import compose_cfg
+
+    cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=scripted",
+                       "dataset.limit=2", "tracking=none", "example_workers=2"], tmp_path)
+    with pytest.raises(ValueError, match="example_workers"):
+        run(cfg, tmp_path)
