@@ -22,6 +22,8 @@ It writes ``retrieved`` (every candidate) so answer coverage is the Round-1 orac
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from kgreason.kg.linking import link_mentions
@@ -29,6 +31,18 @@ from kgreason.reasoners.base import Trace
 from kgreason.reasoners.logoskg_dx import set_prf
 from kgreason.types import Example, Prediction
 
+
+
+def diagnosis_types(kg, disease_type, who: str) -> list[str]:
+    """The KG entity types that count as diagnoses: ``disease_type`` is one name or a list
+    (e.g. ``[disease, pathology]``: PrimeKG says ``disease``, the DDXPlus KG ``pathology``);
+    the names the KG has are used, and none at all is an error naming the KG's types."""
+    names = [disease_type] if isinstance(disease_type, str) else [str(x) for x in disease_type]
+    present = [n for n in names if n in kg.type_names]
+    if not present:
+        raise ValueError(f"{who}: KG {kg.name!r} has none of the diagnosis entity types {names}; "
+                         f"its types: {list(kg.type_names)} (set reasoner.disease_type)")
+    return present
 
 class KGDx:
     """Args:
@@ -40,20 +54,21 @@ class KGDx:
     """
 
     def __init__(self, *, kg, retriever, llm=None, hops: int = 1, exact_hops: bool = False,
-                 disease_type: str = "disease", top_k: int = 10, require_both_directions: bool = True) -> None:
+                 disease_type: str | Sequence[str] = ("disease", "pathology"), top_k: int = 10,
+                 require_both_directions: bool = True) -> None:
         direction = getattr(retriever, "direction", "both")
         if require_both_directions and str(getattr(direction, "value", direction)) != "both":
             raise ValueError(f"kg_dx: evidence→diagnosis hops are undirected; set retriever.direction=both "
                              f"(got {getattr(direction, 'value', direction)})")
         if str(getattr(getattr(retriever, "semantics", None), "value", "")) == "walk":
             raise ValueError("kg_dx needs hop distances: use a retriever with semantics within|exact, not walk")
-        if disease_type not in kg.type_names:
-            raise ValueError(f"kg_dx: KG {kg.name!r} has no entity type {disease_type!r}; types: {kg.type_names}")
+        types = diagnosis_types(kg, disease_type, "kg_dx")
         self.kg, self.retriever = kg, retriever
         self.hops, self.exact_hops, self.top_k = int(hops), bool(exact_hops), int(top_k)
         self.disease_type = disease_type
         self._disease = np.zeros(kg.n_entities, dtype=bool)
-        self._disease[kg.entities_of_type(disease_type)] = True
+        for ty in types:
+            self._disease[kg.entities_of_type(ty)] = True
         self._reach_cache: dict[int, int] = {}
 
     def reached(self, seeds) -> np.ndarray:

@@ -112,7 +112,7 @@ class LogosKGDx:
 
     def __init__(
         self, *, kg, retriever, llm=None, hops: int = 3, rounds: int = 2, exact_hops: bool = False,
-        disease_type: str = "disease", max_diagnoses: int = 10, max_candidates: int = 50,
+        disease_type: str | Sequence[str] = ("disease", "pathology"), max_diagnoses: int = 10, max_candidates: int = 50,
         max_select: int = 5, rank: str = "similarity", refine: str = "none", tau: float = 0.8,
         top_n: int = 20, link_embedding: bool = False, link_threshold: float = 0.8,
         use_findings: bool = True, max_reasks: int = 1, max_tokens: int = 512,
@@ -135,8 +135,9 @@ class LogosKGDx:
             raise ValueError(
                 f"logoskg_dx: finding→diagnosis hops are undirected; set retriever.direction=both "
                 f"(got {getattr(direction, 'value', direction)}) or reasoner.require_both_directions=false")
-        if disease_type not in kg.type_names:
-            raise ValueError(f"logoskg_dx: KG {kg.name!r} has no entity type {disease_type!r}; types: {kg.type_names}")
+        from kgreason.reasoners.kg_dx import diagnosis_types
+
+        types = diagnosis_types(kg, disease_type, "logoskg_dx")
         self.kg, self.retriever, self.llm = kg, retriever, llm
         self.hops, self.rounds, self.exact_hops = int(hops), int(rounds), bool(exact_hops)
         self.disease_type = disease_type
@@ -147,7 +148,8 @@ class LogosKGDx:
         self.time_hops = bool(time_hops)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("baseline", "extract", "select")}
         self._disease_mask = np.zeros(kg.n_entities, dtype=bool)
-        self._disease_mask[kg.entities_of_type(disease_type)] = True
+        for ty in types:
+            self._disease_mask[kg.entities_of_type(ty)] = True
         self._embedder = embedder
 
     # ------------------------------------------------------------------ helpers

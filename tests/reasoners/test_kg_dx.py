@@ -96,3 +96,24 @@ def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
     kg = make_world(0).kg
     r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg, direction="both"), llm=None)
     assert r.rounds in (1, 2)
+
+
+def test_ddxplus_run_uses_pathology_type(tmp_path, shared_data):
+    """`kg=ddxplus` names its diagnoses `pathology`: the default type list picks it up."""
+    from conftest import compose_cfg
+
+    from kgreason.run import run
+
+    if not (shared_data / "ddxplus" / "release_conditions.json").exists():
+        pytest.skip("shared ddxplus data missing")
+    cfg = compose_cfg(["dataset=ddxplus", "kg=ddxplus", "reasoner=kg_dx", "reasoner.hops=1", "dataset.sample=15",
+                       "tracking=none", f"llm_cache.dir={tmp_path / 'c'}"], tmp_path)
+    m = run(cfg, tmp_path).metrics
+    assert m["run/error_rate"] == 0.0 and m["metric/hits_at_1"] > 0.8
+
+
+def test_diagnosis_types_error_names_the_kg_types(embedded_kg):
+    from kgreason.reasoners.kg_dx import diagnosis_types
+
+    with pytest.raises(ValueError, match="its types"):
+        diagnosis_types(embedded_kg, ["no_such_type"], "kg_dx")
