@@ -154,7 +154,7 @@ def test_end_to_end_scripted(tmp_path, emb_dir):
     from kgreason.run import run
 
     cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=scripted",
-                       "dataset.limit=1", "tracking=none", "reasoner.max_tokens=64",
+                       "dataset.limit=3", "tracking=none",
                        f"reasoner.embed_cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
     res = run(cfg, tmp_path)
     assert res.metrics["run/n_examples"] == 3 and res.metrics["run/error_rate"] == 0.0
