@@ -172,7 +172,9 @@ class GraphRetriever(ABC):
 
     def _triples(self, tids: np.ndarray) -> np.ndarray:
         kg = self.kg
-        return np.stack([kg.heads[tids], kg.rels[tids], kg.tails[tids]], axis=1).astype(np.int32)
+        out = np.empty((len(tids), 3), dtype=np.int32)
+        out[:, 0], out[:, 1], out[:, 2] = kg.heads[tids], kg.rels[tids], kg.tails[tids]
+        return out
 
     def _paths(self, seeds, layers, tids_by_hop, deadline):
         """Path reconstruction (logoskg.txt §3.3, Eq. 5–7): chain hop-h triples whose start lies

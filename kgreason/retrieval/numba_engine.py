@@ -29,19 +29,29 @@ def _mark(indptr, order, active, other, rels, rel_mask, use_mask, tmask, emask):
     Args:
         indptr: ``(n+1,)`` int64 CSR offsets; order: ``(m,)`` int32 triple ids grouped by key.
         active: ``(a,)`` int32 sorted unique entity ids.
-        other: ``(m,)`` int32 entity at the other end of each triple (tails for ``out``).
-        rels: ``(m,)`` int32 relation ids; rel_mask: ``(R,)`` bool, used when ``use_mask``.
+        other: ``(m,)`` int32 entity at the other end of the triple at each CSR position
+            (``tails[order]`` for ``out``), so the inner loop reads memory in order.
+        rels: ``(m,)`` int32 relation id at each CSR position; rel_mask: ``(R,)`` bool, used when ``use_mask``.
         tmask: ``(m,)`` bool, set True for activated triples (boolean ``q·SUB``).
         emask: ``(n,)`` bool, set True for reached entities (boolean ``t·OBJ``).
     """
     for i in range(active.shape[0]):
         e = active[i]
         for p in range(indptr[e], indptr[e + 1]):
-            t = order[p]
-            if use_mask and not rel_mask[rels[t]]:
+            if use_mask and not rel_mask[rels[p]]:
                 continue
-            tmask[t] = True
-            emask[other[t]] = True
+            tmask[order[p]] = True
+            emask[other[p]] = True
+
+
+@njit(cache=True)
+def _gather(tids, heads, rels, tails, out):  # pragma: no cover - jitted
+    """``out[i] = (heads[t], rels[t], tails[t])`` for ``t = tids[i]``: one pass, no temporaries."""
+    for i in range(tids.shape[0]):
+        t = tids[i]
+        out[i, 0] = heads[t]
+        out[i, 1] = rels[t]
+        out[i, 2] = tails[t]
 
 
 class NumbaRetriever(GraphRetriever):
@@ -57,15 +67,16 @@ class NumbaRetriever(GraphRetriever):
 
     @cached_property
     def _arrays(self):
+        """Per direction: CSR offsets, triple ids in CSR order, and the far-end entity and
+        relation of each CSR position (gathered once, so hops stream through memory)."""
         kg = self.kg
-        out_ptr, out_ord = kg.out_csr
-        in_ptr, in_ord = kg.in_csr
-        return {
-            Direction.OUT: (np.ascontiguousarray(out_ptr, dtype=np.int64), np.ascontiguousarray(out_ord, dtype=np.int32),
-                            np.ascontiguousarray(kg.tails)),
-            Direction.IN: (np.ascontiguousarray(in_ptr, dtype=np.int64), np.ascontiguousarray(in_ord, dtype=np.int32),
-                           np.ascontiguousarray(kg.heads)),
-        }
+        out = {}
+        for d, (ptr, order), far in ((Direction.OUT, kg.out_csr, kg.tails), (Direction.IN, kg.in_csr, kg.heads)):
+            order = np.ascontiguousarray(order, dtype=np.int32)
+            out[d] = (np.ascontiguousarray(ptr, dtype=np.int64), order,
+                      np.ascontiguousarray(np.asarray(far)[order], dtype=np.int32),
+                      np.ascontiguousarray(np.asarray(kg.rels)[order], dtype=np.int32))
+        return out
 
     def _hop(self, active, rel_mask, deadline):
         kg = self.kg
@@ -80,10 +91,24 @@ class NumbaRetriever(GraphRetriever):
         act = np.ascontiguousarray(active, dtype=np.int32)
         dirs = [Direction.OUT, Direction.IN] if self.direction is Direction.BOTH else [self.direction]
         for d in dirs:
-            indptr, order, other = self._arrays[d]
-            _mark(indptr, order, act, other, self._rels, mask, use, tmask, emask)
-        return np.flatnonzero(tmask).astype(np.int64), np.flatnonzero(emask).astype(np.int32)
+            indptr, order, other, rels = self._arrays[d]
+            _mark(indptr, order, act, other, rels, mask, use, tmask, emask)
+        return np.flatnonzero(tmask).astype(np.int64, copy=False), np.flatnonzero(emask).astype(np.int32)
+
+    def _triples(self, tids: np.ndarray) -> np.ndarray:
+        out = np.empty((len(tids), 3), dtype=np.int32)
+        if len(tids):
+            _gather(np.ascontiguousarray(tids, dtype=np.int64), self._heads, self._rels, self._tails, out)
+        return out
+
+    @cached_property
+    def _heads(self) -> np.ndarray:
+        return np.ascontiguousarray(self.kg.heads, dtype=np.int32)
+
+    @cached_property
+    def _tails(self) -> np.ndarray:
+        return np.ascontiguousarray(self.kg.tails, dtype=np.int32)
 
     @cached_property
     def _rels(self) -> np.ndarray:
-        return np.ascontiguousarray(self.kg.rels)
+        return np.ascontiguousarray(self.kg.rels, dtype=np.int32)
