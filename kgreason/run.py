@@ -296,7 +296,15 @@ def build_reports(cfg: DictConfig, c: Components, examples: list[Example], rows,
         except ImportError:
             return reports
         max_hops = int(rep_cfg.get("max_hops", 5))
-        dist = hop_distribution(c.kg, examples, max_hops=max_hops, direction=str(rep_cfg.get("direction", "both")))
+        direction = str(rep_cfg.get("direction", "both"))
+        hop_retriever = None
+        if str(rep_cfg.get("engine", "run")) == "run" and cfg.get("retriever") is not None:
+            # the run's engine (and device), rebuilt for shortest-distance layers: batched via
+            # retrieve_many, so a torch/CUDA retriever answers a chunk in one product per hop
+            hop_retriever = instantiate(cfg.retriever, kg=c.kg, semantics="within", direction=direction,
+                                        max_paths=0, return_triples=False, timeout_ms=None)
+        dist = hop_distribution(c.kg, examples, max_hops=max_hops, direction=direction,
+                                retriever=hop_retriever, batch=int(rep_cfg.get("batch", 256)))
         reports["hop_distribution"] = dist
         write_json(out_dir / "hops.json", dist)
     return reports

@@ -32,10 +32,26 @@ def _nx_hops(kg, examples, K, direction):
     return out
 
 
+def _engine(name, kg, direction):
+    if name is None:
+        return None
+    if name == "numba":
+        from kgreason.retrieval.numba_engine import NumbaRetriever as cls
+    elif name == "torch":
+        from kgreason.retrieval.torch_engine import TorchRetriever as cls
+    else:
+        from kgreason.retrieval.scipy_engine import ScipyRetriever as cls
+    return cls(kg, semantics="within", direction=direction, max_paths=0, return_triples=False)
+
+
+@pytest.mark.parametrize("engine", [None, "numba", "torch"])
 @pytest.mark.parametrize("direction,K", [("both", 5), ("out", 3), ("in", 2)])
-def test_matches_networkx(world, direction, K):
+def test_matches_networkx(world, direction, K, engine):
+    """Per-example route and the batched retrieve_many route (small batches, so chunking is
+    exercised) both equal NetworkX."""
     kg, qs = world.kg, world.questions[::3]
-    res = hop_distribution(kg, qs, max_hops=K, direction=direction)
+    res = hop_distribution(kg, qs, max_hops=K, direction=direction,
+                           retriever=_engine(engine, kg, direction), batch=7)
     ref = _nx_hops(kg, qs, K, direction)
     for ex in qs:
         want = ref[ex.id]
@@ -68,3 +84,11 @@ def test_clinical_and_unlinked(world, tiny_kg):
     r = hop_distribution(tiny_kg, ex, max_hops=2, direction="out")
     assert r["per_example"] == {"a": 2, "b": None, "c": None, "d": 1}
     assert r["counts"] == {"1": 1, "2": 1, "unreachable": 1, "unlinked": 1}
+
+
+def test_batched_route_refuses_wrong_semantics(world):
+    from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+    r = ScipyRetriever(world.kg, semantics="walk", direction="both", max_paths=0)
+    with pytest.raises(ValueError, match="semantics=within"):
+        hop_distribution(world.kg, world.questions[:3], max_hops=2, direction="both", retriever=r)

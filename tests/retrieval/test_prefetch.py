@@ -72,3 +72,29 @@ def test_prefetch_kg_dx_per_evidence_queries(tmp_path):
     assert {k: r["predictions"] for k, r in ra.items()} == {k: r["predictions"] for k, r in rb.items()}
     stats = json.loads((a / "timing.json").read_text())["retrieval_prefetch"]
     assert stats["served"] > 0 and stats["batches"] >= 2
+
+
+def test_run_hop_distribution_uses_batched_engine(tmp_path, monkeypatch):
+    """reports.engine=run sends the hop distribution through the run engine's retrieve_many
+    (in chunks of reports.batch) and gives the same hops.json as the per-example SciPy route."""
+    from kgreason.retrieval.torch_engine import TorchRetriever
+
+    calls = []
+    orig = TorchRetriever.retrieve_many
+
+    def spy(self, seed_sets, hops, relations=None):
+        calls.append((len(seed_sets), hops, self.semantics.value, self.return_triples, self.max_paths))
+        return orig(self, seed_sets, hops, relations)
+
+    monkeypatch.setattr(TorchRetriever, "retrieve_many", spy)
+    common = ["tracking=none", "dataset.limit=20", "retriever=torch", "retrieval_batch=0",
+              "retriever.semantics=exact", "reports.max_hops=4"]
+    a, b = tmp_path / "run_engine", tmp_path / "scipy"
+    run(compose_cfg(common + ["reports.engine=run", "reports.batch=8"], a), a)
+    assert calls and all(c[1:] == (4, "within", False, 0) for c in calls)
+    assert sum(c[0] for c in calls) <= 20 and max(c[0] for c in calls) <= 8
+    calls.clear()
+    run(compose_cfg(common + ["reports.engine=scipy"], b), b)
+    assert not calls
+    ha, hb = (json.loads((d / "hops.json").read_text()) for d in (a, b))
+    assert ha["counts"] == hb["counts"] and ha["per_example"] == hb["per_example"]
