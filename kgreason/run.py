@@ -298,7 +298,17 @@ def build_reports(cfg: DictConfig, c: Components, examples: list[Example], rows,
         max_hops = int(rep_cfg.get("max_hops", 5))
         direction = str(rep_cfg.get("direction", "both"))
         hop_retriever = None
-        if str(rep_cfg.get("engine", "run")) == "run" and cfg.get("retriever") is not None:
+        engine = str(rep_cfg.get("engine", "auto"))
+        if engine == "auto" and cfg.get("retriever") is not None:
+            # batched engines (torch, partitioned) take the retrieve_many route; per-query CPU
+            # engines gain nothing from it and the SciPy route stops at the first gold layer
+            from hydra.utils import get_class
+
+            from kgreason.retrieval.base import GraphRetriever
+
+            cls = get_class(cfg.retriever._target_)
+            engine = "run" if getattr(cls, "retrieve_many", None) is not GraphRetriever.retrieve_many else "scipy"
+        if engine == "run" and cfg.get("retriever") is not None:
             # the run's engine (and device), rebuilt for shortest-distance layers: batched via
             # retrieve_many, so a torch/CUDA retriever answers a chunk in one product per hop
             hop_retriever = instantiate(cfg.retriever, kg=c.kg, semantics="within", direction=direction,

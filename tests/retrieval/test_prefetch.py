@@ -98,3 +98,18 @@ def test_run_hop_distribution_uses_batched_engine(tmp_path, monkeypatch):
     assert not calls
     ha, hb = (json.loads((d / "hops.json").read_text()) for d in (a, b))
     assert ha["counts"] == hb["counts"] and ha["per_example"] == hb["per_example"]
+
+
+def test_hop_engine_auto_picks_batched_engines(tmp_path, monkeypatch):
+    from kgreason.retrieval.torch_engine import TorchRetriever
+
+    seen = []
+    orig = TorchRetriever.retrieve_many
+    monkeypatch.setattr(TorchRetriever, "retrieve_many",
+                        lambda self, s, h, r=None: seen.append(len(s)) or orig(self, s, h, r))
+    for name, want in (("torch", True), ("scipy", False)):
+        seen.clear()
+        d = tmp_path / name
+        run(compose_cfg(["tracking=none", "dataset.limit=6", f"retriever={name}", "retrieval_batch=0"], d), d)
+        assert bool(seen) is want, name
+        assert (d / "hops.json").exists()
