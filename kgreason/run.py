@@ -237,6 +237,9 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    hop_engine = str((cfg.get("reports") or {}).get("engine", "auto"))
+    if hop_engine not in ("auto", "run", "scipy"):  # checked before any example is paid for
+        raise ValueError(f"reports.engine: expected auto, run or scipy, got {hop_engine!r}")
     c = build(cfg, out_dir)
     try:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_secrets(cfg))))

@@ -113,3 +113,9 @@ def test_hop_engine_auto_picks_batched_engines(tmp_path, monkeypatch):
         run(compose_cfg(["tracking=none", "dataset.limit=6", f"retriever={name}", "retrieval_batch=0"], d), d)
         assert bool(seen) is want, name
         assert (d / "hops.json").exists()
+
+
+def test_hop_engine_rejects_unknown_value_before_running(tmp_path):
+    with pytest.raises(ValueError, match="reports.engine"):
+        run(compose_cfg(["tracking=none", "dataset.limit=2", "reports.engine=gpu"], tmp_path), tmp_path)
+    assert not (tmp_path / "predictions.jsonl").exists()
