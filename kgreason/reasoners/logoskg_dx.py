@@ -45,6 +45,7 @@ from kgreason.kg.store import normalise_name
 from kgreason.llm.parsing import ParseResult, parse_json, with_reask
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.retrieval.base import Direction, Semantics
+from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Prediction
 
 
@@ -83,7 +84,7 @@ def set_prf(pred: Sequence[str], gold: Sequence[str],
     return {"p": round(p, 10), "r": round(r, 10), "f1": round(f1, 10)}
 
 
-class LogosKGDx:
+class LogosKGDx(LazyEmbedder):
     """Two-round KG filtering / enhancement of LLM diagnoses.
 
     Args:
@@ -153,14 +154,6 @@ class LogosKGDx:
         self._embedder = embedder
 
     # ------------------------------------------------------------------ helpers
-    @property
-    def embedder(self):
-        if self._embedder is None:
-            from kgreason.retrieval.dense import Embedder
-
-            self._embedder = Embedder()
-        return self._embedder
-
     def _ask(self, t: Trace, purpose: str, prompt: str) -> list[str]:
         req = ChatRequest.of(prompt, max_tokens=self.max_tokens)
         res, _ = with_reask(self.llm, req, parse_name_list, self.max_reasks,

@@ -24,10 +24,11 @@ import numpy as np
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.reasoners.cot import parse_answers
+from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 
-class RAG:
+class RAG(LazyEmbedder):
     """Args:
         hops: retrieval depth; ``None`` = the example's gold hop count (MetaQA protocol), else
             ``max_hops``.
@@ -53,14 +54,6 @@ class RAG:
         self.temperature, self.max_tokens = temperature, max_tokens
         self.template = load_prompt(prompts_dir, "answer")
         self._embedder = embedder
-
-    @property
-    def embedder(self):
-        if self._embedder is None:
-            from kgreason.retrieval.dense import Embedder
-
-            self._embedder = Embedder()
-        return self._embedder
 
     # ------------------------------------------------------------------ retrieval (no LLM)
     def retrieve(self, example: Example) -> tuple[LinkResult, Subgraph | None, int]:

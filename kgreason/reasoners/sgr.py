@@ -48,6 +48,7 @@ from kgreason.kg.linking import link_example
 from kgreason.llm.base import ScoringUnsupported
 from kgreason.llm.parsing import ParseResult, parse_json, with_reask
 from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Message, Prediction
 
 _CYPHER_BLOCK = re.compile(r"```(?:cypher|sql)?\s*(.*?)```", re.S | re.I)
@@ -112,21 +113,7 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
-_EMBEDDER = None
-
-
-def _shared_embedder():
-    """One in-memory-cached MiniLM embedder per process (verbalised triples repeat across
-    questions and reasoner instances)."""
-    global _EMBEDDER
-    if _EMBEDDER is None:
-        from kgreason.retrieval.dense import Embedder
-
-        _EMBEDDER = Embedder()
-    return _EMBEDDER
-
-
-class SGR:
+class SGR(LazyEmbedder):
     """The SGR reasoner. Settings map to paper knobs; see conf/reasoner/sgr.yaml.
 
     Args:
@@ -218,12 +205,6 @@ class SGR:
         self.prompts = {s: load_prompt("sgr", s) for s in ("schema", "cypher", "refine", "hypothesis", "answer")}
 
     # ------------------------------------------------------------------ helpers
-    @property
-    def embedder(self):
-        if self._embedder is None:
-            self._embedder = _shared_embedder()
-        return self._embedder
-
     def _ask(self, t: Trace, purpose: str, prompt: str, parser, *, temperature: float = 0.0,
              sample_index: int = 0, seed: int | None = None) -> ParseResult:
         req = ChatRequest.of(prompt, temperature=temperature, sample_index=sample_index, seed=seed,

@@ -34,6 +34,7 @@ from kgreason.kg.linking import link_example
 from kgreason.llm.parsing import ParseResult, parse_scores, parse_yes_no
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.reasoners.cot import parse_answers
+from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Prediction
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -65,7 +66,7 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(text.replace("_", " ").replace(".", " ").lower())
 
 
-class Pruner:
+class Pruner(LazyEmbedder):
     """Scores candidate texts against a question: ``llm`` | ``bm25`` | ``embedding``."""
 
     def __init__(self, backend: str, llm=None, template: str = "", embedder=None,
@@ -74,14 +75,6 @@ class Pruner:
             raise ValueError(f"prune={backend!r}: expected llm | bm25 | embedding")
         self.backend, self.llm, self.template = backend, llm, template
         self._embedder, self.max_tokens = embedder, max_tokens
-
-    @property
-    def embedder(self):
-        if self._embedder is None:
-            from kgreason.retrieval.dense import Embedder
-
-            self._embedder = Embedder()
-        return self._embedder
 
     def scores(self, question: str, names: list[str], texts: list[str], t: Trace, what: str,
                context: str = "") -> np.ndarray:

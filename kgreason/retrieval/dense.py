@@ -127,6 +127,33 @@ class Embedder:
         return self.encode(queries) @ self.encode(texts).T
 
 
+_SHARED: "Embedder | None" = None
+
+
+def shared_embedder() -> "Embedder":
+    """One MiniLM :class:`Embedder` per process, so reasoners that embed the same verbalised
+    triples or entity names share its in-memory per-text cache (the model itself is shared by
+    every :class:`Embedder` anyway)."""
+    global _SHARED
+    with _LOCK:
+        if _SHARED is None:
+            _SHARED = Embedder()
+        return _SHARED
+
+
+class LazyEmbedder:
+    """Mixin for components that take an optional ``embedder`` and otherwise use
+    :func:`shared_embedder` on first use (the model loads only when something is embedded)."""
+
+    _embedder = None
+
+    @property
+    def embedder(self) -> "Embedder":
+        if self._embedder is None:
+            self._embedder = shared_embedder()
+        return self._embedder
+
+
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k per row: ``(indices, scores)``, each ``(rows, min(k, n))``, best first; ties
     broken by the lower index."""
