@@ -90,6 +90,14 @@ class TorchRetriever(GraphRetriever):
     def _rels_t(self):
         return self._torch.from_numpy(self.kg.rels.astype(np.int64)).to(self.device)
 
+    def _kg_col(self, name: str):
+        """``kg.heads`` / ``kg.rels`` / ``kg.tails`` as int32 tensors on the engine's device (cached),
+        so per-hop triples are gathered where the activations are and copied to the host once."""
+        cache = self.__dict__.setdefault("_kg_cols", {})
+        if name not in cache:
+            cache[name] = self._torch.from_numpy(np.ascontiguousarray(getattr(self.kg, name), dtype=np.int32)).to(self.device)
+        return cache[name]
+
     def _batch_hop(self, Q, rel_mask):
         """``Q``: ``(n, B)`` float32 0/1. Returns ``(T (m, B) bool, Qn (n, B) bool)``."""
         torch = self._torch
@@ -150,6 +158,8 @@ class TorchRetriever(GraphRetriever):
         visited = Q > 0
         layers: list[list[np.ndarray]] = [[] for _ in range(B)]
         tids_by_hop: list[list[np.ndarray]] = [[] for _ in range(B)]
+        triples_by_hop: list[list[np.ndarray]] = [[] for _ in range(B)]
+        need_tids = self.max_paths > 0
         timed_out = False
         walk = self.semantics is Semantics.WALK
         for _ in range(hops):
@@ -159,11 +169,20 @@ class TorchRetriever(GraphRetriever):
             T, Qn = self._batch_hop(Q, None if rel_mask is None else rel_mask)
             new = Qn if walk else (Qn & ~visited)
             visited |= new
-            tsplit = _split_by_query(torch.nonzero(T).cpu().numpy(), B)
-            esplit = _split_by_query(torch.nonzero(new).cpu().numpy(), B)
-            for j in range(B):
-                tids_by_hop[j].append(tsplit[j][:, 0].astype(np.int64))
-                layers[j].append(esplit[j][:, 0].astype(np.int32))
+            if need_tids or self.return_triples:
+                tids, counts = _rows_by_query(torch, T, B)
+                if need_tids:
+                    for j, part in enumerate(_split(tids.cpu().numpy(), counts)):
+                        tids_by_hop[j].append(part)
+                if self.return_triples:
+                    tri = torch.stack((self._kg_col("heads")[tids], self._kg_col("rels")[tids],
+                                       self._kg_col("tails")[tids]), dim=1)
+                    for j, part in enumerate(_split(tri.cpu().numpy(), counts)):
+                        triples_by_hop[j].append(part)
+                del tids
+            ents, counts = _rows_by_query(torch, new, B)
+            for j, part in enumerate(_split(ents.to(torch.int32).cpu().numpy(), counts)):
+                layers[j].append(part)
             Q = new.to(torch.float32)
         results = []
         for j in range(B):
@@ -173,15 +192,23 @@ class TorchRetriever(GraphRetriever):
                     paths, truncated = self._paths(seeds[j], layers[j], tids_by_hop[j], deadline)
                 except QueryTimeout:
                     t_out = True
-            triples = [self._triples(t) for t in tids_by_hop[j]] if self.return_triples else []
-            results.append(Subgraph(seeds=seeds[j], entities_by_hop=layers[j], triples_by_hop=triples,
+            results.append(Subgraph(seeds=seeds[j], entities_by_hop=layers[j], triples_by_hop=triples_by_hop[j],
                                     paths=paths, paths_truncated=truncated, timed_out=t_out))
         return results
 
 
-def _split_by_query(nz: np.ndarray, B: int) -> list[np.ndarray]:
-    """``nz``: ``(nnz, 2)`` (row, query) pairs → per query, the sorted row ids."""
-    if len(nz) == 0:
-        return [np.zeros((0, 2), dtype=np.int64)] * B
-    nz = nz[np.lexsort((nz[:, 0], nz[:, 1]))]
-    return np.split(nz, np.searchsorted(nz[:, 1], np.arange(1, B)))
+def _rows_by_query(torch, M, B: int):
+    """``M``: ``(rows, B)`` bool on the engine's device → (row ids of every query, concatenated
+    query by query with each query's rows ascending; per-query counts as a host int64 array).
+
+    ``nonzero`` of the transposed view lists the nonzeros query-major, so no sort is needed and
+    the split happens on the device's output order; only the row column leaves the device.
+    """
+    nz = torch.nonzero(M.t())
+    counts = torch.bincount(nz[:, 0], minlength=B).cpu().numpy()
+    return nz[:, 1], counts
+
+
+def _split(rows: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    """Views of ``rows`` per query (``counts[j]`` consecutive rows for query ``j``)."""
+    return np.split(rows, np.cumsum(counts)[:-1])

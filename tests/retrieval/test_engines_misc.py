@@ -29,14 +29,15 @@ def test_timeout_reported_not_raised(cls):
     assert sub.hops < 4
 
 
+@pytest.mark.parametrize("max_paths,return_triples", [(100, True), (0, True), (0, False), (5, False)])
 @pytest.mark.parametrize("cls", [TorchRetriever, PartitionedRetriever, ScipyRetriever])
-def test_retrieve_many_equals_loop(cls):
+def test_retrieve_many_equals_loop(cls, max_paths, return_triples):
     rng = np.random.default_rng(5)
     for case in range(12):
         kg = random_kg(rng, n_max=15, m_max=40)
         sem = ["within", "exact", "walk"][case % 3]
         d = ["out", "in", "both"][(case // 3) % 3]
-        kw = dict(semantics=sem, direction=d, max_paths=100)
+        kw = dict(semantics=sem, direction=d, max_paths=max_paths, return_triples=return_triples)
         if cls is TorchRetriever:
             kw["batch_size"] = 3  # several batches, the last one partial
         if cls is PartitionedRetriever:
@@ -155,7 +156,22 @@ def test_torch_cuda_equals_scipy():
             ref = ScipyRetriever(kg, semantics=sem, direction=d, max_paths=50)
             seed_sets = [rng.choice(kg.n_entities, size=3, replace=False).tolist() for _ in range(5)]
             for hops in (1, 2, 3):
-                many = gpu.retrieve_many(seed_sets, hops)
-                for s, got in zip(seed_sets, many):
-                    assert_same(got, ref.retrieve(s, hops), f"{sem}/{d} k={hops}")
-                    assert_same(gpu.retrieve(s, hops), ref.retrieve(s, hops), f"{sem}/{d} k={hops}")
+                for rels in (None, [0, 2, 5]):
+                    many = gpu.retrieve_many(seed_sets, hops, rels)
+                    for s, got in zip(seed_sets, many):
+                        want = ref.retrieve(s, hops, rels)
+                        assert_same(got, want, f"{sem}/{d} k={hops} rels={rels}")
+                        assert_same(gpu.retrieve(s, hops, rels), want, f"{sem}/{d} k={hops} rels={rels}")
+
+
+@pytest.mark.gpu
+def test_torch_cuda_batched_at_scale_equals_numba():
+    """Batches of 50 on a 100k-triple power-law KG with per-hop triples returned and no paths,
+    the setting of the GPU speed figure (bench ``torch_cuda@50``)."""
+    kg = synthetic_kg(20000, 100000, seed=2)
+    rng = np.random.default_rng(3)
+    seed_sets = [rng.choice(kg.n_entities, size=int(rng.integers(1, 21)), replace=False).tolist() for _ in range(60)]
+    gpu = TorchRetriever(kg, device="cuda", direction="both", max_paths=0, batch_size=50)
+    ref = NumbaRetriever(kg, direction="both", max_paths=0)
+    for s, got in zip(seed_sets, gpu.retrieve_many(seed_sets, 4)):
+        assert_same(got, ref.retrieve(s, 4), f"seeds={s}")
