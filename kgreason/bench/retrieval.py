@@ -28,11 +28,26 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-CPU_BACKENDS = ("scipy", "numba", "torch", "igraph", "partitioned")
+LOGOSKG_CPU = ("scipy", "numba", "torch")   # the LogosKG engines that run on CPU
 
 
-def make_retriever(name: str, kg, cfg: DictConfig, **kw):
-    """Build backend ``name`` with the common keyword settings ``kw``."""
+def parse_backend(label: str, default_batch: int) -> tuple[str, int]:
+    """``"torch_cuda@50"`` → ``("torch_cuda", 50)``; a label without ``@`` uses ``default_batch``.
+
+    The suffix lets one run time the same engine at several batch sizes side by side
+    (``backends=[numba,torch_cuda,torch_cuda@50]``); results are keyed by the full label.
+    """
+    name, sep, b = str(label).partition("@")
+    if not sep:
+        return name, max(1, int(default_batch))
+    if not b.isdigit() or int(b) < 1:
+        raise ValueError(f"backend label {label!r}: expected ENGINE@BATCH with BATCH a positive integer")
+    return name, int(b)
+
+
+def make_retriever(name: str, kg, cfg: DictConfig, batch: int | None = None, **kw):
+    """Build backend ``name`` with the common keyword settings ``kw`` (``batch``: seed sets per
+    batched product of the torch engines; default ``cfg.batch``)."""
     if name == "scipy":
         from kgreason.retrieval.scipy_engine import ScipyRetriever as C
     elif name == "numba":
@@ -41,7 +56,7 @@ def make_retriever(name: str, kg, cfg: DictConfig, **kw):
         from kgreason.retrieval.torch_engine import TorchRetriever
 
         return TorchRetriever(kg, device="cuda" if name == "torch_cuda" else "cpu",
-                              batch_size=max(1, int(cfg.batch)), **kw)
+                              batch_size=max(1, int(cfg.batch if batch is None else batch)), **kw)
     elif name == "networkx":
         from kgreason.retrieval.networkx_engine import NetworkXRetriever as C
     elif name == "igraph":
@@ -121,18 +136,20 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
                   return_triples=bool(cfg.return_triples))
     ref_name = str(cfg.reference)
     order = [ref_name] + [b for b in backends if b != ref_name]
+    labels = {label: parse_backend(label, int(cfg.batch)) for label in order}  # validate all before any timing
     results: dict[str, dict[str, dict]] = {}
     answers: dict[str, dict[int, list]] = {}
     for name in order:
+        engine, batch = labels[name]
         t0 = time.perf_counter()
-        ret = make_retriever(name, kg, cfg, timeout_ms=None, **common)
+        ret = make_retriever(engine, kg, cfg, batch=batch, timeout_ms=None, **common)
         ret.retrieve(sets_by_k[hops[0]][0], 1)  # build indexes / JIT (untimed warm-up)
         build_s = time.perf_counter() - t0
         answers[name] = {}
         per_k: dict[str, dict] = {}
         for k in hops:
             ret.timeout_ms = float(cfg.timeout_ms_per_hop) * k
-            times, subs = _time_queries(ret, sets_by_k[k], k, int(cfg.batch))
+            times, subs = _time_queries(ret, sets_by_k[k], k, batch)
             answers[name][k] = [None if s.timed_out else ret.answer_set(s) for s in subs]
             print(f"[bench] {name} k={k}: median {np.median(times):.2f} ms", file=sys.stderr, flush=True)
             per_k[str(k)] = {
@@ -141,7 +158,7 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
             }
             if hasattr(ret, "stats"):
                 per_k[str(k)]["cache"] = ret.stats()
-        per_k_meta = {"build_s": build_s}
+        per_k_meta = {"build_s": build_s, "batch": batch}
         if name in backends:
             results[name] = per_k
             results[name].update({"_" + key: v for key, v in per_k_meta.items()})
@@ -156,7 +173,7 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
         "machine": machine(),
         "config": OmegaConf.to_container(cfg, resolve=True),
         "results": results,
-        "speedup_vs": _speedups(results, hops),
+        "speedup_vs": _speedups(results, hops, labels),
     }
     if cfg.get("large"):
         out["large"] = run_large(kg, cfg)
@@ -169,18 +186,46 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
     return out
 
 
-def _speedups(results, hops) -> dict[str, Any]:
-    """Median-time ratio baseline / best CPU LogosKG engine, per k."""
-    cpu = [b for b in ("scipy", "numba", "torch") if b in results]
-    if not cpu:
-        return {}
+def _speedups(results, hops, labels) -> dict[str, Any]:
+    """Median-time ratios per k.
+
+    * ``igraph`` / ``networkx``: baseline / best CPU LogosKG engine (``best_cpu``, chosen at the
+      largest k among the scipy, numba and torch labels).
+    * ``batched``: for every label timed with batches (``ENGINE@B`` or ``batch`` > 1):
+      ``vs_single`` = the same engine with batch 1 / this label, and ``vs_best_cpu_single`` =
+      the fastest single-query CPU engine (``best_cpu_single``) / this label; per query, as
+      ``median_ms`` is per query for batched labels too.
+    """
+    def ratios(num: str, den: str) -> dict[str, float]:
+        return {str(k): results[num][str(k)]["median_ms"] / max(results[den][str(k)]["median_ms"], 1e-9) for k in hops}
+
     k_last = str(hops[-1])
-    best = min(cpu, key=lambda b: results[b][k_last]["median_ms"])
-    sp: dict[str, Any] = {"best_cpu": best}
-    for base in ("igraph", "networkx"):
-        if base in results:
-            sp[base] = {str(k): results[base][str(k)]["median_ms"] / max(results[best][str(k)]["median_ms"], 1e-9)
-                        for k in hops}
+    cpu = [b for b in results if labels[b][0] in LOGOSKG_CPU]
+    sp: dict[str, Any] = {}
+    if cpu:
+        best = min(cpu, key=lambda b: results[b][k_last]["median_ms"])
+        sp["best_cpu"] = best
+        for base in ("igraph", "networkx"):
+            if base in results:
+                sp[base] = ratios(base, best)
+    single_cpu = [b for b in cpu if labels[b][1] == 1]
+    best_single = min(single_cpu, key=lambda b: results[b][k_last]["median_ms"]) if single_cpu else None
+    batched: dict[str, Any] = {}
+    for b in results:
+        engine, batch = labels[b]
+        if batch <= 1:
+            continue
+        row: dict[str, Any] = {"batch": batch}
+        single = [s for s in results if labels[s] == (engine, 1)]
+        if single:
+            row["single"] = single[0]
+            row["vs_single"] = ratios(single[0], b)
+        if best_single is not None:
+            row["vs_best_cpu_single"] = ratios(best_single, b)
+        batched[b] = row
+    if batched:
+        sp["best_cpu_single"] = best_single
+        sp["batched"] = batched
     return sp
 
 
@@ -213,17 +258,22 @@ def run_large(kg, cfg) -> list[dict[str, Any]]:
 def format_table(out, hops) -> str:
     kg = out["kg"]
     lines = [f"KG {kg['name']}: {kg['n_entities']} entities, {kg['n_triples']} triples",
-             f"{'backend':<12}{'k':>3}{'median_ms':>12}{'mean_ms':>12}{'timeout':>9}{'jaccard_min':>13}"]
+             f"{'backend':<16}{'k':>3}{'median_ms':>12}{'mean_ms':>12}{'timeout':>9}{'jaccard_min':>13}"]
     for name, per_k in out["results"].items():
         for k in hops:
             r = per_k[str(k)]
             jm = "n/a" if r["jaccard_min"] is None else f"{r['jaccard_min']:.3f}"
-            lines.append(f"{name:<12}{k:>3}{r['median_ms']:>12.2f}{r['mean_ms']:>12.2f}{r['timeout_rate']:>9.2f}{jm:>13}")
+            lines.append(f"{name:<16}{k:>3}{r['median_ms']:>12.2f}{r['mean_ms']:>12.2f}{r['timeout_rate']:>9.2f}{jm:>13}")
     sp = out.get("speedup_vs") or {}
     for base in ("igraph", "networkx"):
         if base in sp:
             lines.append(f"speedup {sp['best_cpu']} vs {base}: " +
                          ", ".join(f"k={k}: {v:.1f}x" for k, v in sp[base].items()))
+    for label, row in (sp.get("batched") or {}).items():
+        for key, ref in (("vs_single", row.get("single")), ("vs_best_cpu_single", sp.get("best_cpu_single"))):
+            if key in row:
+                lines.append(f"speedup {label} (per query) vs {ref}: " +
+                             ", ".join(f"k={k}: {v:.1f}x" for k, v in row[key].items()))
     for row in out.get("large", []):
         lines.append("large " + " ".join(f"{a}={v:.2f}" if isinstance(v, float) else f"{a}={v}" for a, v in row.items()))
     return "\n".join(lines)

@@ -34,3 +34,43 @@ def test_bench_cli_schema(tmp_path):
     assert data["large"][0].keys() >= {"hops", "batch", "cache_size", "ms_per_query", "loads", "evictions"}
     assert "KG embedded" in proc.stdout
     assert not (tmp_path / "outputs").exists()  # no Hydra run dir litter
+
+
+def _bench_cfg(overrides):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="bench/config", overrides=overrides)
+
+
+def test_batched_labels_and_their_speedups(embedded_kg):
+    """``ENGINE@B`` times the same engine with batches of B beside its single-query run; the
+    batched speed-ups are the per-query median ratios the docstring names, nothing else."""
+    from kgreason.bench.retrieval import format_table, run_bench
+
+    cfg = _bench_cfg(["queries=6", "hops=[1,2]", "backends=[numba,torch,torch@4]", "reference=numba"])
+    out = run_bench(cfg, kg=embedded_kg)
+    res = out["results"]
+    assert set(res) == {"numba", "torch", "torch@4"}
+    assert (res["torch"]["_batch"], res["torch@4"]["_batch"]) == (1, 4)
+    for label in res:
+        for k in ("1", "2"):
+            assert res[label][k]["jaccard_min"] == 1.0 and res[label][k]["queries"] == 6
+    sp = out["speedup_vs"]
+    row = sp["batched"]["torch@4"]
+    assert row["batch"] == 4 and row["single"] == "torch"
+    best = sp["best_cpu_single"]
+    assert best in ("numba", "torch")
+    for k in ("1", "2"):
+        assert row["vs_single"][k] == res["torch"][k]["median_ms"] / res["torch@4"][k]["median_ms"]
+        assert row["vs_best_cpu_single"][k] == res[best][k]["median_ms"] / res["torch@4"][k]["median_ms"]
+    assert "speedup torch@4 (per query) vs torch" in format_table(out, [1, 2])
+
+
+def test_bad_batch_label_fails_before_timing(embedded_kg):
+    import pytest
+
+    from kgreason.bench.retrieval import run_bench
+
+    with pytest.raises(ValueError, match=r"'torch@x'.*ENGINE@BATCH"):
+        run_bench(_bench_cfg(["queries=2", "hops=[1]", "backends=[scipy,torch@x]", "reference=scipy"]), kg=embedded_kg)
