@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from kgreason.data.kgqa import read_records
+from kgreason.data.multihop import parse_hotpot, parse_ircot, parse_musique
+
 
 @dataclass(frozen=True)
 class RecallItem:
@@ -35,57 +38,44 @@ class RecallItem:
     gold: tuple[int, ...]
 
 
-def _jsonl(path: Path, limit: int | None):
-    out = []
-    with path.open() as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{ln}: not JSON ({e})") from e
-            if limit and len(out) >= limit * 2:  # headroom for skipped records
+def _items(path: Path, limit: int | None, parse, flagged: str | None) -> list[RecallItem]:
+    """Parse ``path`` with the dataset loaders' record parsers (so bad input fails the same way,
+    naming file, record and field) and keep the questions that have gold paragraphs.
+
+    ``flagged``: the record field whose entries carry ``is_supporting`` (IRCoT ``contexts``,
+    MuSiQue ``paragraphs``); gold is then those positions, since titles can repeat. Without it
+    (HotpotQA / 2Wiki ``context``), gold is every paragraph whose title is a supporting fact.
+    Records without paragraphs are skipped.
+    """
+    items = []
+    for i, rec in enumerate(read_records(path)):
+        ex = parse(rec, f"{path}: record {i}")
+        if flagged:
+            gold = tuple(j for j, c in enumerate(rec[flagged]) if c.get("is_supporting"))
+        else:
+            titles = set(ex.supporting)
+            gold = tuple(j for j, (t, _) in enumerate(ex.corpus) if t in titles)
+        if ex.corpus and gold:
+            items.append(RecallItem(ex.id, ex.question, ex.corpus, gold))
+            if limit and len(items) >= limit:
                 break
-    return out
+    return items
 
 
 def load_hotpotqa_ircot(path: Path, limit: int | None = None) -> list[RecallItem]:
     """IRCoT format: ``contexts[{title, paragraph_text, is_supporting}]``."""
-    items = []
-    for r in _jsonl(path, limit):
-        paras = tuple((c["title"], c["paragraph_text"]) for c in r["contexts"])
-        gold = tuple(i for i, c in enumerate(r["contexts"]) if c.get("is_supporting"))
-        if gold:
-            items.append(RecallItem(r["question_id"], r["question_text"], paras, gold))
-    return items[:limit] if limit else items
+    return _items(path, limit, parse_ircot, "contexts")
 
 
 def load_musique(path: Path, limit: int | None = None) -> list[RecallItem]:
     """MuSiQue format: ``paragraphs[{title, paragraph_text, is_supporting}]``."""
-    items = []
-    for r in _jsonl(path, limit):
-        paras = tuple((p["title"], p["paragraph_text"]) for p in r["paragraphs"])
-        gold = tuple(i for i, p in enumerate(r["paragraphs"]) if p.get("is_supporting"))
-        if gold:
-            items.append(RecallItem(r["id"], r["question"], paras, gold))
-    return items[:limit] if limit else items
+    return _items(path, limit, parse_musique, "paragraphs")
 
 
 def load_hotpot_style(path: Path, limit: int | None = None) -> list[RecallItem]:
     """Original HotpotQA / 2Wiki format: ``context [[title, [sent...]]]``, gold = titles in
-    ``supporting_facts``. Records without ``context`` are skipped."""
-    items = []
-    for r in _jsonl(path, limit):
-        ctx = r.get("context") or []
-        if not ctx:
-            continue
-        paras = tuple((t, " ".join(s.strip() for s in sents)) for t, sents in ctx)
-        titles = {t for t, _ in r.get("supporting_facts", [])}
-        gold = tuple(i for i, (t, _) in enumerate(paras) if t in titles)
-        if gold:
-            items.append(RecallItem(r["_id"], r["question"], paras, gold))
-    return items[:limit] if limit else items
+    ``supporting_facts``."""
+    return _items(path, limit, parse_hotpot, None)
 
 
 SAMPLES = {

@@ -118,3 +118,38 @@ def test_lazy_embedder_shares_one_process_embedder():
     assert a._embedder is None
     assert a.embedder is b.embedder is shared_embedder()
     assert c.embedder is mine and mine is not shared_embedder()
+
+
+def test_dense_recall_loaders_gold_and_errors(tmp_path):
+    """IRCoT/MuSiQue gold = the flagged positions (titles may repeat); HotpotQA/2Wiki gold = the
+    paragraphs titled by a supporting fact; bad records fail naming file, record and field."""
+    import json
+
+    from kgreason.bench.dense_recall import load_hotpot_style, load_musique
+    from kgreason.data.base import DataError
+
+    mus = tmp_path / "m.jsonl"
+    par = lambda t, x, s: {"title": t, "paragraph_text": x, "is_supporting": s}  # noqa: E731
+    recs = [{"id": "2hop_1", "question": "q1", "answer": "a",
+             "paragraphs": [par("T", "one", False), par("T", "two", True), par("U", "three", True)]},
+            {"id": "2hop_2", "question": "q2", "answer": "a", "paragraphs": [par("V", "x", False)]}]
+    mus.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (item,) = load_musique(mus)  # the second question has no gold paragraph: skipped
+    assert item.id == "2hop_1" and item.gold == (1, 2)
+    assert item.paragraphs == (("T", "one"), ("T", "two"), ("U", "three"))
+
+    hp = tmp_path / "h.jsonl"
+    rec = {"_id": "h1", "question": "q", "answer": "a", "supporting_facts": [["B", 0], ["B", 1]],
+           "context": [["A", ["x. ", "y."]], ["B", ["z."]]]}
+    hp.write_text(json.dumps(rec) + "\n" + json.dumps({"_id": "h2", "question": "q", "answer": "a",
+                                                       "supporting_facts": []}) + "\n")
+    (item,) = load_hotpot_style(hp)  # h2 has no context: skipped
+    assert item.paragraphs == (("A", "x. y."), ("B", "z.")) and item.gold == (1,)
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(recs[0]) + "\n" + json.dumps({"id": "2hop_3", "answer": "a", "paragraphs": []}) + "\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl: record 1: missing field 'question'"):
+        load_musique(bad)
+    bad.write_text(json.dumps(recs[0]) + "\n{not json\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl:2:"):
+        load_musique(bad)
