@@ -45,3 +45,14 @@ def test_dispatch_leaves_hydra_args_alone():
     assert {"llm", "dense_recall", "dx_offline", "retrieval"} <= set(subcommands())
     for argv in (["x"], ["x", "kg=embedded"], ["x", "--help"], ["x", "-m", "hops=[1]"], ["x", "+a=b"]):
         assert dispatch(argv) is None
+
+
+def test_hf_bench_reports_median_of_alternating_runs():
+    from kgreason.bench.llm import bench_hf
+
+    r = bench_hf(n=4, max_tokens=4, batch_size=4, repeats=3)
+    for mode in ("sequential", "batched"):
+        runs = r[mode]["runs_s"]
+        assert len(runs) == 3 and r[mode]["s"] == round(sorted(runs)[1], 4)
+        assert abs(r[mode]["req_per_s"] - 4 / r[mode]["s"]) <= 0.01 * r[mode]["req_per_s"]
+    assert r["ratio"] == round(r["batched"]["req_per_s"] / r["sequential"]["req_per_s"], 2)

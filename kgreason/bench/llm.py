@@ -24,6 +24,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import numpy as np
+
 # ----------------------------------------------------------------------------- test server
 
 
@@ -189,23 +191,36 @@ def bench_openai(n: int = 64, latency_s: float = 0.05, concurrency: int = 16) ->
     return out
 
 
-def bench_hf(n: int = 16, max_tokens: int = 16, batch_size: int = 16) -> dict[str, Any]:
+def bench_hf(n: int = 16, max_tokens: int = 16, batch_size: int = 16, repeats: int = 5) -> dict[str, Any]:
+    """Tiny random Llama through ``HFCausalLM``: batch ``batch_size`` vs one request at a time.
+
+    A batch of 16 takes tens of milliseconds here, so one timing swings with whatever else the
+    CPU is doing; each mode is timed ``repeats`` times, alternating, and the median is reported
+    (``runs_s`` keeps every timing).
+    """
     import tempfile
 
     from kgreason.llm.hf import HFCausalLM, build_tiny_model
 
-    out: dict[str, Any] = {"backend": "hf(tiny random llama)", "n": n, "max_tokens": max_tokens}
+    out: dict[str, Any] = {"backend": "hf(tiny random llama)", "n": n, "max_tokens": max_tokens, "repeats": repeats}
     with tempfile.TemporaryDirectory() as d:
         path = build_tiny_model(d)
-        for label, bs in (("sequential", 1), ("batched", batch_size)):
-            llm = HFCausalLM(model=path, batch_size=bs, device="cpu")
-            llm.generate(_requests(2, max_tokens))
-            reqs = _requests(n, max_tokens)
-            t0 = time.perf_counter()
-            comps = llm.generate(reqs)
-            dt = time.perf_counter() - t0
-            toks = sum(c.usage.completion_tokens for c in comps)
-            out[label] = {"s": round(dt, 4), "req_per_s": round(n / dt, 2), "tok_per_s": round(toks / dt, 1)}
+        modes = {"sequential": HFCausalLM(model=path, batch_size=1, device="cpu"),
+                 "batched": HFCausalLM(model=path, batch_size=batch_size, device="cpu")}
+        runs: dict[str, list[float]] = {m: [] for m in modes}
+        toks: dict[str, int] = {}
+        for llm in modes.values():
+            llm.generate(_requests(2, max_tokens))  # warm-up
+        for _ in range(max(1, repeats)):
+            for label, llm in modes.items():
+                t0 = time.perf_counter()
+                comps = llm.generate(_requests(n, max_tokens))
+                runs[label].append(time.perf_counter() - t0)
+                toks[label] = sum(c.usage.completion_tokens for c in comps)
+        for label, ts in runs.items():
+            dt = float(np.median(ts))
+            out[label] = {"s": round(dt, 4), "req_per_s": round(n / dt, 2), "tok_per_s": round(toks[label] / dt, 1),
+                          "runs_s": [round(t, 4) for t in ts]}
     out["ratio"] = round(out["batched"]["req_per_s"] / out["sequential"]["req_per_s"], 2)
     return out
 
@@ -216,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=64, help="requests per measurement")
     p.add_argument("--latency-ms", type=float, default=50.0, help="fake server latency per request")
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=5, help="hf: timings per mode (median reported)")
     p.add_argument("--json", default=None, help="write results here")
     a = p.parse_args(argv)
     results = []
@@ -223,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         if which == "openai":
             results.append(bench_openai(a.n, a.latency_ms / 1000, a.concurrency))
         elif which == "hf":
-            results.append(bench_hf(min(a.n, 16), batch_size=a.concurrency))
+            results.append(bench_hf(min(a.n, 16), batch_size=a.concurrency, repeats=a.repeats))
         else:
             p.error(f"unknown --which item {which!r} (openai, hf)")
     print(f"{'backend':26s} {'mode':11s} {'req/s':>8s} {'tok/s':>9s}")
