@@ -8,8 +8,10 @@ sparse × dense products on a column batch of query vectors:
 
 For ``in`` the roles of SUB and OBJ swap; ``both`` adds the two. A relation filter zeroes the
 rows of ``T`` whose relation is not allowed (``REL`` restricted to the allowed columns).
-:meth:`TorchRetriever.retrieve_many` runs all B seed sets of a batch through one product per hop;
-paths are reconstructed per query with the base helper. ``torch`` is imported lazily.
+:meth:`TorchRetriever.retrieve_many` runs all B seed sets of a batch through one product per hop,
+splits the activations per query on the device and gathers the per-hop triples there (each query's
+``triples_by_hop[h]`` is a view of one host array per hop); paths are reconstructed per query with
+the base helper. ``torch`` is imported lazily.
 """
 
 from __future__ import annotations
