@@ -49,6 +49,14 @@ class TorchRetriever(GraphRetriever):
         super().__init__(kg, **kw)
         if layout not in ("auto", "csr", "coo"):
             raise ValueError(f"layout must be auto | csr | coo, got {layout!r}")
+        if str(device).startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"TorchRetriever(device={device!r}): torch {torch.__version__} sees no CUDA device "
+                    "(a CPU build, or no GPU). Use retriever=torch for the CPU engine, or install a CUDA "
+                    "build of torch into .venv before `make setup` (README).")
         self.device = device
         self.layout = layout
         self.batch_size = int(batch_size)

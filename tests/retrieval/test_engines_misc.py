@@ -175,3 +175,12 @@ def test_torch_cuda_batched_at_scale_equals_numba():
     ref = NumbaRetriever(kg, direction="both", max_paths=0)
     for s, got in zip(seed_sets, gpu.retrieve_many(seed_sets, 4)):
         assert_same(got, ref.retrieve(s, 4), f"seeds={s}")
+
+
+def test_torch_cuda_without_cuda_is_a_clear_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(RuntimeError, match=r"device='cuda'.*no CUDA device.*retriever=torch"):
+        TorchRetriever(synthetic_kg(50, 100), device="cuda")
