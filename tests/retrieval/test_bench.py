@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -68,8 +70,6 @@ def test_batched_labels_and_their_speedups(embedded_kg):
 
 
 def test_bad_batch_label_fails_before_timing(embedded_kg):
-    import pytest
-
     from kgreason.bench.retrieval import run_bench
 
     with pytest.raises(ValueError, match=r"'torch@x'.*ENGINE@BATCH"):
