@@ -126,7 +126,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     a = ap.parse_args(argv)
-    from kgreason.retrieval.dense import Embedder
+    from kgreason.embed import Embedder
 
     emb = Embedder(cache_dir=a.cache, device=a.device)
     results = {}

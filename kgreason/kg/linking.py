@@ -28,22 +28,16 @@ class LinkResult:
 class EmbeddingLinker:
     """Nearest KG entity label by all-MiniLM-L6-v2 cosine (exact search, one matrix product).
 
-    Label embeddings are computed once per linker (and cached on disk by the
-    :class:`~kgreason.retrieval.dense.Embedder` when it has a ``cache_dir``).
+    Label embeddings are computed once per linker, on first use (and cached on disk by the
+    :class:`~kgreason.embed.Embedder` when it has a ``cache_dir``).
 
     Args:
         kg: the KG whose labels (``KG.entity_label``) are the candidates.
-        embedder: an :class:`~kgreason.retrieval.dense.Embedder`; default = packaged MiniLM.
+        embedder: the run's :class:`~kgreason.embed.Embedder` (anything with ``encode``).
         entity_type: restrict candidates to entities of this type (e.g. ``pathology``).
-        cache_dir: on-disk embedding cache for the default embedder.
     """
 
-    def __init__(self, kg: KG, embedder=None, entity_type: str | None = None,
-                 cache_dir: str | None = None) -> None:
-        if embedder is None:
-            from kgreason.retrieval.dense import Embedder
-
-            embedder = Embedder(cache_dir=cache_dir)
+    def __init__(self, kg: KG, embedder, entity_type: str | None = None) -> None:
         self.kg = kg
         self.embedder = embedder
         if entity_type is not None:

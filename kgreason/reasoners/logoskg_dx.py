@@ -23,7 +23,7 @@ disease are linked whichever way the edge is stored), so ``direction: both`` is 
 Refinement (App. A.7): the KG-supported disease set used by Round 1 can be pruned by the max
 cosine similarity between a candidate's label and the note entities (``refine: threshold`` with
 ``tau``) or to the ``top_n`` most similar (``refine: top_n``). The paper used SapBERT; we use the
-packaged all-MiniLM-L6-v2 (:class:`kgreason.retrieval.dense.Embedder`). With a refinement on,
+packaged all-MiniLM-L6-v2 (the run's :class:`kgreason.embed.Embedder`). With a refinement on,
 Round 1 keeps only baseline diagnoses that link into the refined disease set. A refinement always
 ranks by similarity (Round 2 then uses the same ranking).
 
@@ -40,12 +40,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from kgreason.kg.linking import link_mentions
+from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
 from kgreason.llm.parsing import ParseResult, parse_json, with_reask
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.retrieval.base import Direction, Semantics
-from kgreason.retrieval.dense import LazyEmbedder
+from kgreason.embed import Embedder
 from kgreason.types import ChatRequest, Example, Prediction
 
 
@@ -84,7 +84,7 @@ def set_prf(pred: Sequence[str], gold: Sequence[str],
     return {"p": round(p, 10), "r": round(r, 10), "f1": round(f1, 10)}
 
 
-class LogosKGDx(LazyEmbedder):
+class LogosKGDx:
     """Two-round KG filtering / enhancement of LLM diagnoses.
 
     Args:
@@ -118,7 +118,7 @@ class LogosKGDx(LazyEmbedder):
         top_n: int = 20, link_embedding: bool = False, link_threshold: float = 0.8,
         use_findings: bool = True, max_reasks: int = 1, max_tokens: int = 512,
         require_both_directions: bool = True, time_hops: bool = False, prompts_dir: str = "logoskg_dx",
-        embedder=None,
+        embedder=None, graphdb=None,
     ) -> None:
         if rounds not in (1, 2):
             raise ValueError(f"logoskg_dx: rounds must be 1 or 2, got {rounds}")
@@ -151,7 +151,9 @@ class LogosKGDx(LazyEmbedder):
         self._disease_mask = np.zeros(kg.n_entities, dtype=bool)
         for ty in types:
             self._disease_mask[kg.entities_of_type(ty)] = True
-        self._embedder = embedder
+        self.embedder = embedder if embedder is not None else Embedder()
+        # link_mentions wants nearest(); the linker embeds the KG labels once, on first use
+        self.linker = EmbeddingLinker(kg, self.embedder) if link_embedding else None
 
     # ------------------------------------------------------------------ helpers
     def _ask(self, t: Trace, purpose: str, prompt: str) -> list[str]:
@@ -161,7 +163,7 @@ class LogosKGDx(LazyEmbedder):
         return list(res.value or []) if res.ok else []
 
     def _link(self, names: Sequence[str]):
-        emb = self.embedder if self.link_embedding else None
+        emb = self.linker
         return link_mentions(self.kg, list(names), embedder=emb, threshold=self.link_threshold)
 
     def supported(self, layers: Sequence[np.ndarray], seeds: np.ndarray) -> np.ndarray:

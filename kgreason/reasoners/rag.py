@@ -24,11 +24,11 @@ import numpy as np
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.reasoners.cot import parse_answers
-from kgreason.retrieval.dense import LazyEmbedder
+from kgreason.embed import Embedder
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 
-class RAG(LazyEmbedder):
+class RAG:
     """Args:
         hops: retrieval depth; ``None`` = the example's gold hop count (MetaQA protocol), else
             ``max_hops``.
@@ -39,13 +39,13 @@ class RAG(LazyEmbedder):
         max_candidates: cap on triples scored per question (hop-1 triples first); the cut is
             recorded as ``candidates_truncated``.
         temperature, max_tokens: answer generation settings.
-        embedder: an :class:`~kgreason.retrieval.dense.Embedder` (default: packaged MiniLM).
+        embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one, loaded on first use).
     """
 
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
                  top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
                  temperature: float = 0.0, max_tokens: int = 256, prompts_dir: str = "rag",
-                 embedder=None) -> None:
+                 embedder=None, graphdb=None) -> None:
         if top_k is None and tau is None:
             raise ValueError("RAG: set top_k (Eq. 6) or tau (Eq. 5); both are null")
         self.kg, self.retriever, self.llm = kg, retriever, llm
@@ -53,7 +53,7 @@ class RAG(LazyEmbedder):
         self.top_k, self.tau, self.max_candidates = top_k, tau, max_candidates
         self.temperature, self.max_tokens = temperature, max_tokens
         self.template = load_prompt(prompts_dir, "answer")
-        self._embedder = embedder
+        self.embedder = embedder if embedder is not None else Embedder()
 
     # ------------------------------------------------------------------ retrieval (no LLM)
     def retrieve(self, example: Example) -> tuple[LinkResult, Subgraph | None, int]:

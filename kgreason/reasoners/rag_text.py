@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kgreason.llm.parsing import parse_json
 from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.retrieval.dense import DenseTextRetriever, Embedder
+from kgreason.embed import Embedder
+from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
 Passage = tuple[str, str]
@@ -74,14 +75,14 @@ class RagText:
     """Args:
         top_k: passages given to the generator (Table 1 "Retrieval-only").
         corpus: ``embedded`` | JSONL path | null (then every example must carry ``corpus``).
-        embed_cache_dir: disk cache for MiniLM vectors (by text hash).
+        embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one).
         max_tokens: answer length cap.
     """
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, corpus: str | None = "embedded",
-                 world_seed: int = 0, embed_cache_dir: str | None = None, max_tokens: int = 64) -> None:
+                 world_seed: int = 0, max_tokens: int = 64, embedder=None, graphdb=None) -> None:
         self.llm, self.top_k, self.max_tokens = llm, top_k, max_tokens
-        self.embedder = Embedder(cache_dir=embed_cache_dir)
+        self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[Passage] | None = None
         self.index = PassageIndex(self.embedder)

@@ -95,7 +95,8 @@ class ReKnoS:
                  superrel_map: str | None = None, n_clusters: int = 8, seed: int = 0,
                  use_backward: bool = True, few_shot: bool = True, max_entities: int = 100,
                  max_facts: int = 15, temperature: float = 0.0, max_tokens: int = 256,
-                 prompts_dir: str = "reknos", embedder=None) -> None:
+                 prompts_dir: str = "reknos", embedder=None,
+                 graphdb=None) -> None:
         if min(width, depth, top_k_paths) < 1:
             raise ValueError(f"ReKnoS: width, depth, top_k_paths must be ≥ 1; got {width}, {depth}, {top_k_paths}")
         self.kg, self.llm = kg, llm

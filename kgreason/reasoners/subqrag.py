@@ -29,11 +29,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kgreason.kg.indexing import Triple, extract_triples, normalise_text, triple_key
+from kgreason.reasoners.subqrag_index import Triple, extract_triples, normalise_text, triple_key
 from kgreason.llm.parsing import parse_json, parse_list
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.reasoners.rag_text import PassageIndex, load_corpus, parse_answer, passage_text
-from kgreason.retrieval.dense import DenseTextRetriever, Embedder
+from kgreason.embed import Embedder
+from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
 _PLACEHOLDER = re.compile(r"#(\d+)")
@@ -111,10 +112,10 @@ class SubQRAG:
         max_subquestions: cap on the decomposition length.
         corpus: ``embedded`` | JSONL path | null; ``example.corpus`` wins when present.
         validate: keep only extracted triples whose head and tail occur in the passage.
-        embed_cache_dir: MiniLM vector cache (by text hash).
+        embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one).
         kg_source: where the working graph starts. ``injected``: the injected ``kg`` (the
             embedded world). ``index``: empty; each example's own passages (``example.corpus``)
-            are indexed offline with the LLM (§2.1, :func:`kgreason.kg.indexing.index_corpus`,
+            are indexed offline with the LLM (§2.1, :func:`kgreason.reasoners.subqrag_index.index_corpus`,
             resumable, cached by corpus hash under ``index_dir``) and merged in before answering.
             ``auto``: ``index`` when the first example carries passages, else ``injected``.
         index_dir: root of the offline index cache.
@@ -126,8 +127,8 @@ class SubQRAG:
                  extract_passages: int = 2, decomposition: bool = True, rewriting: bool = True,
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
                  corpus: str | None = "embedded", world_seed: int = 0, validate: bool = True,
-                 embed_cache_dir: str | None = None, max_tokens: int = 256,
-                 kg_source: str = "auto", index_dir: str | None = ".cache/kgreason/subqrag_index") -> None:
+                 max_tokens: int = 256, kg_source: str = "auto",
+                 index_dir: str | None = ".cache/kgreason/subqrag_index", embedder=None, graphdb=None) -> None:
         if kg_source not in ("auto", "injected", "index"):
             raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
         if kg_source == "index" and not index_dir:
@@ -137,7 +138,7 @@ class SubQRAG:
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
         self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
         self.max_tokens = max_tokens
-        self.embedder = Embedder(cache_dir=embed_cache_dir)
+        self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[tuple[str, str]] | None = None
         self.passages = PassageIndex(self.embedder)
@@ -256,7 +257,7 @@ class SubQRAG:
 
     def index_passages(self, t: Trace, example: Example) -> None:
         """§2.1 offline indexing of the example's passages, merged into the working graph."""
-        from kgreason.kg.indexing import index_corpus
+        from kgreason.reasoners.subqrag_index import index_corpus
 
         rows = list(dict.fromkeys((p[0], p[0], p[1]) for p in example.corpus))
         rows = [r for r in rows if r[0] not in self._indexed]

@@ -146,9 +146,9 @@ def cluster_superrelations(kg: KG, n_clusters: int = 8, seed: int = 0, embedder=
 
     A cluster is named after its member nearest to the centroid (``"~film.film.directed_by"``
     style names would mislead; we use ``"cluster:<nearest relation>"``)."""
-    from kgreason.retrieval.dense import Embedder
+    from kgreason.embed import Embedder
 
-    emb = embedder or Embedder()
+    emb = embedder if embedder is not None else Embedder()
     texts = [r.replace(".", " ").replace("_", " ") for r in kg.relation_names]
     x = emb.encode(texts).astype(np.float64)
     labels, cent = kmeans(x, n_clusters, seed=seed)

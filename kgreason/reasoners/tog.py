@@ -34,7 +34,7 @@ from kgreason.kg.linking import link_example
 from kgreason.llm.parsing import ParseResult, parse_scores, parse_yes_no
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.reasoners.cot import parse_answers
-from kgreason.retrieval.dense import LazyEmbedder
+from kgreason.embed import Embedder
 from kgreason.types import ChatRequest, Example, Prediction
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -66,7 +66,7 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(text.replace("_", " ").replace(".", " ").lower())
 
 
-class Pruner(LazyEmbedder):
+class Pruner:
     """Scores candidate texts against a question: ``llm`` | ``bm25`` | ``embedding``."""
 
     def __init__(self, backend: str, llm=None, template: str = "", embedder=None,
@@ -74,7 +74,8 @@ class Pruner(LazyEmbedder):
         if backend not in ("llm", "bm25", "embedding"):
             raise ValueError(f"prune={backend!r}: expected llm | bm25 | embedding")
         self.backend, self.llm, self.template = backend, llm, template
-        self._embedder, self.max_tokens = embedder, max_tokens
+        self.embedder = embedder if embedder is not None else Embedder()
+        self.max_tokens = max_tokens
 
     def scores(self, question: str, names: list[str], texts: list[str], t: Trace, what: str,
                context: str = "") -> np.ndarray:
@@ -129,7 +130,8 @@ class ToG:
 
     def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
                  prune: str = "llm", max_entities_per_relation: int = 20, temperature: float = 0.0,
-                 max_tokens: int = 256, prompts_dir: str = "tog", embedder=None) -> None:
+                 max_tokens: int = 256, prompts_dir: str = "tog", embedder=None,
+                 graphdb=None) -> None:
         if width < 1 or depth < 1:
             raise ValueError(f"ToG: width and depth must be ≥ 1, got width={width}, depth={depth}")
         self.kg, self.llm = kg, llm

@@ -7,6 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
+from kgreason.embed import Embedder
 from kgreason.kg.linking import EmbeddingLinker, link_example, link_mentions, link_rates
 from kgreason.types import Example
 
@@ -85,7 +86,7 @@ def test_link_rates_and_example(world):
 def test_minilm_resolves_typos(world):
     kg = world.kg
     people = [n for n in kg.entity_names if world.entity_types.get(n) == "person"][:10]
-    linker = EmbeddingLinker(kg, entity_type="person")  # 800 labels keeps this a few seconds
+    linker = EmbeddingLinker(kg, Embedder(), entity_type="person")  # 800 labels keeps this a few seconds
     nearest = linker.nearest([_typo(p) for p in people])
     assert all(-1 <= s <= 1.0001 for _, s in nearest)
     assert sum(kg.entity_names[i] == p for (i, _), p in zip(nearest, people)) >= 7

@@ -12,7 +12,7 @@ import pytest
 
 from kgreason.llm.scripted import ScriptedLLM
 from kgreason.reasoners.rag import RAG
-from kgreason.retrieval.dense import Embedder
+from kgreason.embed import Embedder
 from kgreason.retrieval.scipy_engine import ScipyRetriever
 
 REPO = Path(__file__).resolve().parents[2]

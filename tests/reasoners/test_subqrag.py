@@ -11,6 +11,7 @@ import pytest
 
 from conftest import compose_cfg
 
+from kgreason.embed import Embedder
 from kgreason.llm.scripted import ScriptedLLM
 from kgreason.reasoners.subqrag import SubQRAG, substitute
 from kgreason.types import Example
@@ -70,7 +71,7 @@ def _reasoner(small, tmp_path, **kw):
     kg, corpus = small
     llm = ScriptedLLM(rules=_rules(), default="")
     kw.setdefault("top_k", 10)  # the film has ~9 triples; MiniLM ranks starring/genre above directed_by
-    r = SubQRAG(kg=kg, llm=llm, corpus=None, kg_source="injected", embed_cache_dir=str(tmp_path), **kw)
+    r = SubQRAG(kg=kg, llm=llm, corpus=None, kg_source="injected", embedder=Embedder(cache_dir=str(tmp_path)), **kw)
     r._corpus = corpus
     return r, llm
 
@@ -155,7 +156,7 @@ def test_end_to_end_scripted(tmp_path, emb_dir):
 
     cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=scripted",
                        "dataset.limit=3", "tracking=none",
-                       f"reasoner.embed_cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
+                       f"embedder.cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
     res = run(cfg, tmp_path)
     assert res.metrics["run/n_examples"] == 3 and res.metrics["run/error_rate"] == 0.0
 
@@ -166,7 +167,7 @@ def test_end_to_end_local(tmp_path, emb_dir):
 
     cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=local",
                        "dataset.limit=1", "tracking=none", "reasoner.max_tokens=64",
-                       f"reasoner.embed_cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
+                       f"embedder.cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
     res = run(cfg, tmp_path)
     assert res.metrics["run/n_examples"] == 1 and res.metrics["llm/calls"] > 0
 
@@ -187,14 +188,14 @@ def test_example_corpus_is_indexed_offline_and_used(emb_dir, tmp_path):
         {"pattern": r"Graph memory", "reply": '{"answer": "Riverton"}'},
     ])
     r = SubQRAG(kg=object(), llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
-                embed_cache_dir=str(emb_dir), top_k=2)
+                embedder=Embedder(cache_dir=str(emb_dir)), top_k=2)
     ex = Example(id="d0", question="Where was the director of Alpha born?", answers=("Riverton",), corpus=corpus)
     p = r.answer(ex)
     assert len(r.graph) == 3 and p.answer == "Riverton"
     assert p.extra["graph_memory"] == [["Alpha", "directed by", "Bob Stone"], ["Bob Stone", "born in", "Riverton"]]
     n = len(llm.calls)
     r2 = SubQRAG(kg=None, llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
-                 embed_cache_dir=str(emb_dir), top_k=2)
+                 embedder=Embedder(cache_dir=str(emb_dir)), top_k=2)
     r2.answer(ex)  # a new run re-uses the index: no extraction calls
     assert not [c for c in llm.calls[n:] if "Title: " in c.messages[-1].content]
 
@@ -207,7 +208,7 @@ def test_rag_text_feeds_top_passages(emb_dir):
               ("Cat", "The cat sat on the mat."))
     llm = ScriptedLLM(rules=[{"pattern": r"Paris is the capital of France.*Question:", "reply": '{"answer": "Paris"}'}],
                       default="unknown")
-    r = RagText(llm=llm, top_k=1, corpus=None, embed_cache_dir=str(emb_dir))
+    r = RagText(llm=llm, top_k=1, corpus=None, embedder=Embedder(cache_dir=str(emb_dir)))
     p = r.answer(Example(id="r0", question="What is the capital of France?", answers=("Paris",), corpus=corpus))
     assert p.answer == "Paris" and p.extra["retrieved_passages"] == ["Paris"]
     assert "Everest" not in llm.calls[0].messages[-1].content

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kgreason.retrieval.dense import DenseTextRetriever, Embedder, top_k
+from kgreason.embed import Embedder
+from kgreason.retrieval.dense import DenseTextRetriever, top_k
 
 SENTENCES = [
     "The Eiffel Tower is in Paris.",
@@ -102,22 +103,6 @@ def test_dense_recall_hand_computed():
     assert r["distractor/recall_at_1"] == pytest.approx((0.5 + 0.5) / 2)
     assert r["distractor/recall_at_2"] == pytest.approx((1.0 + 1.0) / 2)
     assert r["pool_size"] == 5 and r["n_questions"] == 2  # ("C", "cat") shared → pooled once
-
-
-def test_lazy_embedder_shares_one_process_embedder():
-    """Reasoners without an injected embedder share one (no model load until first use);
-    an injected one is kept."""
-    from kgreason.retrieval.dense import Embedder, LazyEmbedder, shared_embedder
-
-    class A(LazyEmbedder):
-        def __init__(self, embedder=None):
-            self._embedder = embedder
-
-    mine = Embedder()
-    a, b, c = A(), A(), A(mine)
-    assert a._embedder is None
-    assert a.embedder is b.embedder is shared_embedder()
-    assert c.embedder is mine and mine is not shared_embedder()
 
 
 def test_dense_recall_loaders_gold_and_errors(tmp_path):

@@ -1,4 +1,4 @@
-"""Offline indexing (subqrag.txt §2.1, Eq. 1): an LLM reads each corpus passage and writes
+"""SubQRAG offline indexing (subqrag.txt §2.1, Eq. 1): an LLM reads each corpus passage and writes
 ``⟨h, r, t⟩`` triples; they are normalised, de-duplicated and compiled into a :class:`KG`.
 
 The same extraction + validation is reused online by SubQRAG's dynamic graph update (§2.3,
@@ -26,6 +26,7 @@ from typing import Sequence
 
 from kgreason.kg.store import KG
 from kgreason.llm.parsing import parse_json
+from kgreason.reasoners.base import load_prompt, render
 from kgreason.types import ChatRequest, Completion, Usage, to_jsonable
 
 _WS = re.compile(r"\s+")
@@ -95,8 +96,6 @@ def grounded(t: Triple, passage: str, title: str = "") -> bool:
 
 
 def extraction_request(title: str, passage: str, max_tokens: int = 512) -> ChatRequest:
-    from kgreason.reasoners.base import load_prompt, render
-
     return ChatRequest.of(render(load_prompt("subqrag", "extract"), title=title, passage=passage),
                           max_tokens=max_tokens)
 
@@ -163,8 +162,6 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"index_corpus: passage ids must be unique; {dup!r} repeats")
-    from kgreason.reasoners.base import load_prompt
-
     key = corpus_hash(rows, getattr(llm, "model", ""), load_prompt("subqrag", "extract"))
     d = Path(index_dir) / key
     d.mkdir(parents=True, exist_ok=True)
@@ -223,16 +220,22 @@ def load_index(directory: str | Path) -> tuple[KG, dict[Triple, list[str]]]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - thin CLI
-    """``python -m kgreason.kg.indexing CORPUS.jsonl INDEX_DIR`` with the offline scripted LLM is
-    useless; the CLI exists for real backends: ``--llm module:Class`` + ``--model``."""
-    import argparse
-    import importlib
+    """``python -m kgreason.reasoners.subqrag_index CORPUS.jsonl INDEX_DIR [overrides...]``.
 
-    ap = argparse.ArgumentParser(description=__doc__)
+    The LLM comes from the run's config (``conf/llm/`` + ``llm_cache``), built by
+    :func:`kgreason.llm.lazy.build_llm`, so offline indexing and a later run share one call
+    cache: e.g. ``... llm=openai llm.model=gpt-4o-mini``.
+    """
+    import argparse
+
+    from hydra import compose, initialize_config_dir
+
+    from kgreason.llm.lazy import build_llm
+
+    ap = argparse.ArgumentParser(description="SubQRAG offline indexing (subqrag.txt §2.1)")
     ap.add_argument("corpus", help="JSONL with title/text (and optional id)")
     ap.add_argument("index_dir")
-    ap.add_argument("--llm", required=True, help="e.g. kgreason.llm.openai_http:OpenAIChat")
-    ap.add_argument("--model", default="gpt-4o-mini")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/config.yaml, e.g. llm=openai")
     a = ap.parse_args(argv)
     rows = []
     for ln, line in enumerate(Path(a.corpus).read_text().splitlines(), 1):
@@ -242,9 +245,16 @@ def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - thin 
         if "text" not in r or "title" not in r:
             raise ValueError(f"{a.corpus}:{ln}: expected fields 'title' and 'text'")
         rows.append((str(r.get("id", r["title"])), r["title"], r["text"]))
-    mod, cls = a.llm.split(":")
-    llm = getattr(importlib.import_module(mod), cls)(model=a.model)
-    res = index_corpus(rows, llm, a.index_dir)
+    conf_dir = Path(__file__).resolve().parents[2] / "conf"
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        cfg = compose("config", overrides=list(a.overrides))
+    llm = build_llm(cfg.llm, cfg.get("llm_cache"))
+    try:
+        res = index_corpus(rows, llm, a.index_dir)
+    finally:
+        close = getattr(llm, "close", None)
+        if callable(close):
+            close()
     print(json.dumps(res.extra, indent=1))
 
 

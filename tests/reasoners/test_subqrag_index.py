@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kgreason.kg.indexing import grounded, index_corpus, load_index, parse_triples
+from kgreason.reasoners.subqrag_index import grounded, index_corpus, load_index, parse_triples
 from kgreason.llm.scripted import ScriptedLLM
 
 PASSAGES = [
