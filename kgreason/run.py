@@ -1,13 +1,20 @@
 """The only wiring: ``build(cfg)`` makes the components, ``run(cfg, out_dir)`` evaluates.
 
-Read this file to learn the architecture. Every component is built by ``hydra.utils.instantiate``
-from its config group; the KG, retriever and LLM are built once and injected (keyword-only) into
-the components that need them. Failure handling and tracker closing live here, not in the
-components.
+Read this file to learn the architecture (docs/architecture.md draws it). Every component is
+built by ``hydra.utils.instantiate`` from its config group. The shared resources, the KG, the
+retriever, the LLM (and the judge's), the embedder and the graph database, are built once here
+and injected by constructor; this module owns them: :class:`Components` holds one ``ExitStack``
+that closes every one of them, and :func:`run` closes it on success, on error and on Ctrl-C.
+
+Reasoner constructor contract: every reasoner takes the keyword-only dependencies ``kg``,
+``retriever``, ``llm``, ``embedder`` and ``graphdb`` (``build`` always passes all five; a reasoner
+ignores those it does not use). The LLM and the graph database are lazy (built/opened on first
+use) and the embedder loads its model on first use, so passing them costs nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -20,6 +27,7 @@ from typing import Any, Mapping
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric
 from kgreason.runs import PredictionStore, scrub_secrets, write_json
 from kgreason.types import Example, Prediction, Usage, to_jsonable
@@ -33,6 +41,10 @@ class RunFailed(RuntimeError):
 
 @dataclass
 class Components:
+    """What :func:`build` made. ``resources`` closes everything that holds a handle (DB
+    connections, the falkordb server, the call-cache SQLite file, the embedder, the tracker), in
+    reverse order of creation; ``close()`` (or ``with build(cfg) as c:``) runs it once."""
+
     dataset: Any
     kg: Any
     retriever: Any
@@ -41,6 +53,19 @@ class Components:
     metrics: list[Metric]
     judge: Any = None
     tracker: Any = None
+    embedder: Any = None
+    graphdb: Any = None
+    judge_llm: Any = None
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def close(self) -> None:
+        self.resources.close()
+
+    def __enter__(self) -> "Components":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass
@@ -50,47 +75,6 @@ class RunResult:
     out_dir: Path | None = None
 
 
-class LazyLLM:
-    """Builds the configured LLM on first use, so runs whose reasoner never calls an LLM
-    (retrieval_only, kg_dx) do not load a model."""
-
-    def __init__(self, cfg: DictConfig, cache_cfg: DictConfig | None) -> None:
-        import threading
-
-        self._cfg, self._cache_cfg, self._llm = cfg, cache_cfg, None
-        self._lock = threading.Lock()  # example_workers > 1: build once
-        self.backend = str(cfg.get("backend", cfg.get("_target_", "?")))
-        self.model = str(cfg.get("model", "?"))
-
-    def get(self):
-        if self._llm is None:
-            with self._lock:
-                if self._llm is None:
-                    self._llm = wrap_with_cache(instantiate(self._cfg), self._cache_cfg)
-        return self._llm
-
-    @property
-    def built(self) -> bool:
-        return self._llm is not None
-
-    def generate(self, requests):
-        return self.get().generate(requests)
-
-    def score(self, prompt, candidates):
-        return self.get().score(prompt, candidates)
-
-
-def wrap_with_cache(llm, cache_cfg):
-    """Wrap an LLM in the persistent call cache when the LLM layer provides one."""
-    if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
-        return llm
-    try:
-        from kgreason.llm.cache import CachedLLM, CallStore
-    except ImportError:  # cache module not available
-        return llm
-    return CachedLLM(llm, CallStore.open(cache_cfg.dir, mode=str(cache_cfg.mode)))
-
-
 def _without(cfg: DictConfig, *keys: str) -> DictConfig:
     c = OmegaConf.to_container(cfg, resolve=True)
     for k in keys:
@@ -98,27 +82,55 @@ def _without(cfg: DictConfig, *keys: str) -> DictConfig:
     return OmegaConf.create(c)
 
 
-def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
-    kg = instantiate(cfg.kg)
-    retriever = instantiate(cfg.retriever, kg=kg)
-    if int(cfg.get("retrieval_batch") or 0) > 1:
-        from kgreason.retrieval.prefetch import PrefetchingRetriever
+def _configured(node) -> bool:
+    """A group option that builds something (``judge=none``/``graphdb=none`` leave it empty)."""
+    return node is not None and bool(node.get("_target_"))
 
-        retriever = PrefetchingRetriever(retriever, chunk_size=int(cfg.retrieval_batch))
-    llm = LazyLLM(cfg.llm, cfg.get("llm_cache"))
-    reasoner = instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm)
-    dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
-    names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
-    unknown = [n for n in names if n not in METRICS]
-    if unknown:
-        raise KeyError(f"dataset.metrics names unknown metrics {unknown}; known: {sorted(METRICS)}")
-    judge = None
-    if cfg.get("judge") and cfg.judge.get("_target_"):
-        judge = instantiate(cfg.judge, llm=llm)
-    # partial: the run config holds _target_ keys that must not be instantiated
-    tracker = instantiate(cfg.tracking, _partial_=True)(out_dir=str(out_dir or "."), run_config=scrub_secrets(cfg))
+
+def _owned(stack: contextlib.ExitStack, obj):
+    """Register ``obj.close`` (when it has one) on the run's stack; returns ``obj``."""
+    close = getattr(obj, "close", None)
+    if callable(close):
+        stack.callback(close)
+    return obj
+
+
+def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
+    """Build every component from its config group. On a failure half-way, what was already
+    built is closed before the error propagates."""
+    stack = contextlib.ExitStack()
+    try:
+        kg = instantiate(cfg.kg)
+        retriever = _owned(stack, instantiate(cfg.retriever, kg=kg))
+        if int(cfg.get("retrieval_batch") or 0) > 1:
+            from kgreason.retrieval.prefetch import PrefetchingRetriever
+
+            retriever = PrefetchingRetriever(retriever, chunk_size=int(cfg.retrieval_batch))
+        embedder = _owned(stack, instantiate(cfg.embedder)) if _configured(cfg.get("embedder")) else None
+        graphdb = _owned(stack, instantiate(cfg.graphdb, kg=kg)) if _configured(cfg.get("graphdb")) else None
+        llm = _owned(stack, LazyLLM(cfg.llm, cfg.get("llm_cache")))
+        reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
+                                             embedder=embedder, graphdb=graphdb))
+        dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
+        names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
+        unknown = [n for n in names if n not in METRICS]
+        if unknown:
+            raise KeyError(f"dataset.metrics names unknown metrics {unknown}; known: {sorted(METRICS)}")
+        judge = judge_llm = None
+        if _configured(cfg.get("judge")):
+            # judge_llm: null = the judge shares the run's (cached) LLM; else its own llm config
+            judge_llm = _owned(stack, LazyLLM(cfg.judge_llm, cfg.get("llm_cache"))) \
+                if _configured(cfg.get("judge_llm")) else llm
+            judge = _owned(stack, instantiate(cfg.judge, llm=judge_llm))
+        # partial: the run config holds _target_ keys that must not be instantiated
+        tracker = _owned(stack, instantiate(cfg.tracking, _partial_=True)(
+            out_dir=str(out_dir or "."), run_config=scrub_secrets(cfg)))
+    except BaseException:
+        stack.close()
+        raise
     return Components(dataset=dataset, kg=kg, retriever=retriever, llm=llm, reasoner=reasoner,
-                      metrics=[METRICS[n] for n in names], judge=judge, tracker=tracker)
+                      metrics=[METRICS[n] for n in names], judge=judge, tracker=tracker,
+                      embedder=embedder, graphdb=graphdb, judge_llm=judge_llm, resources=stack)
 
 
 def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
@@ -240,8 +252,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     hop_engine = str((cfg.get("reports") or {}).get("engine", "auto"))
     if hop_engine not in ("auto", "run", "scipy"):  # checked before any example is paid for
         raise ValueError(f"reports.engine: expected auto, run or scipy, got {hop_engine!r}")
-    c = build(cfg, out_dir)
-    try:
+    with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_secrets(cfg))))
         store = PredictionStore(out_dir / "predictions.jsonl")
         examples = list(c.dataset)
@@ -285,8 +296,6 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
             raise RunFailed(f"{metrics['run/errors']} of {len(rows)} examples failed "
                             f"(error rate {rate:.3f} > max_error_rate {limit}); see {out_dir}/predictions.jsonl")
         return RunResult(metrics=metrics, reports=reports, out_dir=out_dir)
-    finally:
-        c.tracker.close()
 
 
 def build_reports(cfg: DictConfig, c: Components, examples: list[Example], rows, out_dir: Path) -> dict[str, Any]:
@@ -314,8 +323,9 @@ def build_reports(cfg: DictConfig, c: Components, examples: list[Example], rows,
         if engine == "run" and cfg.get("retriever") is not None:
             # the run's engine (and device), rebuilt for shortest-distance layers: batched via
             # retrieve_many, so a torch/CUDA retriever answers a chunk in one product per hop
-            hop_retriever = instantiate(cfg.retriever, kg=c.kg, semantics="within", direction=direction,
-                                        max_paths=0, return_triples=False, timeout_ms=None)
+            hop_retriever = _owned(c.resources, instantiate(
+                cfg.retriever, kg=c.kg, semantics="within", direction=direction, max_paths=0,
+                return_triples=False, timeout_ms=None))
         dist = hop_distribution(c.kg, examples, max_hops=max_hops, direction=direction,
                                 retriever=hop_retriever, batch=int(rep_cfg.get("batch", 256)))
         reports["hop_distribution"] = dist

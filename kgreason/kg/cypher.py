@@ -41,6 +41,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -131,8 +132,12 @@ class GraphDB(ABC):
     def counts(self) -> tuple[int, int]:
         """``(n_nodes, n_edges)`` in the DB."""
 
+    def open(self) -> "GraphDB":
+        """This (already open) database; :meth:`LazyGraphDB.open` has the same shape."""
+        return self
+
     def close(self) -> None:  # pragma: no cover - trivial default
-        pass
+        """Release connections/processes; idempotent."""
 
     # --------------------------------------------------------------- shared logic
     def export(self, kg: KG) -> ExportStats:
@@ -550,10 +555,67 @@ class Neo4jDB(GraphDB):
         return int(n), int(m)
 
     def close(self) -> None:
-        self._driver.close()
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
 
 
 ENGINES = {"kuzu": KuzuDB, "falkordb": FalkorDB, "neo4j": Neo4jDB}
+
+
+class LazyGraphDB:
+    """The run's graph database (config group ``conf/graphdb/``): the engine and its settings,
+    opened, with ``kg`` exported into it, on the first :meth:`open`.
+
+    ``run.build`` makes one and hands it to the reasoner; a run whose reasoner never opens it
+    (everything but SGR with ``cypher=true``) starts no server and touches no DB file. The run
+    closes it on success, error and Ctrl-C (:meth:`close`, idempotent).
+
+    Args:
+        engine: ``kuzu`` | ``falkordb`` | ``neo4j``.
+        kg: the KG to export (injected by ``run.build``).
+        cache_dir: kuzu only: root of ``kuzu/<kg>-<hash12>`` (null: ``$KGREASON_CACHE_DIR/cypher``).
+        row_limit, timeout_ms: engine defaults for read queries.
+        options: engine-specific settings (``path``; ``graph``/``host``/``port``;
+            ``uri``/``user``/``password_env``/``database``).
+    """
+
+    def __init__(self, engine: str, *, kg: KG | None = None, cache_dir: str | Path | None = None,
+                 row_limit: int = 100, timeout_ms: int = 10_000, **options: Any) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"graphdb.engine: unknown Cypher engine {engine!r}; expected one of {sorted(ENGINES)}")
+        self.engine, self.kg, self.cache_dir = engine, kg, cache_dir
+        self.row_limit, self.timeout_ms = int(row_limit), int(timeout_ms)
+        self.options = {k: v for k, v in options.items() if v is not None}
+        self._db: GraphDB | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._db is not None
+
+    def open(self) -> GraphDB:
+        """The open database, with the KG exported (first call opens; later calls return it)."""
+        with self._lock:
+            if self._db is None:
+                self._db = open_graphdb(self.engine, kg=self.kg, cache_dir=self.cache_dir,
+                                        row_limit=self.row_limit, timeout_ms=self.timeout_ms, **self.options)
+            return self._db
+
+    def run_read(self, query: str, params: Mapping[str, Any] | None = None, **kw: Any) -> list[dict]:
+        return self.open().run_read(query, params, **kw)
+
+    def close(self) -> None:
+        with self._lock:
+            db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | None = None,
@@ -578,5 +640,5 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
     return db
 
 
-__all__ = ["GraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
+__all__ = ["GraphDB", "LazyGraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
            "GraphDBUnavailable", "CypherError", "CypherRejected", "kg_content_hash", "triple_keys"]

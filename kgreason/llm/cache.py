@@ -170,6 +170,13 @@ class CachedLLM:
                                backend=self.backend, model=self.model, method="generate")
         return out  # type: ignore[return-value]
 
+    def close(self) -> None:
+        """Close the SQLite store and the inner backend (when it has a ``close``); idempotent."""
+        self.store.close()
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
     def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
         if self.store.mode == "off":
             return self.inner.score(prompt, candidates)

@@ -56,7 +56,7 @@ class CoT:
     """
 
     def __init__(self, *, kg=None, retriever=None, llm, temperature: float = 0.0,
-                 max_tokens: int = 512, prompts_dir: str = "cot") -> None:
+                 max_tokens: int = 512, prompts_dir: str = "cot", embedder=None, graphdb=None) -> None:
         self.llm = llm
         self.temperature, self.max_tokens = temperature, max_tokens
         self.template = load_prompt(prompts_dir, "answer")

@@ -22,7 +22,7 @@ class IO:
 
     def __init__(self, *, kg=None, retriever=None, llm, temperature: float = 0.0, max_tokens: int = 128,
                  seed: int | None = 0, max_reasks: int = 1, top_k: int = 5,
-                 system: str | None = "You answer questions concisely.") -> None:
+                 system: str | None = "You answer questions concisely.", embedder=None, graphdb=None) -> None:
         self.llm = llm
         self.temperature, self.max_tokens, self.seed = float(temperature), int(max_tokens), seed
         self.max_reasks, self.top_k, self.system = int(max_reasks), int(top_k), system

