@@ -1,28 +1,47 @@
-"""Configs are code: every option of every group composes; cheap ones instantiate; every
-ablation bundle applies to the reasoner it is named after; every experiment preset composes."""
+"""Configs are code: every option of every group composes into the component it names, every
+ablation bundle sets its fields on the reasoner it is named after, every experiment preset's
+overrides take effect, and ``run.build`` injects the run's shared resources into every reasoner.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from hydra.utils import instantiate
+import yaml
+from hydra.utils import get_class, get_object, instantiate
 from omegaconf import OmegaConf
 
 from conftest import REPO, compose_cfg
 
 CONF = REPO / "conf"
-GROUPS = ["dataset", "kg", "retriever", "reasoner", "llm", "judge", "tracking", "ablation"]
+GROUPS = ["dataset", "kg", "retriever", "reasoner", "llm", "embedder", "graphdb", "judge", "tracking", "ablation"]
 # ablation file prefix → reasoner it belongs to (when they differ)
 ABLATION_OWNER = {"dx": "logoskg_dx"}
+# groups whose options are "nothing" (no _target_)
+EMPTY = {("judge", "none"), ("graphdb", "none"), ("ablation", "none")}
+
+REASONERS = {
+    "retrieval_only": "kgreason.reasoners.retrieval_only.RetrievalOnly", "io": "kgreason.reasoners.io.IO",
+    "cot": "kgreason.reasoners.cot.CoT", "rag": "kgreason.reasoners.rag.RAG",
+    "rag_text": "kgreason.reasoners.rag_text.RagText", "tog": "kgreason.reasoners.tog.ToG",
+    "sgr": "kgreason.reasoners.sgr.SGR", "reknos": "kgreason.reasoners.reknos.ReKnoS",
+    "subqrag": "kgreason.reasoners.subqrag.SubQRAG", "kg_dx": "kgreason.reasoners.kg_dx.KGDx",
+    "logoskg_dx": "kgreason.reasoners.logoskg_dx.LogosKGDx",
+}
+# reasoners that embed text: they must hold the run's one embedder
+EMBEDS = {"rag", "rag_text", "sgr", "subqrag", "logoskg_dx"}
 
 
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+def _file(group: str, option: str) -> dict:
+    return yaml.safe_load((CONF / group / f"{option}.yaml").read_text()) or {}
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
-def test_every_option_composes(group, option, tmp_path):
+def test_every_option_composes_into_its_own_file(group, option, tmp_path):
+    """The composed node is the option's file (plus interpolations), and its target imports."""
     overrides = [f"{group}={option}"]
     if group == "ablation":
         prefix = option.split("_")[0]
@@ -30,36 +49,124 @@ def test_every_option_composes(group, option, tmp_path):
         if (CONF / "reasoner" / f"{reasoner}.yaml").exists():
             overrides.append(f"reasoner={reasoner}")
     cfg = compose_cfg(overrides, tmp_path)
-    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    resolved = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    own = _file(group, option)
+    if group == "ablation":  # a bundle of fields of other groups: each one lands there
+        for g, fields in own.items():
+            for k, v in fields.items():
+                assert resolved[g][k] == v, f"ablation={option}: {g}.{k}"
+        return
+    if (group, option) in EMPTY:
+        assert not (resolved.get(group) or {}).get("_target_")
+        return
+    node = OmegaConf.to_container(cfg[group], resolve=False)
+    assert callable(get_object(node["_target_"]))
+    for k, v in own.items():
+        if k != "defaults":
+            assert node[k] == v, f"{group}={option}: {k}"
+
+
+def test_default_run_is_the_documented_one(tmp_path):
+    """``python -m kgreason``: retrieval_only over SciPy (within, both) on the embedded KG and
+    questions, the local LLM (never built: the reasoner does not call it), kuzu as graph DB (never
+    opened) and the MiniLM embedder (never loaded)."""
+    from kgreason.embed import Embedder
+    from kgreason.kg.cypher import LazyGraphDB
+    from kgreason.llm.lazy import LazyLLM
+    from kgreason.reasoners.retrieval_only import RetrievalOnly
+    from kgreason.retrieval.prefetch import PrefetchingRetriever
+    from kgreason.retrieval.scipy_engine import ScipyRetriever
+    from kgreason.run import build
+
+    cfg = compose_cfg(["tracking=none"], tmp_path)
+    assert cfg.dataset._target_ == "kgreason.data.embedded.load_embedded" and cfg.dataset.task == "kgqa"
+    assert cfg.llm._target_ == "kgreason.llm.local.LocalLLM" and cfg.graphdb.engine == "kuzu"
+    with build(cfg, tmp_path) as c:
+        assert isinstance(c.reasoner, RetrievalOnly)
+        assert isinstance(c.retriever, PrefetchingRetriever) and c.retriever.chunk_size == 64
+        inner = c.retriever.inner
+        assert isinstance(inner, ScipyRetriever)
+        assert (inner.semantics.value, inner.direction.value) == ("within", "both")
+        assert isinstance(c.llm, LazyLLM) and not c.llm.built
+        assert isinstance(c.graphdb, LazyGraphDB) and not c.graphdb.opened
+        assert isinstance(c.embedder, Embedder) and not c.embedder.loaded
+        assert c.judge is None and [m.name for m in c.metrics] == list(cfg.dataset.metrics)
+        assert c.kg.name == "embedded" and len(list(c.dataset)) == 300
 
 
 @pytest.mark.parametrize("option", options("experiment"))
-def test_every_experiment_composes(option, tmp_path):
+def test_every_experiment_applies_its_overrides(option, tmp_path):
+    """Each ``override /group: option`` of the preset is the composed group, and each field the
+    preset sets outside ``hydra`` is in the composed config."""
     cfg = compose_cfg([f"experiment={option}"], tmp_path)
-    assert cfg.reasoner._target_
+    spec = _file("experiment", option)
+    for item in spec.get("defaults", []):
+        ((key, value),) = item.items()
+        if key.startswith("override /"):
+            group = key.removeprefix("override /")
+            if group in ("hydra/launcher",):
+                continue
+            want = _file(group, value).get("_target_")
+            assert cfg[group].get("_target_") == want, f"experiment={option}: {group}={value}"
+    for group, fields in spec.items():
+        if group in ("defaults", "hydra") or not isinstance(fields, dict):
+            continue
+        for k, v in fields.items():
+            got = OmegaConf.to_container(cfg[group], resolve=False)[k]
+            assert got == v, f"experiment={option}: {group}.{k}"
 
 
 @pytest.mark.parametrize("option", [o for o in options("retriever") if o not in ("torch_cuda",)])
 def test_retrievers_instantiate_on_embedded(option, tmp_path, embedded_kg):
     cfg = compose_cfg([f"retriever={option}"], tmp_path)
     r = instantiate(cfg.retriever, kg=embedded_kg)
+    assert type(r) is get_class(cfg.retriever._target_)
     sub = r.retrieve([0, 1], 2)
     assert sub.hops == 2
 
 
-@pytest.mark.parametrize("option", options("reasoner"))
-def test_reasoners_instantiate(option, tmp_path, embedded_kg):
-    """Constructors take the injected kg/retriever/llm and reject nothing from their own YAML."""
-    from kgreason.llm.scripted import ScriptedLLM
-    from kgreason.retrieval.scipy_engine import ScipyRetriever
+def test_every_reasoner_has_an_expected_class():
+    assert set(options("reasoner")) == set(REASONERS)
 
-    cfg = compose_cfg([f"reasoner={option}"], tmp_path)
-    # the retriever exactly as the default config builds it (scipy, direction both)
-    instantiate(cfg.reasoner, kg=embedded_kg, retriever=instantiate(cfg.retriever, kg=embedded_kg), llm=ScriptedLLM())
+
+@pytest.mark.parametrize("option", options("reasoner"))
+def test_build_injects_the_shared_resources(option, tmp_path):
+    """run.build gives every reasoner the run's kg, retriever, llm, embedder and graph database
+    (the constructor contract, docs/architecture.md); nothing heavy is loaded at build, except
+    the graph DB that SGR opens up front; closing the components closes them."""
+    from kgreason.run import build
+
+    cfg = compose_cfg([f"reasoner={option}", "llm=scripted", "tracking=none"], tmp_path)
+    c = build(cfg, tmp_path)
+    try:
+        assert type(c.reasoner) is get_class(REASONERS[option])
+        if hasattr(c.reasoner, "kg") and option not in ("subqrag",):
+            assert c.reasoner.kg is c.kg
+        if option in EMBEDS:
+            assert c.reasoner.embedder is c.embedder
+        assert not c.embedder.loaded and not c.llm.built
+        assert c.graphdb.opened == (option == "sgr")
+        if option == "sgr":
+            assert c.reasoner.db is c.graphdb.open()
+    finally:
+        c.close()
+    assert not c.graphdb.opened
+    c.close()  # idempotent
     if option in ("kg_dx", "logoskg_dx"):  # hop distances are undirected: a one-way retriever is refused
+        cfg = compose_cfg([f"reasoner={option}", "llm=scripted", "tracking=none", "retriever.direction=out"], tmp_path)
         with pytest.raises(Exception, match="direction=both"):
-            instantiate(cfg.reasoner, kg=embedded_kg, retriever=ScipyRetriever(embedded_kg, direction="out"),
-                        llm=ScriptedLLM())
+            build(cfg, tmp_path)
+
+
+def test_sgr_without_a_graph_database_fails_at_build(tmp_path):
+    from kgreason.run import build
+
+    cfg = compose_cfg(["reasoner=sgr", "graphdb=none", "llm=scripted", "tracking=none"], tmp_path)
+    with pytest.raises(Exception, match="graphdb=kuzu"):
+        build(cfg, tmp_path)
+    cfg = compose_cfg(["reasoner=sgr", "graphdb=none", "ablation=sgr_no_cypher", "llm=scripted", "tracking=none"], tmp_path)
+    with build(cfg, tmp_path) as c:
+        assert c.graphdb is None and c.reasoner.db is None
 
 
 @pytest.mark.parametrize("option", options("ablation"))
@@ -70,6 +177,6 @@ def test_ablation_rejected_by_wrong_reasoner(option, tmp_path, embedded_kg):
 
     cfg = compose_cfg([f"ablation={option}", "reasoner=retrieval_only"], tmp_path)
     if set(cfg.reasoner) <= set(compose_cfg(["reasoner=retrieval_only"], tmp_path / "b").reasoner):
-        pytest.skip("ablation does not touch reasoner fields")
-    with pytest.raises(Exception):
+        return  # every field it sets is one retrieval_only has too (e.g. subqrag_topk: top_k)
+    with pytest.raises(Exception, match="unexpected keyword"):
         instantiate(cfg.reasoner, kg=embedded_kg, retriever=ScipyRetriever(embedded_kg), llm=ScriptedLLM())

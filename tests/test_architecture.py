@@ -1,0 +1,152 @@
+"""The import graph (docs/architecture.md): no module imports from a layer above its own, and no
+two modules import each other, directly or through others.
+
+Every ``import``/``from ... import`` of every module under kgreason/ counts, including the lazy
+ones inside functions: a lazy import still ties the two modules together.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PKG = REPO / "kgreason"
+
+# bottom → top; a module may import from its own layer or any layer below. The same table is in
+# docs/architecture.md; change both together.
+LAYERS: list[tuple[str, ...]] = [
+    ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.runs"),   # 0 ground floor
+    ("kgreason.kg",),                                                     # 1 the graph
+    ("kgreason.retrieval",),                                              # 2 k-hop + dense search
+    ("kgreason.llm",),                                                    # 3 LLM backends, cache, parsing
+    ("kgreason.data", "kgreason.metrics"),                                # 4 datasets, scoring
+    ("kgreason.judges", "kgreason.reasoners"),                            # 5 methods
+    ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
+    ("kgreason.run",),                                                    # 7 the wiring
+    ("kgreason.__main__", "kgreason.score", "kgreason.bench", "kgreason.eval"),  # 8 entry points
+]
+
+# Import cycles another branch of issue 15 removes (item 3, the diagnosis wing). Each entry must
+# still be a cycle, so the test fails, and this entry must go, once that branch is merged.
+KNOWN_CYCLES: set[frozenset[str]] = {
+    frozenset({"kgreason.reasoners.kg_dx", "kgreason.reasoners.logoskg_dx"}),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """kgreason modules named by the file's imports (``from a import b`` names ``a.b`` when
+    that is a module, else ``a``)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.add(target)
+            out.update(f"{target}.{a.name}" for a in node.names)
+    return {m for m in out if m in MODULES and m != name}
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+GRAPH = {m: imports_of(p) for m, p in MODULES.items()}
+
+
+def layer_of(module: str) -> int:
+    best, depth = None, -1
+    for i, prefixes in enumerate(LAYERS):
+        for pre in prefixes:
+            if (module == pre or module.startswith(pre + ".")) and pre.count(".") > depth:
+                best, depth = i, pre.count(".")
+    if best is None:
+        raise AssertionError(f"{module} is in no layer of tests/test_architecture.py LAYERS")
+    return best
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(frozenset(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_parser_sees_real_edges():
+    """Guards the test itself: known edges (top-level, lazy, relative) are found."""
+    assert "kgreason.llm.lazy" in GRAPH["kgreason.run"]
+    assert "kgreason.embed" in GRAPH["kgreason.retrieval.dense"]
+    assert "kgreason.kg.cypher" in GRAPH["kgreason.reasoners.sgr"]
+    assert "kgreason.llm.lazy" in GRAPH["kgreason.reasoners.subqrag_index"]  # inside main()
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+
+
+def test_every_module_has_a_layer():
+    for m in MODULES:
+        layer_of(m)
+
+
+def test_no_upward_import():
+    bad = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+           for a, targets in GRAPH.items() for b in sorted(targets) if layer_of(b) > layer_of(a)]
+    assert not bad, "imports from a higher layer (docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_no_import_cycle():
+    found = cycles(GRAPH)
+    new = [sorted(c) for c in found if c not in KNOWN_CYCLES]
+    assert not new, f"import cycles: {new}"
+    gone = [sorted(c) for c in KNOWN_CYCLES if c not in found]
+    assert not gone, f"{gone} is no longer a cycle: delete it from KNOWN_CYCLES"
+
+
+@pytest.mark.parametrize("lower,upper", [("kgreason.kg", "kgreason.llm"), ("kgreason.kg", "kgreason.retrieval"),
+                                         ("kgreason.kg", "kgreason.reasoners")])
+def test_kg_stays_below(lower, upper):
+    """kg/ imports nothing from llm/, retrieval/ or reasoners/ (issue 15, items 2 and 6)."""
+    bad = [(a, b) for a, targets in GRAPH.items() if a.startswith(lower + ".")
+           for b in targets if b == upper or b.startswith(upper + ".")]
+    assert not bad
