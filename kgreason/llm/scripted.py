@@ -11,6 +11,7 @@ It is for control-flow tests only: never the default of a run or a benchmark.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Mapping, Sequence
 
 from kgreason.llm.base import ScoringUnsupported
@@ -27,6 +28,7 @@ class ScriptedLLM:
         model: str = "scripted",
         scores: Mapping[str, float] | None = None,
         match_on: str = "last_user",
+        delay_s: float = 0.0,
     ) -> None:
         self.model = model
         self.rules = [(re.compile(r["pattern"], re.S | re.I), r["reply"]) for r in rules]
@@ -34,6 +36,7 @@ class ScriptedLLM:
         self.default = default
         self.scores = dict(scores) if scores is not None else None
         self.match_on = match_on
+        self.delay_s = float(delay_s)  # sleep per request: a slow backend, for interruption tests
         self.calls: list[ChatRequest] = []  # every request seen, for assertions
 
     def _text(self, messages: Sequence[Message]) -> str:
@@ -58,6 +61,8 @@ class ScriptedLLM:
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         out = []
         for req in requests:
+            if self.delay_s:
+                time.sleep(self.delay_s)
             self.calls.append(req)
             text = self._text(req.messages)
             replies = tuple(self._reply(text) for _ in range(req.n))
