@@ -154,3 +154,31 @@ def test_sigint_mid_run_leaves_nothing_behind(tmp_path, graphdb):
     metrics = json.loads((second / "metrics.json").read_text())
     assert metrics["run/n_examples"] == 3 and metrics["run/errors"] == 0
     assert metrics["llm/cache_hits"] > 0  # the interrupted run's calls were kept in the cache
+
+
+def test_every_resource_close_is_idempotent(tmp_path, embedded_kg):
+    """LazyLLM (call cache), LazyGraphDB (kuzu) and Embedder: close twice, nothing held after,
+    and an LLM used after its run closed it says so instead of reopening the cache."""
+    from omegaconf import OmegaConf
+
+    from kgreason.embed import Embedder
+    from kgreason.kg.cypher import LazyGraphDB
+    from kgreason.llm.lazy import LazyLLM
+    from kgreason.types import ChatRequest
+
+    llm = LazyLLM(OmegaConf.create({"_target_": "kgreason.llm.scripted.ScriptedLLM", "default": "ok"}),
+                  OmegaConf.create({"dir": str(tmp_path / "llm"), "mode": "readwrite"}))
+    assert not llm.built and open_files_under(tmp_path) == []  # nothing opened before first use
+    assert llm.generate([ChatRequest.of("hi")])[0].text == "ok"
+    assert any("llm_calls.sqlite" in p for p in open_files_under(tmp_path))
+    db = LazyGraphDB("kuzu", kg=embedded_kg, cache_dir=str(tmp_path / "cypher"))
+    assert db.run_read("MATCH (n:Entity) RETURN count(n) AS c")[0]["c"] == embedded_kg.n_entities
+    assert any("kuzu" in p for p in open_files_under(tmp_path))
+    emb = Embedder()
+    for _ in range(2):
+        llm.close()
+        db.close()
+        emb.close()
+    assert open_files_under(tmp_path) == [] and not db.opened and not emb.loaded
+    with pytest.raises(RuntimeError, match="after the run closed it"):
+        llm.generate([ChatRequest.of("hi")])
