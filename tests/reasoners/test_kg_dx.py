@@ -48,14 +48,16 @@ def test_rejects_directed_retriever(world):
         KGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="out"))
 
 
-def test_ddxplus_local_parsing(shared_data):
-    from kgreason.bench.dx_offline import load_ddxplus_kg_local, load_ddxplus_patients_local
+def test_dx_offline_reads_ddxplus_through_the_shared_reader(shared_data):
+    from kgreason.bench.dx_offline import load_kg, load_patients
 
-    kg = load_ddxplus_kg_local(shared_data / "ddxplus")
-    assert (len(kg.entities_of_type("disease")), len(kg.entities_of_type("evidence")), kg.n_triples) == (49, 223, 888)
-    pts, stats = load_ddxplus_patients_local(shared_data / "ddxplus")
-    assert len(pts) == 588 and stats["evidences_linked"] == stats["evidences"]
+    kg = load_kg(shared_data / "ddxplus")
+    assert (len(kg.entities_of_type("pathology")), len(kg.entities_of_type("evidence")), kg.n_triples) == (49, 223, 888)
+    pts, stats = load_patients(shared_data / "ddxplus")
+    assert len(pts) == 588 and stats["evidences_linked"] == stats["evidences"] == 8470
+    assert stats["non_default"] == 7951 == sum(len(p.topic_entities) for p in pts)
     assert all(kg.find_entity(p.diagnoses[0]) >= 0 for p in pts)
+    assert all(kg.type_of(kg.find_entity(e)) == "evidence" for p in pts[:50] for e in p.topic_entities)
 
 
 @pytest.mark.slow
