@@ -72,3 +72,15 @@ def test_per_round_metrics_score_the_prediction_rounds():
     q = Prediction("x", ("a",), rounds={"baseline": ("a",)})
     assert METRICS["dx_round2_f1"].per_example(q, ex) is None
     assert METRICS["dx_round1_f1"].per_example(Prediction("x", ("a",)), ex) is None
+
+
+def test_score_cli_reads_rounds_from_prediction_rows():
+    from kgreason.score import ScoreInputError, parse_line
+
+    row = {"id": "x", "prediction": "a", "answers": ["a", "c", "E"], "diagnoses": ["a", "c", "E"],
+           "rounds": {"baseline": ["A", "b", "C", "d"], "round1": ["a"]}}
+    pred, ex = parse_line(row, "p.jsonl:1")
+    assert pred.rounds == {"baseline": ("A", "b", "C", "d"), "round1": ("a",)}
+    assert METRICS["dx_baseline_f1"].per_example(pred, ex) == pytest.approx(4 / 7)
+    with pytest.raises(ScoreInputError, match=r"p.jsonl:2: field 'rounds.round1' must be a string or a list"):
+        parse_line({**row, "rounds": {"round1": [1]}}, "p.jsonl:2")

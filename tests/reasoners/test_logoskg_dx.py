@@ -246,3 +246,37 @@ def test_time_hops_records_one_time_per_hop(world):
     assert len(pred.extra["hop_times_s"]) == 3 and len(pred.extra["diseases_per_hop"]) == 3
     step = next(s for s in pred.trace if s.kind == "retrieve")
     assert len(step.data["hop_times_s"]) == 3 and len(step.data["entities_per_hop"]) == 3
+
+
+def test_dx_modules_share_dx_common_and_keep_functions_short():
+    """kg_dx and logoskg_dx import dx_common, never each other; every function ≤ 60 lines
+    (one method per paper step, issue 15)."""
+    import ast
+    from pathlib import Path
+
+    import kgreason.reasoners as pkg
+
+    root = Path(pkg.__file__).parent
+    for mod, other in (("kg_dx", "logoskg_dx"), ("logoskg_dx", "kg_dx"), ("dx_common", "kg_dx")):
+        tree = ast.parse((root / f"{mod}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert f"kgreason.reasoners.{other}" not in imported, (mod, other)
+        if mod != "dx_common":
+            assert "kgreason.reasoners.dx_common" in imported
+        long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60]
+        assert not long, (mod, long)
+
+
+def test_answer_calls_the_paper_steps_in_order(world, monkeypatch):
+    """LogosKGDx.answer = baseline → note entities → k-hop → rank → refine → Round 1 → Round 2."""
+    r = _reasoner(world, _llm([world.patients[0].diagnoses[0]]), hops=2)
+    calls = []
+    steps = ("baseline_diagnoses", "extract_note_entities", "retrieve_khop", "rank_candidates",
+             "refine_support", "round1_filter", "round2_select")
+    for name in steps:
+        fn = getattr(r, name)
+        monkeypatch.setattr(r, name, lambda *a, _fn=fn, _n=name, **k: (calls.append(_n), _fn(*a, **k))[1])
+    r.answer(world.patients[0])
+    assert calls == list(steps)
