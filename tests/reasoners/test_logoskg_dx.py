@@ -238,6 +238,12 @@ def test_e2e_run_similarity_rank_minilm(tmp_path):
 
     res = run(_scripted_cfg(tmp_path, "reasoner.refine=top_n", "reasoner.top_n=10"), tmp_path)
     assert res.metrics["run/error_rate"] == 0.0
+    rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    for r in rows:
+        filt = next(s for s in r["trace"] if s["kind"] == "filter")
+        # top_n keeps the 10 most similar KG diseases (fewer only when fewer are within k)
+        assert filt["data"]["n_allowed"] == min(10, r["extra"]["n_disease_candidates"])
+        assert r["extra"]["n_disease_candidates"] > 10  # so the refinement did prune
 
 
 def test_time_hops_records_one_time_per_hop(world):
