@@ -160,6 +160,8 @@ def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         "extra": to_jsonable(pred.extra),
         "trace": to_jsonable(pred.trace),
     }
+    if pred.rounds:
+        row["rounds"] = to_jsonable(pred.rounds)
     if ex.hops is not None:
         row["hops"] = ex.hops
     if c.judge is not None and pred.error is None:
@@ -205,7 +207,7 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
         totals = [j["total"] for j in judge_rows if "total" in j]
         if totals:
             out["judge/pdsqi_total"] = sum(totals) / len(totals)
-        # per-round judge scores (e.g. logoskg_dx baseline / round1 / round2 → judge/round1/<attr>)
+        # per-round judge scores (Prediction.rounds, e.g. baseline / round1 / round2 → judge/round1/<attr>)
         rounds = sorted({rd for j in judge_rows for rd in (j.get("per_round") or {})})
         for rd in rounds:
             rrows = [j["per_round"][rd] for j in judge_rows if rd in (j.get("per_round") or {})]
@@ -215,13 +217,6 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
             rtot = [j["per_round_total"][rd] for j in judge_rows if rd in (j.get("per_round_total") or {})]
             if rtot:
                 out[f"judge/{rd}/pdsqi_total"] = sum(rtot) / len(rtot)
-    # per-round diagnosis P/R/F1 written by logoskg_dx into extra["<round>_prf"] (App. A.2)
-    for rd in ("baseline", "round1", "round2"):
-        prf = [r["extra"][f"{rd}_prf"] for r in rows if isinstance(r.get("extra", {}).get(f"{rd}_prf"), Mapping)]
-        for k in ("p", "r", "f1"):
-            vals = [x[k] for x in prf if k in x]
-            if vals:
-                out[f"dx/{rd}_{k}"] = sum(vals) / len(vals)
     return {k: (round(v, 10) if isinstance(v, float) and not math.isnan(v) else v) for k, v in out.items()}
 
 

@@ -72,7 +72,11 @@ def parse_line(obj: Any, where: str) -> tuple[Prediction, Example]:
     diagnoses = _strs(obj["diagnoses"], where, "diagnoses") if obj.get("diagnoses") else []
     ex = Example(id=str(obj["id"]), question=str(obj.get("question", "")), answers=tuple(answers),
                  answer_groups=tuple(tuple(g) for g in groups), diagnoses=tuple(diagnoses))
-    return Prediction(example_id=ex.id, answers=tuple(ranked), extra=extra), ex
+    rounds = obj.get("rounds") or {}
+    if not isinstance(rounds, dict):
+        raise ScoreInputError(f"{where}: field 'rounds' must be an object {{round name: [answers]}}")
+    rounds = {str(k): tuple(_strs(v, where, f"rounds.{k}")) for k, v in rounds.items()}
+    return Prediction(example_id=ex.id, answers=tuple(ranked), extra=extra, rounds=rounds), ex
 
 
 def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:

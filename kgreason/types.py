@@ -180,12 +180,25 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
+    """What a reasoner returns for one example.
+
+    Attributes:
+        answers: the final answers, ranked.
+        rounds: intermediate answer lists of a multi-round reasoner, by round name (e.g. the
+            LogosKG diagnosis study's ``baseline`` / ``round1`` / ``round2``; the final list is
+            ``answers``). The run scores each with the same metric code as ``answers``
+            (``dx_<round>_f1`` ...) and the PDSQI judge judges each; reasoners never score
+            themselves. Empty for single-round reasoners.
+        extra: per-example scalars and diagnostics (search space, retrieved names, ...).
+    """
+
     example_id: str
     answers: tuple[str, ...]  # ranked
     trace: tuple[Step, ...] = ()
     usage: Usage = Usage()
     error: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # per-example scalars (search space...)
+    rounds: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def answer(self) -> str:

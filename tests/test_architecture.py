@@ -31,11 +31,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("kgreason.__main__", "kgreason.score", "kgreason.bench", "kgreason.eval"),  # 8 entry points
 ]
 
-# Import cycles another branch of issue 15 removes (item 3, the diagnosis wing). Each entry must
-# still be a cycle, so the test fails, and this entry must go, once that branch is merged.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"kgreason.reasoners.kg_dx", "kgreason.reasoners.logoskg_dx"}),
-}
+# Import cycles tolerated for now (none): each entry must still be a cycle, so the test fails
+# once one is removed and its entry is left behind.
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def module_name(path: Path) -> str:

@@ -16,19 +16,16 @@ Reports, on the 588-patient DDXPlus sample + the DDXPlus condition→evidence KG
 * the Round-1 oracle bound at each k: the fraction of gold pathologies within k hops of the
   patient's evidences (the recall a perfect Round 1 could keep).
 
-The DDXPlus parsing here is deliberately minimal (local to this module); replace it with the
-shared ``load_ddxplus_kg`` / DDXPlus patient loader of ``kgreason.data.clinical`` after merge.
-
-Evidence "non-default" rule: a patient's answer differs from the evidence's ``default_value``
-(binary: ``False``; categorical / multi: the English meaning of the default value code, e.g.
-``nowhere``, ``No``/``N``; numeric: ``0``). The sample rows come from the first (French-coded)
-release; their ``English Evidences`` column is what we link.
+Files are read by the one DDXPlus reader, :mod:`kgreason.data.ddxplus` (KG: ``load_ddxplus_kg``;
+patients: ``read_patients`` + ``english_answers``). The sample rows come from the first
+(French-coded) release; their ``English Evidences`` column is what we link. A patient's evidences
+here are the *non-default* ones (:func:`kgreason.data.ddxplus.is_default_answer`: the answer
+differs from the evidence's ``default_value``), which is what the consistent-set figure counts.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import csv
 import json
 import os
@@ -38,76 +35,46 @@ from pathlib import Path
 
 import numpy as np
 
+from kgreason.data.ddxplus import english_answers, is_default_answer, load_ddxplus_kg, read_evidences, read_patients
 from kgreason.kg.store import KG, normalise_name
 from kgreason.types import Example
 
 SAMPLE_FILE = "patients_val_sample588_karishmagrana.csv"
 
 
-# ----------------------------------------------------------------------------- minimal parsing
-def _default_en(ev: dict) -> str:
-    if ev.get("data_type") == "B":
-        return "False"
-    dv = str(ev.get("default_value"))
-    vm = ev.get("value_meaning") or {}
-    if dv in vm:
-        return str(vm[dv].get("en", dv))
-    return dv
-
-
-def load_ddxplus_kg_local(ddx_dir: str | Path) -> KG:
-    """Condition→evidence KG: ``(condition, has_symptom | has_antecedent, E_xx)``.
-
-    Entity names: English condition names (type ``disease``) and evidence codes (type
-    ``evidence``, label = English question). 49 conditions, 223 evidences, 888 triples."""
+# ----------------------------------------------------------------------------- inputs
+def load_kg(ddx_dir: str | Path) -> KG:
+    """The DDXPlus condition→evidence KG (``kg=ddxplus``): 49 pathologies, 223 evidences, 888 triples."""
     d = Path(ddx_dir)
-    conds = json.loads((d / "release_conditions.json").read_text())
-    evs = json.loads((d / "release_evidences.json").read_text())
-    triples, types, labels = [], {}, {}
-    for key, c in conds.items():
-        name = c.get("cond-name-eng") or c.get("condition_name") or key
-        types[name] = "disease"
-        for field, rel in (("symptoms", "has_symptom"), ("antecedents", "has_antecedent")):
-            for code in c.get(field, {}):
-                if code not in evs:
-                    raise ValueError(f"{d/'release_conditions.json'}: condition {name!r} names unknown evidence {code!r}")
-                triples.append((name, rel, code))
-    for code, ev in evs.items():
-        types[code] = "evidence"
-        labels[code] = ev.get("question_en", code)
-    return KG.from_triples(triples, entity_types=types, labels=labels, extra_entities=list(types), name="ddxplus")
+    return load_ddxplus_kg(d / "release_conditions.json", d / "release_evidences.json")
 
 
-def load_ddxplus_patients_local(ddx_dir: str | Path, file: str = SAMPLE_FILE) -> tuple[list[Example], dict]:
-    """Patients of the sample CSV as :class:`Example` (topic_entities = non-default evidence codes
-    linked by exact English question text; findings = "question: answer"; diagnoses = English
-    pathology). Returns ``(examples, link stats)``."""
+def load_patients(ddx_dir: str | Path, file: str = SAMPLE_FILE) -> tuple[list[Example], dict]:
+    """Patients of the sample CSV as :class:`Example`: ``topic_entities`` = the non-default
+    evidences' questions (KG entity names) linked by exact English question text; ``findings`` =
+    "question answer"; ``diagnoses`` = the ``English Pathology`` column. Returns
+    ``(examples, link stats)``."""
     d = Path(ddx_dir)
-    evs = json.loads((d / "release_evidences.json").read_text())
-    q2code = {ev["question_en"]: code for code, ev in evs.items()}
+    evs = read_evidences(d / "release_evidences.json")
+    q2code = {ev["question_en"].strip(): code for code, ev in evs.items()}
     out, n_ev, n_ev_linked, n_nondefault = [], 0, 0, 0
-    with open(d / file, newline="") as f:
-        for line, row in enumerate(csv.DictReader(f), start=2):
-            try:
-                answers = ast.literal_eval(row["English Evidences"])
-            except (ValueError, SyntaxError) as e:
-                raise ValueError(f"{d/file}:{line}: column 'English Evidences' is not a Python dict literal: {e}") from e
-            codes, findings = [], []
-            for q, v in answers.items():
-                n_ev += 1
-                code = q2code.get(q)
-                if code is None:
-                    continue
-                n_ev_linked += 1
-                if str(v) != _default_en(evs[code]):
-                    n_nondefault += 1
-                    codes.append(code)
-                    findings.append(f"{q} {v}")
-            path = row["English Pathology"]
-            note = f"Age {row['AGE']}, sex {row['SEX']}. " + " ".join(findings)
-            out.append(Example(id=f"ddxplus-{row['OriginalRowKey'] or line}", question=note, answers=(path,),
-                               topic_entities=tuple(dict.fromkeys(codes)), findings=tuple(findings),
-                               diagnoses=(path,), extra={"icd10": row.get("ICD-10", "")}))
+    for row in read_patients(d / file):
+        questions, findings = [], []
+        for q, v in english_answers(row).items():
+            n_ev += 1
+            code = q2code.get(q)
+            if code is None:
+                continue
+            n_ev_linked += 1
+            if not is_default_answer(evs[code], v):
+                n_nondefault += 1
+                questions.append(q)
+                findings.append(f"{q} {v}")
+        path = row["English Pathology"]
+        note = f"Age {row['AGE']}, sex {row['SEX']}. " + " ".join(findings)
+        out.append(Example(id=f"ddxplus-{row.get('OriginalRowKey') or row.index}", question=note, answers=(path,),
+                           topic_entities=tuple(dict.fromkeys(questions)), findings=tuple(findings),
+                           diagnoses=(path,), extra={"icd10": row.get("ICD-10", "")}))
     return out, {"evidences": n_ev, "evidences_linked": n_ev_linked, "non_default": n_nondefault}
 
 
@@ -125,12 +92,12 @@ def _dist_from(kg: KG, retriever, seeds: list[int], max_hops: int) -> np.ndarray
 def measure(data_dir: str | Path, max_hops: int = 5) -> dict:
     t0 = time.perf_counter()
     ddx = Path(data_dir) / "ddxplus"
-    kg = load_ddxplus_kg_local(ddx)
-    patients, stats = load_ddxplus_patients_local(ddx)
+    kg = load_kg(ddx)
+    patients, stats = load_patients(ddx)
     n = len(patients)
     gold_ids = [kg.find_entity(p.diagnoses[0]) for p in patients]
     res: dict = {"kg": {"entities": kg.n_entities, "triples": kg.n_triples,
-                        "diseases": int(len(kg.entities_of_type("disease")))},
+                        "diseases": int(len(kg.entities_of_type("pathology")))},
                  "patients": n}
     res["linking"] = {
         "evidence_rate": stats["evidences_linked"] / max(stats["evidences"], 1),
@@ -180,7 +147,7 @@ def measure(data_dir: str | Path, max_hops: int = 5) -> dict:
     set_counts: Counter = Counter()
     pair_counts: Counter = Counter()
     disease_mask = np.zeros(kg.n_entities, dtype=bool)
-    disease_mask[kg.entities_of_type("disease")] = True
+    disease_mask[kg.entities_of_type("pathology")] = True
     cand_sums = np.zeros(max_hops + 1, dtype=np.int64)
     for p, g in zip(patients, gold_ids):
         seeds = [kg.find_entity(c) for c in p.topic_entities if kg.find_entity(c) >= 0]

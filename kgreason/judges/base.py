@@ -20,7 +20,7 @@ class JudgeScore:
         total: aggregate of ``scores`` (the judge's ``aggregate``: mean or sum).
         std: ``{attribute: population std over samples}`` (empty when ``samples == 1``).
         per_round: ``{round: {attribute: score}}`` when the reasoner exposes rounds
-            (``prediction.extra["rounds"]``), e.g. baseline / round1 / round2 of logoskg_dx.
+            (``prediction.rounds``), e.g. baseline / round1 / round2 of logoskg_dx.
         per_round_total: ``{round: total}``.
         raw: the judge's raw replies (all samples, all rounds), for audit.
         parse_failures: replies that stayed unparseable after the re-ask budget.

@@ -13,7 +13,7 @@ Consistency controls:
 * ``compare(example, a, b)`` scores two outputs side by side; with ``position_swap`` it asks
   again with the order reversed, averages, and reports how often the preference agreed.
 
-Per-round scores: when ``prediction.extra["rounds"]`` maps round names to diagnosis lists
+Per-round scores: when ``prediction.rounds`` maps round names to diagnosis lists
 (logoskg_dx writes ``baseline``/``round1``/``round2``), each round is judged too and returned in
 ``JudgeScore.per_round`` (→ ``judge/<round>/<attr>`` in metrics.json). Identical outputs are
 judged once per example.
@@ -102,7 +102,7 @@ class PDSQIJudge:
         samples: judgements sampled per output (std reported when > 1).
         temperature: sampling temperature when ``samples > 1`` (0 otherwise).
         position_swap: in :meth:`compare`, also ask with the two outputs swapped.
-        judge_rounds: also judge each round of ``prediction.extra["rounds"]``.
+        judge_rounds: also judge each round of ``prediction.rounds``.
         aggregate: ``mean`` (as the "Average" row of Table 5) or ``sum`` (the 9–45 scale).
         max_tokens: judge reply budget.
         seed: base seed of sampled judgements.
@@ -179,7 +179,7 @@ class PDSQIJudge:
         raws, failures = list(raw), fails
         per_round: dict[str, dict[str, float]] = {}
         per_round_total: dict[str, float] = {}
-        rounds = (prediction.extra or {}).get("rounds") if self.judge_rounds else None
+        rounds = prediction.rounds if self.judge_rounds else None
         if isinstance(rounds, Mapping):
             for name, answers in rounds.items():
                 fresh = tuple(answers) not in memo

@@ -1,5 +1,7 @@
 """File formats → :class:`~kgreason.kg.store.KG`.
 
+(The DDXPlus knowledge base is read with the DDXPlus patients by :mod:`kgreason.data.ddxplus`.)
+
 Every loader validates its input and raises :class:`KGFormatError` naming the file, the line
 (1-based) and what was expected; a KG never silently loads from malformed input.
 
@@ -15,7 +17,6 @@ load_primekg           PrimeKG ``kg.csv`` (``x_name, relation, y_name, x_type, y
 load_umls_rrf          UMLS Metathesaurus ``MRCONSO.RRF`` + ``MRREL.RRF`` (+ optional ``MRSTY.RRF``)
 load_pkg               PubMed knowledge graph tables (papers, authorship, citations; see docs/data.md)
 load_rog_subgraphs     RoG-style JSONL, one question per line with its ``graph`` triples (union KG)
-load_ddxplus_kg        DDXPlus ``release_conditions.json`` + ``release_evidences.json``
 =====================  ==========================================================================
 """
 
@@ -546,83 +547,8 @@ def load_rog_subgraphs(path: PathLike, graph_field: str = "graph", name: str = "
     return KG.from_triples(triples, name=name)
 
 
-# ----------------------------------------------------------------------------- DDXPlus
-
-
-def _load_json(p: Path) -> object:
-    _check_file(p)
-    text = p.read_text(encoding="utf-8")
-    if not text.strip():
-        raise KGFormatError(p, None, "empty file: expected JSON")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise KGFormatError(p, e.lineno, f"invalid JSON ({e.msg})") from None
-
-
-def read_ddxplus_evidences(path: PathLike) -> dict[str, dict]:
-    """``release_evidences.json`` → ``{code: record}`` with ``question_en``/``value_meaning`` checked."""
-    p = Path(path)
-    ev = _load_json(p)
-    if not isinstance(ev, dict) or not ev:
-        raise KGFormatError(p, None, "expected a JSON object {evidence code: record}")
-    for code, rec in ev.items():
-        if not isinstance(rec, dict) or "question_en" not in rec or "data_type" not in rec:
-            raise KGFormatError(p, None, f"evidence {code!r}: expected fields 'question_en' and 'data_type'")
-    return ev
-
-
-def read_ddxplus_conditions(path: PathLike) -> dict[str, dict]:
-    p = Path(path)
-    cond = _load_json(p)
-    if not isinstance(cond, dict) or not cond:
-        raise KGFormatError(p, None, "expected a JSON object {condition name: record}")
-    for key, rec in cond.items():
-        if not isinstance(rec, dict) or "symptoms" not in rec or "antecedents" not in rec:
-            raise KGFormatError(p, None, f"condition {key!r}: expected fields 'symptoms' and 'antecedents'")
-    return cond
-
-
-def condition_name(rec: dict, key: str) -> str:
-    """English pathology name (``cond-name-eng``, else the key)."""
-    return rec.get("cond-name-eng") or rec.get("condition_name") or key
-
-
-def load_ddxplus_kg(conditions: PathLike, evidences: PathLike, name: str = "ddxplus") -> KG:
-    """DDXPlus knowledge base → KG ``(pathology, has_symptom | has_antecedent, evidence)``.
-
-    Pathology entities are English names (``cond-name-eng``; aliases: French name, the JSON key,
-    the ICD-10 code). Evidence entities are the English question text (``question_en``, e.g.
-    "Do you have a fever (either felt or measured with a thermometer)?"); the ``E_xx`` code is an
-    alias. Entity types: ``pathology`` / ``evidence``. A condition referencing an evidence code
-    missing from ``release_evidences.json`` raises (dangling reference).
-    """
-    pc, pe = Path(conditions), Path(evidences)
-    ev = read_ddxplus_evidences(pe)
-    cond = read_ddxplus_conditions(pc)
-    triples, types, aliases = [], {}, {}
-    for code, rec in ev.items():
-        q = rec["question_en"].strip()
-        types[q] = "evidence"
-        aliases[code] = q
-    for key, rec in cond.items():
-        cname = condition_name(rec, key)
-        types[cname] = "pathology"
-        for alias in (key, rec.get("cond-name-fr"), rec.get("icd10-id")):
-            if alias and alias != cname:
-                aliases.setdefault(alias, cname)
-        for field, rel in (("symptoms", "has_symptom"), ("antecedents", "has_antecedent")):
-            for code in rec[field]:
-                if code not in ev:
-                    raise KGFormatError(pc, None, f"condition {key!r}: dangling reference: evidence {code!r} "
-                                        f"({field}) not in {pe}")
-                triples.append((cname, rel, ev[code]["question_en"].strip()))
-    return KG.from_triples(triples, entity_types=types, aliases=aliases, name=name)
-
-
 __all__ = [
     "KGFormatError", "read_triples", "read_name_map", "load_triples", "load_metaqa_kb", "load_pykeen",
     "load_freebase_slice", "load_primekg", "load_umls_rrf", "load_pkg", "read_rog_graphs",
-    "load_rog_subgraphs", "load_ddxplus_kg", "read_ddxplus_evidences", "read_ddxplus_conditions",
-    "condition_name", "MRCONSO_COLS", "MRREL_COLS", "MRSTY_COLS",
+    "load_rog_subgraphs", "MRCONSO_COLS", "MRREL_COLS", "MRSTY_COLS",
 ]

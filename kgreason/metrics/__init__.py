@@ -36,6 +36,23 @@ def _dx(i: int) -> Callable[[Prediction, Example], float | None]:
     return fn
 
 
+def _dx_round(rd: str, i: int) -> Callable[[Prediction, Example], float | None]:
+    """Diagnosis P/R/F1 of one round the prediction carries (``Prediction.rounds[rd]``);
+    not applicable (None) when it carries no such round."""
+    def fn(p: Prediction, e: Example) -> float | None:
+        if rd not in p.rounds:
+            return None
+        r = clinical.dx_prf(p.rounds[rd], e.diagnoses or e.answers)
+        return None if r is None else r[i]
+
+    return fn
+
+
+# per-round diagnosis metrics of the LogosKG two-round study (App. A.2 Eq. 12)
+DX_ROUNDS = ("baseline", "round1", "round2")
+DX_ROUND_METRICS = tuple(Metric(f"dx_{rd}_{stat}", _dx_round(rd, i))
+                         for rd in DX_ROUNDS for i, stat in enumerate(("precision", "recall", "f1")))
+
 HITS_AT_1 = Metric("hits_at_1", lambda p, e: qa.hits_at_1(p.answers, e.answers))
 TOG_HITS_AT_1 = Metric("tog_hits_at_1", lambda p, e: qa.tog_match(p.answer, e.answers))
 ACCURACY = Metric("accuracy", lambda p, e: qa.accuracy(p.answers, _groups(e)))
@@ -54,7 +71,7 @@ SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extr
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     HITS_AT_1, TOG_HITS_AT_1, ACCURACY, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1, TWOWIKI_EM, TWOWIKI_F1,
-    DX_PRECISION, DX_RECALL, DX_F1, ANSWER_COVERAGE, SEARCH_SPACE,
+    DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, SEARCH_SPACE,
 )}
 
 

@@ -28,27 +28,17 @@ import numpy as np
 
 from kgreason.kg.linking import link_mentions
 from kgreason.reasoners.base import Trace
-from kgreason.reasoners.logoskg_dx import set_prf
+from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, within_k
 from kgreason.types import Example, Prediction
 
+__all__ = ["KGDx"]
 
-
-def diagnosis_types(kg, disease_type, who: str) -> list[str]:
-    """The KG entity types that count as diagnoses: ``disease_type`` is one name or a list
-    (e.g. ``[disease, pathology]``: PrimeKG says ``disease``, the DDXPlus KG ``pathology``);
-    the names the KG has are used, and none at all is an error naming the KG's types."""
-    names = [disease_type] if isinstance(disease_type, str) else [str(x) for x in disease_type]
-    present = [n for n in names if n in kg.type_names]
-    if not present:
-        raise ValueError(f"{who}: KG {kg.name!r} has none of the diagnosis entity types {names}; "
-                         f"its types: {list(kg.type_names)} (set reasoner.disease_type)")
-    return present
 
 class KGDx:
     """Args:
         hops: k.
         exact_hops: count evidences at distance == k instead of ≤ k.
-        disease_type: KG entity type of diagnoses.
+        disease_type: KG entity type(s) of diagnoses.
         top_k: answers returned.
         require_both_directions: refuse a retriever whose direction is not ``both``.
     """
@@ -56,28 +46,17 @@ class KGDx:
     def __init__(self, *, kg, retriever, llm=None, hops: int = 1, exact_hops: bool = False,
                  disease_type: str | Sequence[str] = ("disease", "pathology"), top_k: int = 10,
                  require_both_directions: bool = True, embedder=None, graphdb=None) -> None:
-        direction = getattr(retriever, "direction", "both")
-        if require_both_directions and str(getattr(direction, "value", direction)) != "both":
-            raise ValueError(f"kg_dx: evidence→diagnosis hops are undirected; set retriever.direction=both "
-                             f"(got {getattr(direction, 'value', direction)})")
-        if str(getattr(getattr(retriever, "semantics", None), "value", "")) == "walk":
-            raise ValueError("kg_dx needs hop distances: use a retriever with semantics within|exact, not walk")
-        types = diagnosis_types(kg, disease_type, "kg_dx")
+        check_hop_retriever(retriever, "kg_dx", require_both_directions)
         self.kg, self.retriever = kg, retriever
         self.hops, self.exact_hops, self.top_k = int(hops), bool(exact_hops), int(top_k)
         self.disease_type = disease_type
-        self._disease = np.zeros(kg.n_entities, dtype=bool)
-        for ty in types:
-            self._disease[kg.entities_of_type(ty)] = True
+        self._disease = diagnosis_mask(kg, disease_type, "kg_dx")
         self._reach_cache: dict[int, int] = {}
 
     def reached(self, seeds) -> np.ndarray:
         """Sorted int32 ids at distance ≤ k from ``seeds`` (seeds included) or == k."""
         sub = self.retriever.retrieve(list(seeds), self.hops)
-        layers = sub.entities_by_hop
-        if self.exact_hops:
-            return np.unique(layers[-1]).astype(np.int32) if len(layers) >= self.hops else np.zeros(0, np.int32)
-        return np.unique(np.concatenate([sub.seeds] + list(layers))).astype(np.int32)
+        return within_k(sub.seeds, sub.entities_by_hop, self.hops, self.exact_hops)
 
     def _reach(self, d: int) -> int:
         if d not in self._reach_cache:
@@ -90,27 +69,32 @@ class KGDx:
         link = link_mentions(self.kg, list(example.topic_entities) or list(example.findings))
         return [([e], self.hops) for e in link.ids]
 
+    def support(self, evidence_ids: Sequence[int]) -> np.ndarray:
+        """``(n_entities,)`` int32: support(d) = number of evidences within k (== k) of d."""
+        support = np.zeros(self.kg.n_entities, dtype=np.int32)
+        for e in evidence_ids:
+            support[self.reached([e])] += 1
+        return support
+
+    def rank(self, support: np.ndarray) -> np.ndarray:
+        """Diseases with support ≥ 1, by support, then specificity ``support / reach(d)``, then id."""
+        cands = np.flatnonzero((support > 0) & self._disease).astype(np.int32)
+        share = np.array([support[d] / max(self._reach(int(d)), 1) for d in cands], dtype=np.float64)
+        return cands[np.lexsort((cands, -share, -support[cands]))]
+
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         kg = self.kg
-        mentions = list(example.topic_entities) or list(example.findings)
-        link = link_mentions(kg, mentions)
+        link = link_mentions(kg, list(example.topic_entities) or list(example.findings))
         t.add("link", "evidences", linked=link.linked, failed=link.failed)
         if not link.ids:
             return t.finish(example, [], retrieved=[], link_failed=True, n_consistent=0)
-        support = np.zeros(kg.n_entities, dtype=np.int32)
-        for e in link.ids:
-            support[self.reached([e])] += 1
-        cands = np.flatnonzero((support > 0) & self._disease).astype(np.int32)
-        share = np.array([support[d] / max(self._reach(int(d)), 1) for d in cands], dtype=np.float64)
-        order = np.lexsort((cands, -share, -support[cands]))
-        ranked = cands[order]
+        support = self.support(link.ids)
+        ranked = self.rank(support)
         n = len(link.ids)
         consistent = [kg.entity_label(int(d)) for d in ranked if support[d] == n]
         names = [kg.entity_label(int(d)) for d in ranked]
         t.add("rank", "kg_support", n_evidences=n, n_candidates=len(names),
               top=[(kg.entity_label(int(d)), int(support[d])) for d in ranked[:10]])
-        gold = list(example.diagnoses or example.answers)
         return t.finish(example, names[: self.top_k], retrieved=names, consistent=consistent,
-                        n_consistent=len(consistent), n_candidates=len(names), hops_used=self.hops,
-                        consistent_prf=set_prf(consistent, gold))
+                        n_consistent=len(consistent), n_candidates=len(names), hops_used=self.hops)

@@ -1,87 +1,82 @@
-"""LogosKG two-round KG-LLM diagnosis study (logoskg.txt §6, App. A.2, A.5, A.7).
+"""LogosKG two-round KG-LLM diagnosis study (logoskg.txt §6, App. A.2, A.5, A.7, A.8).
 
-Per patient note:
+One method per paper step; :meth:`LogosKGDx.answer` calls them in this order:
 
-1. **Baseline**: the LLM reads the note and lists diagnoses (JSON list).
-2. **Entity extraction**: clinical entities of the note linked to KG ids — ``example.findings``
-   when the dataset gives them, else one LLM extraction call; linked with
-   :func:`kgreason.kg.linking.link_mentions` (exact / normalised name, then optional MiniLM
-   nearest-label fallback).
-3. **Round 1 (filter)**: keep the baseline diagnoses that link to a KG entity at distance ≤ k
-   (``exact_hops``: == k) from the note's entities. Distance 0 counts in ``≤ k`` mode: a
-   diagnosis the note names itself is supported.
-4. **Round 2 (enhance)**: candidate diagnoses = disease-type entities at distance ≤ k (== k) from
-   the note's entities, ranked (MiniLM similarity to the note entities, or path support),
-   capped, shown to the LLM which selects from them. Final = Round 1 ∪ Round 2 selections.
+==========================  =========================================================================
+method                      paper step
+==========================  =========================================================================
+``baseline_diagnoses``      §6 / A.5: the LLM reads the note and lists diagnoses (the "baseline",
+                            Fig. 6: ten diagnoses), strict JSON list with a bounded re-ask
+``extract_note_entities``   A.5: clinical entities of the note linked to KG ids (``example.findings``
+                            when the dataset gives them, else one LLM extraction call), linked with
+                            :func:`kgreason.kg.linking.link_mentions`
+``retrieve_khop``           §3.1 / §3.3: one k-hop retrieval from the note entities; its BFS shells are
+                            hop distances (optionally timed per hop, ``time_hops``)
+``rank_candidates``         A.7 / §6: disease-type entities within k ranked by max cosine similarity to
+                            the note entities (the paper: SapBERT; here MiniLM) or by path support
+``refine_support``          A.7 (Table 6): the KG-supported set Round 1 checks against, pruned by a
+                            similarity threshold τ or to the top N
+``round1_filter``           §6 Round 1 (KG filtering): keep the baseline diagnoses that link to an
+                            entity at distance ≤ k (``exact_hops``: == k) from the note entities
+``round2_select``           §6 Round 2 (KG enhancement), A.5: the LLM selects among the ranked
+                            candidates; final = Round 1 ∪ Round 2 selections
+==========================  =========================================================================
 
-Distances come from the injected LogosKG retriever's BFS layers (``retriever.retrieve(seeds,
+Distance 0 counts in ``≤ k`` mode: a diagnosis the note names itself is supported. Distances
+come from the injected LogosKG retriever's BFS layers (``retriever.retrieve(seeds,
 k).entities_by_hop``), so the retriever must use ``within`` or ``exact`` semantics; ``walk``
 layers are not distances and are rejected. Diagnosis hops are undirected (a finding and a
 disease are linked whichever way the edge is stored), so ``direction: both`` is required unless
-``require_both_directions=false`` (e.g. a KG that already stores both orientations).
+``require_both_directions=false`` (e.g. a KG that already stores both orientations). With a
+refinement on, ranking is always by similarity (Round 2 then uses the same ranking).
 
-Refinement (App. A.7): the KG-supported disease set used by Round 1 can be pruned by the max
-cosine similarity between a candidate's label and the note entities (``refine: threshold`` with
-``tau``) or to the ``top_n`` most similar (``refine: top_n``). The paper used SapBERT; we use the
-packaged all-MiniLM-L6-v2 (the run's :class:`kgreason.embed.Embedder`). With a refinement on,
-Round 1 keeps only baseline diagnoses that link into the refined disease set. A refinement always
-ranks by similarity (Round 2 then uses the same ranking).
-
-Per-example outputs in ``Prediction.extra``: ``baseline``/``round1``/``round2`` name lists, a
-``rounds`` dict of the same (what the PDSQI judge reads to score each round), per-round
-``{"p", "r", "f1"}`` (App. A.2 Eq. 11–12) under ``baseline_prf``/``round1_prf``/``round2_prf``,
-candidate counts, and the retrieved candidate names (``retrieved``, for answer coverage).
+Output: ``Prediction.answers`` is the final list (Round 2 with ``rounds: 2``, else Round 1);
+``Prediction.rounds`` holds ``baseline``, ``round1`` and (``rounds: 2``) ``round2``, which the run
+scores with the one diagnosis P/R/F1 (App. A.2 Eq. 11-12; ``metric/dx_<round>_f1``) and the
+PDSQI judge judges. The reasoner never reads the gold diagnoses. ``Prediction.extra`` has the
+Round 2 selections, candidate counts, per-hop counts and times, and the ranked candidate names
+(``retrieved``, for answer coverage = the Round-1 oracle bound).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
-from kgreason.llm.parsing import ParseResult, parse_json, with_reask
+from kgreason.llm.parsing import with_reask
 from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.retrieval.base import Direction, Semantics
+from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, parse_name_list, within_k
 from kgreason.embed import Embedder
-from kgreason.types import ChatRequest, Example, Prediction
+from kgreason.types import ChatRequest, Example, Prediction, Subgraph
+
+__all__ = ["LogosKGDx", "NoteEntities", "KHop", "parse_name_list"]
 
 
-def parse_name_list(text: str) -> ParseResult:
-    """Strict: a JSON list of strings (or an object holding one list). Anything else fails,
-    which triggers the bounded re-ask."""
-    js = parse_json(text)
-    val = js.value
-    if js.ok and isinstance(val, dict):
-        lists = [v for v in val.values() if isinstance(v, list)]
-        val = lists[0] if lists else None
-    if not js.ok or not isinstance(val, list):
-        return ParseResult(False, [], "expected a JSON list of strings")
-    out = [str(x).strip() for x in val if isinstance(x, (str, int, float)) and str(x).strip()]
-    return ParseResult(True, list(dict.fromkeys(out)))
+@dataclass(frozen=True)
+class NoteEntities:
+    """The note's clinical entities (A.5) and their KG links."""
+
+    mentions: list[str]
+    seeds: np.ndarray  # (s,) int32 linked KG ids
+    names: list[str]  # their KG labels (what the similarity ranking compares against)
 
 
-def set_prf(pred: Sequence[str], gold: Sequence[str],
-            same: Callable[[str, str], bool] | None = None) -> dict[str, float]:
-    """Entity-level precision / recall / F1 (logoskg.txt App. A.2, Eq. 11–12).
+@dataclass(frozen=True)
+class KHop:
+    """One k-hop retrieval from the note entities (§3.3)."""
 
-    ``|pred ∩ gold|`` counts the gold items matched by some prediction (for recall) and the
-    predictions matching some gold item (for precision); ``same`` defaults to normalised-name
-    equality. Empty ``pred`` gives P = 0; empty ``gold`` gives R = 0.
-
-    >>> set_prf(["Flu", "cold", "asthma"], ["flu", "Pneumonia"])
-    {'p': 0.3333333333, 'r': 0.5, 'f1': 0.4}
-    """
-    eq = same or (lambda a, b: normalise_name(a) == normalise_name(b))
-    pred, gold = list(dict.fromkeys(pred)), list(dict.fromkeys(gold))
-    tp_p = sum(1 for p in pred if any(eq(p, g) for g in gold))
-    tp_r = sum(1 for g in gold if any(eq(p, g) for p in pred))
-    p = tp_p / len(pred) if pred else 0.0
-    r = tp_r / len(gold) if gold else 0.0
-    f1 = 2 * p * r / (p + r) if p + r > 0 else 0.0
-    return {"p": round(p, 10), "r": round(r, 10), "f1": round(f1, 10)}
+    sub: Subgraph | None  # None when no note entity linked
+    supported: np.ndarray  # (n,) int32 ids within k (== k), seeds included in ≤ k mode
+    diseases: np.ndarray  # (m,) int32 the diagnosis-type ids among them
+    diseases_per_hop: list[int]
+    retrieve_s: float
+    hop_times_s: list[float]
 
 
 class LogosKGDx:
@@ -128,17 +123,7 @@ class LogosKGDx:
             raise ValueError(f"logoskg_dx: rank must be similarity | path_support | none, got {rank!r}")
         if refine not in ("none", "threshold", "top_n"):
             raise ValueError(f"logoskg_dx: refine must be none | threshold | top_n, got {refine!r}")
-        sem = getattr(retriever, "semantics", None)
-        if sem is Semantics.WALK or str(getattr(sem, "value", sem)) == "walk":
-            raise ValueError("logoskg_dx needs hop distances: use a retriever with semantics within|exact, not walk")
-        direction = getattr(retriever, "direction", Direction.BOTH)
-        if require_both_directions and str(getattr(direction, "value", direction)) != "both":
-            raise ValueError(
-                f"logoskg_dx: finding→diagnosis hops are undirected; set retriever.direction=both "
-                f"(got {getattr(direction, 'value', direction)}) or reasoner.require_both_directions=false")
-        from kgreason.reasoners.kg_dx import diagnosis_types
-
-        types = diagnosis_types(kg, disease_type, "logoskg_dx")
+        check_hop_retriever(retriever, "logoskg_dx", require_both_directions)
         self.kg, self.retriever, self.llm = kg, retriever, llm
         self.hops, self.rounds, self.exact_hops = int(hops), int(rounds), bool(exact_hops)
         self.disease_type = disease_type
@@ -148,9 +133,7 @@ class LogosKGDx:
         self.use_findings, self.max_reasks, self.max_tokens = use_findings, max_reasks, max_tokens
         self.time_hops = bool(time_hops)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("baseline", "extract", "select")}
-        self._disease_mask = np.zeros(kg.n_entities, dtype=bool)
-        for ty in types:
-            self._disease_mask[kg.entities_of_type(ty)] = True
+        self._disease_mask = diagnosis_mask(kg, disease_type, "logoskg_dx")
         self.embedder = embedder if embedder is not None else Embedder()
         # link_mentions wants nearest(); the linker embeds the KG labels once, on first use
         self.linker = EmbeddingLinker(kg, self.embedder) if link_embedding else None
@@ -168,29 +151,8 @@ class LogosKGDx:
 
     def supported(self, layers: Sequence[np.ndarray], seeds: np.ndarray) -> np.ndarray:
         """Sorted int32 ids at distance ≤ k (seeds included) or == k (``exact_hops``)."""
-        if self.exact_hops:
-            return np.unique(layers[-1]).astype(np.int32) if len(layers) >= self.hops else np.zeros(0, np.int32)
-        parts = [np.asarray(seeds, dtype=np.int32)] + [np.asarray(x, dtype=np.int32) for x in layers]
-        return np.unique(np.concatenate(parts)).astype(np.int32)
+        return within_k(seeds, layers, self.hops, self.exact_hops)
 
-    def _scores(self, cands: np.ndarray, entity_names: list[str], seeds: np.ndarray) -> np.ndarray:
-        """``(len(cands),)`` float32 ranking scores (higher first)."""
-        if len(cands) == 0:
-            return np.zeros(0, dtype=np.float32)
-        if self.rank == "similarity" or self.refine != "none":
-            labels = [self.kg.entity_label(int(c)) for c in cands]
-            if not entity_names:
-                return np.zeros(len(cands), dtype=np.float32)
-            return self.embedder.similarity(labels, entity_names).max(axis=1).astype(np.float32)
-        if self.rank == "path_support":
-            support = np.zeros(self.kg.n_entities, dtype=np.float32)
-            for s in seeds.tolist():
-                sub = self.retriever.retrieve([s], self.hops)
-                support[self.supported(sub.entities_by_hop, sub.seeds)] += 1.0
-            return support[cands]
-        return np.zeros(len(cands), dtype=np.float32)
-
-    # ------------------------------------------------------------------ main
     def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
         """The k-hop queries :meth:`answer` makes, when they are known before any LLM call
         (structured findings, ``use_findings``); batched by the run loop. Extracted entities
@@ -206,75 +168,109 @@ class LogosKGDx:
             plan += [([s], self.hops) for s in seeds]
         return plan
 
-    def answer(self, example: Example) -> Prediction:
-        t = Trace()
-        kg, note = self.kg, example.question
-        gold = list(example.diagnoses or example.answers)
+    # ------------------------------------------------------------------ paper steps
+    def baseline_diagnoses(self, t: Trace, note: str) -> list[str]:
+        """§6 / A.5: the LLM's own differential for the note (≤ ``max_diagnoses``)."""
+        prompt = render(self.prompts["baseline"], note=note, max_diagnoses=self.max_diagnoses)
+        return self._ask(t, "baseline", prompt)[: self.max_diagnoses]
 
-        baseline = self._ask(t, "baseline", render(self.prompts["baseline"], note=note,
-                                                  max_diagnoses=self.max_diagnoses))[: self.max_diagnoses]
-
+    def extract_note_entities(self, t: Trace, example: Example) -> NoteEntities:
+        """A.5: the note's clinical entities (dataset findings, else one LLM extraction call),
+        linked to KG ids."""
         mentions = list(example.findings) if (self.use_findings and example.findings) else []
         if not mentions:
-            mentions = self._ask(t, "extract", render(self.prompts["extract"], note=note))
+            mentions = self._ask(t, "extract", render(self.prompts["extract"], note=example.question))
         ent = self._link(mentions)
         t.add("link", "note_entities", linked=ent.linked, failed=ent.failed)
-        seeds = np.asarray(ent.ids, dtype=np.int32)
-        entity_names = [kg.entity_label(i) for i in ent.ids]
+        return NoteEntities(mentions, np.asarray(ent.ids, dtype=np.int32),
+                            [self.kg.entity_label(i) for i in ent.ids])
 
-        # ---- LogosKG k-hop retrieval (one call; layers = BFS distance shells)
+    def retrieve_khop(self, t: Trace, seeds: np.ndarray) -> KHop:
+        """§3.1 / §3.3: one k-hop retrieval; the BFS shells are the hop distances."""
+        if not len(seeds):
+            empty = np.zeros(0, np.int32)
+            return KHop(None, empty, empty, [], 0.0, [])
         t0 = time.perf_counter()
-        if len(seeds):
-            sub = self.retriever.retrieve(seeds, self.hops)
-            layers = sub.entities_by_hop
-        else:
-            sub, layers = None, []
+        sub = self.retriever.retrieve(seeds, self.hops)
         retrieve_s = time.perf_counter() - t0
-        hop_times: list[float] = []
-        if self.time_hops and len(seeds):
-            prev = 0.0
-            for h in range(1, self.hops + 1):
-                t1 = time.perf_counter()
-                self.retriever.retrieve(seeds, h)
-                cum = time.perf_counter() - t1
-                hop_times.append(round(max(cum - prev, 0.0), 6))
-                prev = cum
-        supported = self.supported(layers, seeds) if len(seeds) else np.zeros(0, np.int32)
+        hop_times = self._time_each_hop(seeds) if self.time_hops else []
+        supported = self.supported(sub.entities_by_hop, seeds)
         diseases = supported[self._disease_mask[supported]]
-        diseases_per_hop = [int(self._disease_mask[np.asarray(x, dtype=np.int64)].sum()) for x in layers]
-        if sub is not None:
-            t.retrieval("khop", sub, kg, retrieve_s=round(retrieve_s, 6), hop_times_s=hop_times,
-                        diseases_per_hop=diseases_per_hop,
-                        n_supported=int(len(supported)), n_disease_candidates=int(len(diseases)))
+        per_hop = [int(self._disease_mask[np.asarray(x, dtype=np.int64)].sum()) for x in sub.entities_by_hop]
+        t.retrieval("khop", sub, self.kg, retrieve_s=round(retrieve_s, 6), hop_times_s=hop_times,
+                    diseases_per_hop=per_hop, n_supported=int(len(supported)),
+                    n_disease_candidates=int(len(diseases)))
+        return KHop(sub, supported, diseases, per_hop, retrieve_s, hop_times)
 
-        scores = self._scores(diseases, entity_names, seeds)
-        order = np.lexsort((diseases, -scores)) if len(diseases) else np.zeros(0, dtype=np.int64)
-        ranked, ranked_scores = diseases[order], scores[order]
+    def _time_each_hop(self, seeds: np.ndarray) -> list[float]:
+        """A.8-style per-hop cost: time of hop h = t(retrieve h hops) - t(retrieve h-1 hops)."""
+        out, prev = [], 0.0
+        for h in range(1, self.hops + 1):
+            t1 = time.perf_counter()
+            self.retriever.retrieve(seeds, h)
+            cum = time.perf_counter() - t1
+            out.append(round(max(cum - prev, 0.0), 6))
+            prev = cum
+        return out
 
-        # ---- refinement of the Round-1 support set (App. A.7)
-        if self.refine == "threshold":
-            allowed = set(ranked[ranked_scores >= self.tau].tolist())
-        elif self.refine == "top_n":
-            allowed = set(ranked[: self.top_n].tolist())
+    def rank_candidates(self, kh: KHop, ent: NoteEntities) -> tuple[np.ndarray, np.ndarray]:
+        """A.7 / §6: the disease candidates within k, best first; ``(ranked ids, their scores)``.
+
+        ``similarity``: max cosine between the candidate's label and the note entities (also
+        whenever a refinement is on); ``path_support``: number of note entities within k of the
+        candidate; ``none``: by id. Ties break by id."""
+        cands = kh.diseases
+        if not len(cands):
+            return cands, np.zeros(0, dtype=np.float32)
+        if self.rank == "similarity" or self.refine != "none":
+            labels = [self.kg.entity_label(int(c)) for c in cands]
+            scores = (self.embedder.similarity(labels, ent.names).max(axis=1) if ent.names
+                      else np.zeros(len(cands)))
+        elif self.rank == "path_support":
+            support = np.zeros(self.kg.n_entities, dtype=np.float32)
+            for s in ent.seeds.tolist():
+                sub = self.retriever.retrieve([s], self.hops)
+                support[self.supported(sub.entities_by_hop, sub.seeds)] += 1.0
+            scores = support[cands]
         else:
-            allowed = set(supported.tolist())
+            scores = np.zeros(len(cands))
+        scores = np.asarray(scores, dtype=np.float32)
+        order = np.lexsort((cands, -scores))
+        return cands[order], scores[order]
 
-        # ---- Round 1: keep baseline diagnoses linked into the supported set
-        round1, r1_links = [], []
+    def refine_support(self, kh: KHop, ranked: np.ndarray, scores: np.ndarray) -> set[int]:
+        """A.7 (Table 6): the KG-supported ids Round 1 accepts — every entity within k
+        (``refine: none``), the ranked diseases with similarity ≥ τ (``threshold``), or the top
+        N ranked diseases (``top_n``)."""
+        if self.refine == "threshold":
+            return set(ranked[scores >= self.tau].tolist())
+        if self.refine == "top_n":
+            return set(ranked[: self.top_n].tolist())
+        return set(kh.supported.tolist())
+
+    def round1_filter(self, t: Trace, baseline: Sequence[str], allowed: set[int]) -> tuple[list[str], set[int]]:
+        """§6 Round 1 (KG filtering): the baseline diagnoses that link into ``allowed``;
+        returns them and every KG id they link to (Round 2 does not re-add those)."""
+        round1, kept_ids, decisions = [], set(), []
         for name in baseline:
-            lk = self._link([name])
-            hit = next((i for i in lk.ids if i in allowed), None)
-            r1_links.append((name, [kg.entity_names[i] for i in lk.ids], hit is not None))
-            if hit is not None:
+            ids = list(self._link([name]).ids)
+            hit = any(i in allowed for i in ids)
+            decisions.append((name, [self.kg.entity_names[i] for i in ids], hit))
+            if hit:
                 round1.append(name)
+                kept_ids.update(ids)
         t.add("filter", "round1", hops=self.hops, exact_hops=self.exact_hops, refine=self.refine,
-              n_allowed=len(allowed), decisions=r1_links)
+              n_allowed=len(allowed), decisions=decisions)
+        return round1, kept_ids
 
-        # ---- Round 2: LLM selects among ranked disease candidates
-        shown = [kg.entity_label(int(c)) for c in ranked[: self.max_candidates]]
-        round2_sel: list[str] = []
+    def round2_select(self, t: Trace, note: str, ranked: np.ndarray, round1: list[str],
+                      kept_ids: set[int]) -> tuple[list[str], list[str]]:
+        """§6 Round 2 (KG enhancement), A.5: the LLM picks ≤ ``max_select`` of the top
+        ``max_candidates`` ranked candidates; only shown names not already kept by Round 1 are
+        accepted. Returns ``(selected, shown)``."""
+        shown = [self.kg.entity_label(int(c)) for c in ranked[: self.max_candidates]]
+        selected: list[str] = []
         if self.rounds == 2 and shown:
-            kept_ids = {i for n in round1 for i in self._link([n]).ids}
             listing = "\n".join(f"- {n}" for n in shown)
             picked = self._ask(t, "select", render(self.prompts["select"], note=note, hops=self.hops,
                                                    max_select=self.max_select, kept=round1 or "none",
@@ -282,31 +278,32 @@ class LogosKGDx:
             by_norm = {normalise_name(n): n for n in shown}
             for p in picked:
                 n = by_norm.get(normalise_name(p))
-                if n is not None and n not in round2_sel and kg.find_entity(n) not in kept_ids:
-                    round2_sel.append(n)
-            round2_sel = round2_sel[: self.max_select]
-        t.add("select", "round2", n_candidates=int(len(diseases)), n_shown=len(shown), selected=round2_sel)
-        round2 = list(dict.fromkeys(round1 + round2_sel))
+                if n is not None and n not in selected and self.kg.find_entity(n) not in kept_ids:
+                    selected.append(n)
+            selected = selected[: self.max_select]
+        t.add("select", "round2", n_candidates=len(ranked), n_shown=len(shown), selected=selected)
+        return selected, shown
 
-        same = self._same
-        final = round2 if self.rounds == 2 else round1
-        rounds = {"baseline": baseline, "round1": round1}
+    # ------------------------------------------------------------------ main
+    def answer(self, example: Example) -> Prediction:
+        t = Trace()
+        note = example.question
+        baseline = self.baseline_diagnoses(t, note)
+        ent = self.extract_note_entities(t, example)
+        kh = self.retrieve_khop(t, ent.seeds)
+        ranked, scores = self.rank_candidates(kh, ent)
+        round1, kept_ids = self.round1_filter(t, baseline, self.refine_support(kh, ranked, scores))
+        selected, shown = self.round2_select(t, note, ranked, round1, kept_ids)
+        rounds = {"baseline": tuple(baseline), "round1": tuple(round1)}
         if self.rounds == 2:
-            rounds["round2"] = round2
-        extra = dict(
-            baseline=baseline, round1=round1, round2=round2, round2_selected=round2_sel, rounds=rounds,
-            baseline_prf=set_prf(baseline, gold, same), round1_prf=set_prf(round1, gold, same),
-            round2_prf=set_prf(round2, gold, same),
-            n_note_entities=len(mentions), n_linked_entities=int(len(seeds)),
-            n_disease_candidates=int(len(diseases)), n_candidates_shown=len(shown),
-            diseases_per_hop=diseases_per_hop, retrieve_s=round(retrieve_s, 6), hop_times_s=hop_times,
-            retrieved=[kg.entity_label(int(c)) for c in ranked], hops_used=self.hops,
-            search_space=int(len(sub.triples)) if sub is not None else 0,
+            rounds["round2"] = tuple(dict.fromkeys(round1 + selected))
+        final = rounds["round2"] if self.rounds == 2 else rounds["round1"]
+        pred = t.finish(
+            example, final, round2_selected=selected,
+            n_note_entities=len(ent.mentions), n_linked_entities=int(len(ent.seeds)),
+            n_disease_candidates=int(len(kh.diseases)), n_candidates_shown=len(shown),
+            diseases_per_hop=kh.diseases_per_hop, retrieve_s=round(kh.retrieve_s, 6),
+            hop_times_s=kh.hop_times_s, retrieved=[self.kg.entity_label(int(c)) for c in ranked],
+            hops_used=self.hops, search_space=int(len(kh.sub.triples)) if kh.sub is not None else 0,
         )
-        return t.finish(example, final, **extra)
-
-    def _same(self, a: str, b: str) -> bool:
-        if normalise_name(a) == normalise_name(b):
-            return True
-        ia, ib = self.kg.find_entity(a), self.kg.find_entity(b)
-        return ia >= 0 and ia == ib
+        return dataclasses.replace(pred, rounds=rounds)

@@ -9,7 +9,8 @@ import pytest
 
 from kgreason.data import DataError, load_ddxplus, load_metaqa, load_probsum
 from kgreason.kg.linking import link_example, link_rates
-from kgreason.kg.loaders import load_ddxplus_kg, load_metaqa_kb
+from kgreason.data.ddxplus import load_ddxplus_kg
+from kgreason.kg.loaders import load_metaqa_kb
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DDX = ASSETS / "ddxplus"
@@ -65,7 +66,7 @@ def test_ddxplus_french_release_with_english_column(tmp_path):
     assert es3[1].extra["initial_evidence"] == fever and es3[2].extra["initial_evidence"] == fever
     no_col = tmp_path / "fr2.csv"
     no_col.write_text("AGE,SEX,PATHOLOGY,EVIDENCES,INITIAL_EVIDENCE\n40,F,Pneumonie,\"['toux']\",toux\n")
-    with pytest.raises(DataError, match=r"record 0: evidence code 'toux' is not in release_evidences.json"):
+    with pytest.raises(DataError, match=r"fr2.csv:2: field EVIDENCES: evidence code 'toux' is not in release_evidences.json"):
         ddx(no_col)
 
 

@@ -11,7 +11,8 @@ from kgreason.data.base import DataError
 from kgreason.kg.loaders import KGFormatError
 
 METRIC_NAMES = {"hits_at_1", "accuracy", "em", "f1", "answer_coverage", "musique_em", "musique_f1",
-                "twowiki_em", "twowiki_f1", "dx_precision", "dx_recall", "dx_f1"}
+                "twowiki_em", "twowiki_f1", "dx_precision", "dx_recall", "dx_f1"} | {
+                f"dx_{rd}_{s}" for rd in ("baseline", "round1", "round2") for s in ("precision", "recall", "f1")}
 
 DATASETS = {  # option → expected size on the shared samples
     "cwq": 3531, "webqsp": 100, "grailqa": 1000, "metaqa": 1000, "hotpotqa": 500, "musique": 200,

@@ -74,7 +74,7 @@ def test_per_round_scores_and_summarise_aggregation():
     judge = PDSQIJudge(llm=llm)
     rows = []
     for i, (base, r1, r2) in enumerate([(["a", "b", "c"], ["a"], ["a", "d"]), (["a", "b", "c"], ["a", "b"], ["a", "b"])]):
-        pred = Prediction(f"p{i}", tuple(r2), extra={"rounds": {"baseline": base, "round1": r1, "round2": r2}})
+        pred = Prediction(f"p{i}", tuple(r2), rounds={"baseline": base, "round1": r1, "round2": r2})
         js = judge.judge(EX, pred)
         assert isinstance(js, JudgeScore) and set(js.per_round) == {"baseline", "round1", "round2"}
         rows.append({"id": f"p{i}", "metrics": {}, "usage": {}, "extra": {}, "judge": to_jsonable(js)})

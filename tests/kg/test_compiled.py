@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from kgreason.kg.compiled import cache_key, load_cached
-from kgreason.kg.loaders import load_ddxplus_kg, load_metaqa_kb, load_triples
+from kgreason.data.ddxplus import load_ddxplus_kg
+from kgreason.kg.loaders import load_metaqa_kb, load_triples
 
 
 def _same(a, b):

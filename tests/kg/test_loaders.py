@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kgreason.kg.loaders import (
-    KGFormatError, load_ddxplus_kg, load_freebase_slice, load_metaqa_kb, load_pkg, load_primekg,
+    KGFormatError, load_freebase_slice, load_metaqa_kb, load_pkg, load_primekg,
     load_pykeen, load_rog_subgraphs, load_triples, load_umls_rrf, read_rog_graphs,
 )
 
@@ -263,29 +263,3 @@ def test_rog_subgraphs(tmp_path):
         load_rog_subgraphs(bad)
     with pytest.raises(KGFormatError, match=":2: expected one JSON object per line"):
         load_rog_subgraphs(write(tmp_path / "b2.jsonl", '{"id": "q", "graph": []}\n{oops\n'))
-
-
-def test_ddxplus_kg_assets(tmp_path):
-    d = ASSETS / "ddxplus"
-    kg = load_ddxplus_kg(d / "release_conditions.json", d / "release_evidences.json")
-    assert kg.n_triples == 6 + 2
-    cough = kg.entity_id("Do you have a cough?")
-    assert kg.type_of(cough) == "evidence" and kg.type_of(kg.entity_id("URTI")) == "pathology"
-    assert kg.find_entity("E_201") == cough and kg.find_entity("Pneumonie") == kg.entity_id("Pneumonia")
-    assert ("URTI", "has_antecedent", "Have you traveled out of the country in the last 4 weeks?") in _triples(kg)
-    cond = (d / "release_conditions.json").read_text().replace('"E_201": {}}, "antecedents": {}', '"E_999": {}}, "antecedents": {}')
-    with pytest.raises(KGFormatError, match=r"'Pneumonia': dangling reference: evidence 'E_999'"):
-        load_ddxplus_kg(write(tmp_path / "c.json", cond), d / "release_evidences.json")
-
-
-def test_ddxplus_kg_shared(shared_data):
-    import json
-
-    d = shared_data / "ddxplus"
-    kg = load_ddxplus_kg(d / "release_conditions.json", d / "release_evidences.json")
-    cond = json.loads((d / "release_conditions.json").read_text())
-    n_links = sum(len(c["symptoms"]) + len(c["antecedents"]) for c in cond.values())
-    assert n_links == 888 and kg.n_triples == 888  # PROVENANCE: 888 condition-evidence links
-    assert len(kg.entities_of_type("pathology")) == 49
-    deg = np.bincount(kg.heads, minlength=kg.n_entities)
-    assert deg[kg.entity_id("Spontaneous pneumothorax")] == 17

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -46,14 +48,16 @@ def test_rejects_directed_retriever(world):
         KGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="out"))
 
 
-def test_ddxplus_local_parsing(shared_data):
-    from kgreason.bench.dx_offline import load_ddxplus_kg_local, load_ddxplus_patients_local
+def test_dx_offline_reads_ddxplus_through_the_shared_reader(shared_data):
+    from kgreason.bench.dx_offline import load_kg, load_patients
 
-    kg = load_ddxplus_kg_local(shared_data / "ddxplus")
-    assert (len(kg.entities_of_type("disease")), len(kg.entities_of_type("evidence")), kg.n_triples) == (49, 223, 888)
-    pts, stats = load_ddxplus_patients_local(shared_data / "ddxplus")
-    assert len(pts) == 588 and stats["evidences_linked"] == stats["evidences"]
+    kg = load_kg(shared_data / "ddxplus")
+    assert (len(kg.entities_of_type("pathology")), len(kg.entities_of_type("evidence")), kg.n_triples) == (49, 223, 888)
+    pts, stats = load_patients(shared_data / "ddxplus")
+    assert len(pts) == 588 and stats["evidences_linked"] == stats["evidences"] == 8470
+    assert stats["non_default"] == 7951 == sum(len(p.topic_entities) for p in pts)
     assert all(kg.find_entity(p.diagnoses[0]) >= 0 for p in pts)
+    assert all(kg.type_of(kg.find_entity(e)) == "evidence" for p in pts[:50] for e in p.topic_entities)
 
 
 @pytest.mark.slow
@@ -77,12 +81,29 @@ def test_e2e_kg_dx_run_on_embedded_clinical(tmp_path):
     from kgreason.run import run
 
     cfg = compose_cfg(["reasoner=kg_dx", "dataset=embedded", "dataset.task=clinical", "dataset.limit=10",
+                       "dataset.metrics=[answer_coverage,dx_f1,dx_round1_f1]",
                        "tracking=none"], tmp_path)
     m = run(cfg, tmp_path).metrics
     assert m["run/error_rate"] == 0.0 and m["llm/calls"] == 0
     assert m["metric/answer_coverage"] == 1.0  # gold is always 1 hop from its shown symptoms
     rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
-    assert all("consistent" in r["extra"] for r in rows)
+    # the consistent set is a prefix of the ranking (support = all evidences ranks first)
+    assert all(r["extra"]["consistent"] == r["predictions"][: len(r["extra"]["consistent"])] for r in rows)
+    assert not any("rounds" in r for r in rows)  # a single-round reasoner carries no rounds
+    assert math.isnan(m["metric/dx_round1_f1"])  # so the per-round metrics are not applicable
+
+
+def test_answer_never_reads_gold(world):
+    """The same evidences without gold diagnoses give the same prediction."""
+    from dataclasses import replace
+
+    r = KGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="both"), hops=2)
+    for p in world.patients[:5]:
+        a = r.answer(p)
+        b = r.answer(replace(p, answers=(), diagnoses=(), answer_groups=()))
+        strip = lambda x: {k: v for k, v in x.extra.items() if k != "latency_s"}  # noqa: E731
+        assert (a.answers, strip(a)) == (b.answers, strip(b))
+        assert not any(k.endswith("_prf") for k in a.extra)
 
 
 @pytest.mark.parametrize("ablation", ["dx_round1_only", "dx_exact_hops", "dx_tau_0_8", "dx_topn_20"])
@@ -92,10 +113,21 @@ def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
 
     from kgreason.kg.embedded import make_world
 
-    cfg = compose_cfg(["reasoner=logoskg_dx", f"ablation={ablation}"], tmp_path)
+    expected = {  # the settings each ablation file names (conf/ablation/<name>.yaml)
+        "dx_round1_only": {"rounds": 1, "exact_hops": False, "refine": "none"},
+        "dx_exact_hops": {"rounds": 2, "exact_hops": True, "refine": "none"},
+        "dx_tau_0_8": {"rounds": 1, "exact_hops": False, "refine": "threshold", "tau": 0.8},
+        "dx_topn_20": {"rounds": 1, "exact_hops": False, "refine": "top_n", "top_n": 20},
+    }[ablation]
     kg = make_world(0).kg
-    r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg, direction="both"), llm=None)
-    assert r.rounds in (1, 2)
+    built = {}
+    for overrides in ([], [f"ablation={ablation}"]):
+        cfg = compose_cfg(["reasoner=logoskg_dx", *overrides], tmp_path)
+        built[bool(overrides)] = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg, direction="both"),
+                                             llm=None)
+    r, default = built[True], built[False]
+    assert {k: getattr(r, k) for k in expected} == expected
+    assert {k: getattr(default, k) for k in expected} != expected  # the ablation changed something
 
 
 def test_ddxplus_run_uses_pathology_type(tmp_path, shared_data):
@@ -113,7 +145,7 @@ def test_ddxplus_run_uses_pathology_type(tmp_path, shared_data):
 
 
 def test_diagnosis_types_error_names_the_kg_types(embedded_kg):
-    from kgreason.reasoners.kg_dx import diagnosis_types
+    from kgreason.reasoners.dx_common import diagnosis_types
 
     with pytest.raises(ValueError, match="its types"):
         diagnosis_types(embedded_kg, ["no_such_type"], "kg_dx")

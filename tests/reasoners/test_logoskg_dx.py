@@ -1,5 +1,6 @@
 """logoskg_dx: Round 1 / Round 2 sets checked against NetworkX shortest paths on the embedded
-clinical world; P/R/F1 by hand; re-ask; refinement; end-to-end run with the PDSQI judge."""
+clinical world; the rounds scored by the run's metric code, by hand; the reasoner never reads
+gold; re-ask; refinement; end-to-end run with the PDSQI judge."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from conftest import compose_cfg
 
 from kgreason.llm.scripted import ScriptedLLM
-from kgreason.reasoners.logoskg_dx import LogosKGDx, set_prf
+from kgreason.metrics import METRICS
+from kgreason.reasoners.logoskg_dx import LogosKGDx
 from kgreason.retrieval.scipy_engine import ScipyRetriever
 
 
@@ -62,8 +64,9 @@ def test_round1_keeps_exactly_the_diagnoses_within_k_hops(world, nxg, k, exact):
         dist = _dist(nxg, kg, p.findings, k)
         ok = (lambda d: d == k) if exact else (lambda d: d <= k)
         expected = [b for b in baseline if kg.find_entity(b) >= 0 and kg.find_entity(b) in dist and ok(dist[kg.find_entity(b)])]
-        assert pred.extra["round1"] == expected
+        assert list(pred.rounds["round1"]) == expected
         assert list(pred.answers) == expected  # rounds=1: final = Round 1
+        assert set(pred.rounds) == {"baseline", "round1"}  # no Round 2 was run
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -88,30 +91,44 @@ def test_round2_selects_only_shown_candidates_and_unions_round1(world, nxg):
     keep, pick = cands[0], cands[1]
     r = _reasoner(world, _llm([keep, far], select=[pick.upper(), far, keep]), hops=2, max_candidates=1000)
     pred = r.answer(p)
-    assert pred.extra["baseline"] == [keep, far]
-    assert pred.extra["round1"] == [keep]
+    assert pred.rounds["baseline"] == (keep, far)
+    assert pred.rounds["round1"] == (keep,)
     assert pred.extra["round2_selected"] == [pick]  # case-insensitive match, far not shown, keep already kept
-    assert list(pred.answers) == [keep, pick] == pred.extra["round2"]
-    assert set(pred.extra["rounds"]) == {"baseline", "round1", "round2"}
+    assert pred.answers == (keep, pick) == pred.rounds["round2"]
+    assert set(pred.rounds) == {"baseline", "round1", "round2"}
 
 
-def test_prf_by_hand():
-    # pred {a, b, c, d}, gold {a, c, e}: P = 2/4, R = 2/3, F1 = 2·(1/2)(2/3)/(1/2 + 2/3) = 4/7
-    m = set_prf(["A", "b", "C", "d"], ["a", "c", "E"])
-    assert m == {"p": 0.5, "r": round(2 / 3, 10), "f1": round(4 / 7, 10)}
-    assert set_prf([], ["a"]) == {"p": 0.0, "r": 0.0, "f1": 0.0}
+def _round_scores(pred, ex, rd):
+    return tuple(METRICS[f"dx_{rd}_{m}"].per_example(pred, ex) for m in ("precision", "recall", "f1"))
 
 
-def test_prf_in_extra_matches_hand_count(world):
+def test_rounds_scored_by_the_run_metrics_match_hand_count(world):
     p = world.patients[0]
     gold = p.diagnoses[0]
     other = next(d for d in _diseases(world.kg) if d != gold)
     r = _reasoner(world, _llm([gold, other, "Made Up"]), hops=5, rounds=1)
     pred = r.answer(p)
-    assert pred.extra["baseline_prf"] == {"p": round(1 / 3, 10), "r": 1.0, "f1": 0.5}
+    # baseline {gold, other, Made Up} vs {gold}: P = 1/3, R = 1, F1 = 2(1/3)/(4/3) = 1/2
+    assert _round_scores(pred, p, "baseline") == pytest.approx((1 / 3, 1.0, 0.5))
     # at k=5 both real diseases are reachable in the connected clinical world; "Made Up" is not linked
-    assert pred.extra["round1"] == [gold, other]
-    assert pred.extra["round1_prf"] == {"p": 0.5, "r": 1.0, "f1": round(2 / 3, 10)}
+    assert pred.rounds["round1"] == (gold, other)
+    assert _round_scores(pred, p, "round1") == pytest.approx((0.5, 1.0, 2 / 3))
+    assert _round_scores(pred, p, "round2") == (None, None, None)  # rounds=1: no Round 2
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_answer_never_reads_gold(world, rounds):
+    """The same note without its gold diagnoses gives the same prediction."""
+    from dataclasses import replace
+
+    p = world.patients[1]
+    other = next(d for d in _diseases(world.kg) if d != p.diagnoses[0])
+    blind = replace(p, answers=(), diagnoses=(), answer_groups=())
+    preds = [_reasoner(world, _llm([p.diagnoses[0], other], select=[other]), hops=2, rounds=rounds).answer(x)
+             for x in (p, blind)]
+    a, b = ({k: v for k, v in x.extra.items() if k not in ("latency_s", "retrieve_s")} for x in preds)
+    assert (preds[0].answers, preds[0].rounds, a) == (preds[1].answers, preds[1].rounds, b)
+    assert not any(k.endswith("_prf") for k in preds[0].extra)
 
 
 def test_reask_recovers_from_malformed_baseline(world):
@@ -120,7 +137,7 @@ def test_reask_recovers_from_malformed_baseline(world):
                              {"pattern": "most likely diagnoses", "reply": ["I think it is flu", json.dumps([p.diagnoses[0]])]},
                              {"pattern": "could not be parsed", "reply": json.dumps([p.diagnoses[0]])}])
     pred = _reasoner(world, llm, hops=2).answer(p)
-    assert pred.extra["baseline"] == [p.diagnoses[0]]
+    assert pred.rounds["baseline"] == (p.diagnoses[0],)
     assert pred.usage.parse_failures == 1
 
 
@@ -158,10 +175,12 @@ def test_refinement_threshold_and_top_n(world, nxg):
     base = cands[:6]
     r = LogosKGDx(kg=kg, retriever=ScipyRetriever(kg, direction="both"), llm=_llm(base), hops=2, rounds=1,
                   refine="threshold", tau=0.8, rank="similarity", embedder=emb)
-    assert r.answer(p).extra["round1"] == [c for c in base if table[c] >= 0.8]
+    kept = [c for c in base if table[c] >= 0.8]
+    assert 0 < len(kept) < len(base)  # the threshold removes something and keeps something
+    assert list(r.answer(p).rounds["round1"]) == kept
     r = LogosKGDx(kg=kg, retriever=ScipyRetriever(kg, direction="both"), llm=_llm(base), hops=2, rounds=1,
                   refine="top_n", top_n=2, rank="similarity", embedder=emb)
-    assert r.answer(p).extra["round1"] == cands[:2]
+    assert list(r.answer(p).rounds["round1"]) == cands[:2]
 
 
 def test_rejects_directed_or_walk_retriever(world):
@@ -174,7 +193,7 @@ def test_rejects_directed_or_walk_retriever(world):
 def _scripted_cfg(tmp_path, *extra):
     from omegaconf import open_dict
 
-    cfg = compose_cfg(["reasoner=logoskg_dx", "dataset=embedded", "dataset.task=clinical", "llm=scripted",
+    cfg = compose_cfg(["reasoner=logoskg_dx", "dataset=embedded_clinical", "llm=scripted",
                        "judge=pdsqi", "dataset.limit=3", "tracking=none", "reasoner.hops=2", *extra], tmp_path)
     scores = {a: 4 for a in ("cited", "accurate", "thorough", "useful", "organized", "comprehensible",
                              "succinct", "synthesized", "stigmatizing")}
@@ -194,11 +213,23 @@ def test_e2e_run_with_pdsqi_judge(tmp_path):
     m = res.metrics
     assert m["run/n_examples"] == 3 and m["run/error_rate"] == 0.0
     assert m["judge/pdsqi_total"] == 4.0 and m["judge/cited"] == 4.0
-    for rd in ("baseline", "round1", "round2"):
-        assert m[f"judge/{rd}/succinct"] == 4.0
-        assert f"dx/{rd}_f1" in m
     rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert all(set(r["judge"]["per_round"]) == {"baseline", "round1", "round2"} for r in rows)
+    assert all(set(r["rounds"]) == {"baseline", "round1", "round2"} for r in rows)
+    for rd in ("baseline", "round1", "round2"):
+        assert m[f"judge/{rd}/succinct"] == 4.0
+        # the run's mean of the per-round F1 = the mean of hand set-arithmetic over the rows
+        f1s = []
+        for r in rows:
+            pred = {x.lower() for x in r["rounds"][rd]}
+            gold = {x.lower() for x in r["answers"]}
+            hit = len(pred & gold)
+            prec, rec = (hit / len(pred) if pred else 0.0), hit / len(gold)
+            f1s.append(2 * prec * rec / (prec + rec) if hit else 0.0)
+        assert m[f"metric/dx_{rd}_f1"] == pytest.approx(sum(f1s) / len(f1s))
+        assert not any(k.startswith("dx/") for k in m)
+    # the scripted baseline names 3 diagnoses for every patient; 'Made Up' is never in the KG
+    assert all(len(r["rounds"]["baseline"]) == 3 and "Made Up" not in r["rounds"]["round1"] for r in rows)
 
 
 @pytest.mark.slow
@@ -207,6 +238,12 @@ def test_e2e_run_similarity_rank_minilm(tmp_path):
 
     res = run(_scripted_cfg(tmp_path, "reasoner.refine=top_n", "reasoner.top_n=10"), tmp_path)
     assert res.metrics["run/error_rate"] == 0.0
+    rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    for r in rows:
+        filt = next(s for s in r["trace"] if s["kind"] == "filter")
+        # top_n keeps the 10 most similar KG diseases (fewer only when fewer are within k)
+        assert filt["data"]["n_allowed"] == min(10, r["extra"]["n_disease_candidates"])
+        assert r["extra"]["n_disease_candidates"] > 10  # so the refinement did prune
 
 
 def test_time_hops_records_one_time_per_hop(world):
@@ -215,3 +252,37 @@ def test_time_hops_records_one_time_per_hop(world):
     assert len(pred.extra["hop_times_s"]) == 3 and len(pred.extra["diseases_per_hop"]) == 3
     step = next(s for s in pred.trace if s.kind == "retrieve")
     assert len(step.data["hop_times_s"]) == 3 and len(step.data["entities_per_hop"]) == 3
+
+
+def test_dx_modules_share_dx_common_and_keep_functions_short():
+    """kg_dx and logoskg_dx import dx_common, never each other; every function ≤ 60 lines
+    (one method per paper step, issue 15)."""
+    import ast
+    from pathlib import Path
+
+    import kgreason.reasoners as pkg
+
+    root = Path(pkg.__file__).parent
+    for mod, other in (("kg_dx", "logoskg_dx"), ("logoskg_dx", "kg_dx"), ("dx_common", "kg_dx")):
+        tree = ast.parse((root / f"{mod}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert f"kgreason.reasoners.{other}" not in imported, (mod, other)
+        if mod != "dx_common":
+            assert "kgreason.reasoners.dx_common" in imported
+        long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60]
+        assert not long, (mod, long)
+
+
+def test_answer_calls_the_paper_steps_in_order(world, monkeypatch):
+    """LogosKGDx.answer = baseline → note entities → k-hop → rank → refine → Round 1 → Round 2."""
+    r = _reasoner(world, _llm([world.patients[0].diagnoses[0]]), hops=2)
+    calls = []
+    steps = ("baseline_diagnoses", "extract_note_entities", "retrieve_khop", "rank_candidates",
+             "refine_support", "round1_filter", "round2_select")
+    for name in steps:
+        fn = getattr(r, name)
+        monkeypatch.setattr(r, name, lambda *a, _fn=fn, _n=name, **k: (calls.append(_n), _fn(*a, **k))[1])
+    r.answer(world.patients[0])
+    assert calls == list(steps)
