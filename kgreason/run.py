@@ -21,7 +21,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from kgreason.metrics import METRICS, Metric
-from kgreason.runs import PredictionStore, scrub_secrets, write_json
+from kgreason.runs import PredictionStore, gold_fields, scrub_secrets, write_json
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
 log = logging.getLogger("kgreason")
@@ -141,7 +141,7 @@ def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         "question": ex.question,
         "prediction": pred.answer,
         "predictions": list(pred.answers),
-        "answers": list(ex.answers),
+        **gold_fields(ex),  # answers, answer_groups, diagnoses: what `kgreason.score` needs
         "metrics": scores,
         "usage": to_jsonable(pred.usage),
         "error": pred.error,
