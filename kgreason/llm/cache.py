@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from kgreason.llm.accounting import mark_score_cached
 from kgreason.llm.base import CacheMiss
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
@@ -198,6 +199,7 @@ class CachedLLM:
         key = self._key("score", req)
         v = self.store.get(key)
         if v is not None:
+            mark_score_cached()  # the metering layer counts this call as a cache hit
             return [float(x) for x in v["scores"]]
         if self.store.mode == "readonly":
             raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "
