@@ -120,6 +120,7 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         # the judge's own model (judge.llm), never silently the judged one
         judge_llm = MeteredLLM(LazyLLM(judge_llm_config(cfg.judge, cfg.llm), cfg.get("llm_cache")), purpose="judge")
         judge = instantiate(_without(cfg.judge, "llm", "allow_self_judging"), llm=judge_llm)
+        judge_llm.get()  # built now: a judge that cannot start stops the run before the first example
     # partial: the run config holds _target_ keys that must not be instantiated
     tracker = instantiate(cfg.tracking, _partial_=True)(out_dir=str(out_dir or "."), run_config=scrub_secrets(cfg))
     return Components(dataset=dataset, kg=kg, retriever=retriever, llm=llm, reasoner=reasoner,
@@ -199,6 +200,9 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     out["run/error_rate"] = errors / n
     judge_rows = [r["judge"] for r in rows if isinstance(r.get("judge"), Mapping) and "scores" in r["judge"]]
     out.update(judge_metrics(judge_rows))  # judge/<attr>, judge/pdsqi_average, judge/<round>/...
+    judge_errors = sum(1 for r in rows if isinstance(r.get("judge"), Mapping) and "error" in r["judge"])
+    if judge_errors:  # never averaged in; counted so a half-judged run is visible
+        out["judge/errors"] = judge_errors
     # per-round diagnosis P/R/F1 written by logoskg_dx into extra["<round>_prf"] (App. A.2)
     for rd in ("baseline", "round1", "round2"):
         prf = [r["extra"][f"{rd}_prf"] for r in rows if isinstance(r.get("extra", {}).get(f"{rd}_prf"), Mapping)]

@@ -57,3 +57,14 @@ def test_default_judge_is_gpt5_mini_not_the_run_llm(tmp_path):
     cfg = compose_cfg(["judge=pdsqi"], tmp_path)
     assert cfg.judge.llm._target_.endswith("OpenAIChat") and cfg.judge.llm.model == "gpt-5-mini"
     assert cfg.llm._target_ != cfg.judge.llm._target_
+
+
+def test_a_judge_that_cannot_start_stops_the_run_before_the_first_example(tmp_path, monkeypatch):
+    from kgreason.run import run
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = compose_cfg(["reasoner=io", "llm=scripted", "judge=pdsqi", "dataset.limit=2", "tracking=none",
+                       "reports.hop_distribution=false"], tmp_path)  # judge: openai gpt-5-mini, no key
+    with pytest.raises(Exception, match="OPENAI_API_KEY"):
+        run(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
