@@ -90,11 +90,18 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
+_JUDGE_COSTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "cost_usd", "errors",
+                "stigmatizing", "stigmatizing_record")  # judge/<x>: lower is better
+
+
 def higher_is_better(name: str) -> bool:
     """Direction of a metric by name (``metric/`` prefix allowed; unknown names: True,
-    except ``llm/*``, ``run/error*`` and ``retrieval/search_space`` which are costs)."""
+    except ``llm/*``, ``run/error*``, ``timing/*``, ``retrieval/search_space`` and the judge's call
+    counts, cost, errors and stigmatizing-language rates, which are lower-is-better)."""
     base = name.split("/", 1)[1] if name.startswith("metric/") else name
     if base in METRICS:
         return METRICS[base].higher_is_better
+    if name.startswith("judge/") and name.rsplit("/", 1)[-1] in _JUDGE_COSTS:
+        return False
     return not (name.startswith("llm/") or name.startswith("run/error") or name.endswith("search_space")
                 or name.startswith("timing/"))

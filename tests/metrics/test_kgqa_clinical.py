@@ -77,3 +77,11 @@ def test_tog_loose_match():
     assert m(P("citYof light"), EX) == 1.0  # spaces dropped, case folded
     assert m(P("Berlin"), EX) == 0.0 and m(P(""), EX) == 0.0
     assert METRICS["hits_at_1"].per_example(P("The answer is Paris, France"), EX) == 0.0
+
+
+def test_direction_of_judge_costs_and_community_metrics():
+    assert higher_is_better("metric/rog_acc") and higher_is_better("metric/tog_hits_at_1")
+    assert higher_is_better("judge/pdsqi_average") and higher_is_better("judge/round1/accurate")
+    for name in ("judge/calls", "judge/cost_usd", "judge/stigmatizing", "judge/round2/stigmatizing_record",
+                 "llm/judge/calls", "llm/score/calls"):
+        assert not higher_is_better(name), name
