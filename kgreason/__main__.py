@@ -23,7 +23,7 @@ def main(cfg: DictConfig) -> float | None:
     result = run(cfg, out_dir)
     print(f"run dir: {out_dir}")
     for k, v in result.metrics.items():
-        if k.startswith(("metric/", "run/error_rate", "llm/calls", "judge/pdsqi_total")):
+        if k.startswith(("metric/", "run/error_rate", "llm/calls", "judge/pdsqi_average")):
             print(f"  {k}: {v}")
     key = cfg.get("optimized_metric")
     return result.metrics.get(key) if key else None

@@ -27,9 +27,11 @@ from typing import Any, Mapping
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from kgreason.judges.base import judge_llm_config, judge_metrics
+from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric
-from kgreason.runs import PredictionStore, scrub_secrets, write_json
+from kgreason.runs import PredictionStore, gold_fields, scrub_secrets, write_json
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
 log = logging.getLogger("kgreason")
@@ -108,7 +110,8 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
             retriever = PrefetchingRetriever(retriever, chunk_size=int(cfg.retrieval_batch))
         embedder = _owned(stack, instantiate(cfg.embedder)) if _configured(cfg.get("embedder")) else None
         graphdb = _owned(stack, instantiate(cfg.graphdb, kg=kg)) if _configured(cfg.get("graphdb")) else None
-        llm = _owned(stack, LazyLLM(cfg.llm, cfg.get("llm_cache")))
+        # every LLM handed out is metered: its calls land in the current example's ledger (issue 16)
+        llm = _owned(stack, MeteredLLM(LazyLLM(cfg.llm, cfg.get("llm_cache")), purpose="answer"))
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
         dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
@@ -118,10 +121,11 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
             raise KeyError(f"dataset.metrics names unknown metrics {unknown}; known: {sorted(METRICS)}")
         judge = judge_llm = None
         if _configured(cfg.get("judge")):
-            # judge_llm: null = the judge shares the run's (cached) LLM; else its own llm config
-            judge_llm = _owned(stack, LazyLLM(cfg.judge_llm, cfg.get("llm_cache"))) \
-                if _configured(cfg.get("judge_llm")) else llm
-            judge = _owned(stack, instantiate(cfg.judge, llm=judge_llm))
+            # the judge's own model (judge.llm), never silently the judged one (issue 16)
+            judge_llm = _owned(stack, MeteredLLM(LazyLLM(judge_llm_config(cfg.judge, cfg.llm), cfg.get("llm_cache")),
+                                                 purpose="judge"))
+            judge = _owned(stack, instantiate(_without(cfg.judge, "llm", "allow_self_judging"), llm=judge_llm))
+            judge_llm.get()  # built now: a judge that cannot start stops the run before the first example
         # partial: the run config holds _target_ keys that must not be instantiated
         tracker = _owned(stack, instantiate(cfg.tracking, _partial_=True)(
             out_dir=str(out_dir or "."), run_config=scrub_secrets(cfg)))
@@ -134,7 +138,16 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
 
 
 def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
-    """Run the reasoner on one example and score it; exceptions become recorded errors."""
+    """Run the reasoner on one example and score it; exceptions become recorded errors.
+    Every LLM call made meanwhile (answering, scoring, indexing, judging) is counted in the
+    example's ledger, stored as ``row["llm_usage"]``."""
+    with example_ledger() as ledger:
+        row = _answer_and_score(c, ex)
+    row["llm_usage"] = ledger.to_json()
+    return row
+
+
+def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
     try:
         pred = c.reasoner.answer(ex)
     except Exception as e:  # noqa: BLE001 - recorded per example, counted against max_error_rate
@@ -153,7 +166,7 @@ def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         "question": ex.question,
         "prediction": pred.answer,
         "predictions": list(pred.answers),
-        "answers": list(ex.answers),
+        **gold_fields(ex),  # answers, answer_groups, diagnoses: what `kgreason.score` needs
         "metrics": scores,
         "usage": to_jsonable(pred.usage),
         "error": pred.error,
@@ -173,23 +186,22 @@ def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
     return row
 
 
-def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int) -> dict[str, float]:
-    """Run-level metrics from the prediction rows (pure; the same rows give the same dict)."""
+def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int,
+              outside: Ledger | None = None) -> dict[str, float]:
+    """Run-level metrics from the prediction rows (pure; the same rows give the same dict).
+    ``outside``: LLM calls made outside any example (counted in ``llm/*`` too)."""
     out: dict[str, float] = {}
     for m in metrics:
         vals = [r["metrics"].get(m.name) for r in rows]
         vals = [v for v in vals if v is not None]
         out[f"metric/{m.name}"] = float(m.aggregate(vals)) if vals else float("nan")
     usage = Usage.total(Usage(**{k: v for k, v in r.get("usage", {}).items() if k in Usage.__slots__}) for r in rows)
-    n = max(len(rows), 1)
-    out["llm/calls"] = usage.calls
-    out["llm/cache_hits"] = usage.cache_hits
-    out["llm/prompt_tokens"] = usage.prompt_tokens
-    out["llm/completion_tokens"] = usage.completion_tokens
-    out["llm/cost_usd"] = round(usage.cost_usd, 8)
+    # every LLM call by purpose from the rows' ledgers (rows of older runs: the reasoner's usage)
+    ledgers = [Ledger.from_json(r["llm_usage"]) if "llm_usage" in r else Ledger.from_json({"answer": r.get("usage", {})})
+               for r in rows]
+    out.update(ledger_metrics(ledgers, len(rows), outside))
     out["llm/parse_failures"] = usage.parse_failures
-    out["llm/calls_per_question"] = usage.calls / n
-    out["llm/tokens_per_question"] = (usage.prompt_tokens + usage.completion_tokens) / n
+    n = max(len(rows), 1)
     spaces = [r["extra"]["search_space"] for r in rows if "search_space" in r.get("extra", {})]
     if spaces:
         out["retrieval/search_space"] = sum(spaces) / len(spaces)
@@ -199,24 +211,10 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     out["run/errors"] = errors
     out["run/error_rate"] = errors / n
     judge_rows = [r["judge"] for r in rows if isinstance(r.get("judge"), Mapping) and "scores" in r["judge"]]
-    if judge_rows:
-        keys = sorted({k for j in judge_rows for k in j["scores"]})
-        for k in keys:
-            vals = [j["scores"][k] for j in judge_rows if k in j["scores"]]
-            out[f"judge/{k}"] = sum(vals) / len(vals)
-        totals = [j["total"] for j in judge_rows if "total" in j]
-        if totals:
-            out["judge/pdsqi_total"] = sum(totals) / len(totals)
-        # per-round judge scores (Prediction.rounds, e.g. baseline / round1 / round2 → judge/round1/<attr>)
-        rounds = sorted({rd for j in judge_rows for rd in (j.get("per_round") or {})})
-        for rd in rounds:
-            rrows = [j["per_round"][rd] for j in judge_rows if rd in (j.get("per_round") or {})]
-            for k in sorted({k for s in rrows for k in s}):
-                vals = [s[k] for s in rrows if k in s]
-                out[f"judge/{rd}/{k}"] = sum(vals) / len(vals)
-            rtot = [j["per_round_total"][rd] for j in judge_rows if rd in (j.get("per_round_total") or {})]
-            if rtot:
-                out[f"judge/{rd}/pdsqi_total"] = sum(rtot) / len(rtot)
+    out.update(judge_metrics(judge_rows))  # judge/<attr>, judge/pdsqi_average, judge/<round>/...
+    judge_errors = sum(1 for r in rows if isinstance(r.get("judge"), Mapping) and "error" in r["judge"])
+    if judge_errors:  # never averaged in; counted so a half-judged run is visible
+        out["judge/errors"] = judge_errors
     return {k: (round(v, 10) if isinstance(v, float) and not math.isnan(v) else v) for k, v in out.items()}
 
 
@@ -278,7 +276,11 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
                 pool.shutdown(wait=True, cancel_futures=True)
         ids = {ex.id for ex in examples}
         rows = [r for r in store if r["id"] in ids]
-        metrics = summarise(rows, c.metrics, len(examples))
+        outside = Ledger()
+        for meter in (c.llm, getattr(c.judge, "llm", None)):
+            for p, u in getattr(getattr(meter, "outside", None), "by_purpose", {}).items():
+                outside.add(p, u)
+        metrics = summarise(rows, c.metrics, len(examples), outside)
         reports = build_reports(cfg, c, examples, rows, out_dir)
         write_json(out_dir / "metrics.json", metrics)
         timing: dict[str, Any] = {"wall_s": round(time.perf_counter() - t0, 3)}
@@ -348,7 +350,7 @@ def _log_to_tracker(tracker, metrics, reports, rows, out_dir: Path) -> None:
         table.append({
             "id": r["id"], "question": r["question"][:500], "prediction": r["prediction"],
             "gold": " | ".join(r["answers"][:5]), "correct": first, "hops": r.get("hops"),
-            "calls": r.get("usage", {}).get("calls", 0), "error": r.get("error") or "",
+            "calls": sum(u.get("calls", 0) for u in (r.get("llm_usage") or {}).values()), "error": r.get("error") or "",
         })
     tracker.log_table("predictions", table)
     judge_keys = sorted(k for k in metrics if k.startswith("judge/"))

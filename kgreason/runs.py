@@ -63,6 +63,18 @@ class PredictionStore:
         self.rows[row["id"]] = dict(row)
 
 
+def gold_fields(example: Any) -> dict[str, Any]:
+    """The gold fields every metric reads, stored in each ``predictions.jsonl`` row so that
+    ``python -m kgreason.score`` re-computes the run's ``metrics.json`` from the file alone:
+    ``answers`` (all aliases), ``answer_groups`` (one alias list per distinct gold answer; empty
+    = one group, ``answers``) and ``diagnoses`` (clinical tasks)."""
+    return {
+        "answers": list(example.answers),
+        "answer_groups": [list(g) for g in example.answer_groups],
+        "diagnoses": list(example.diagnoses),
+    }
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Atomic JSON write (temp file + rename), keys sorted for byte-stable output."""
     path = Path(path)

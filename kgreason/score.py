@@ -8,7 +8,7 @@ Each line is a JSON object with at least:
 * ``prediction`` – the answer string, or a ranked list of answers (``predictions``, a ranked
   list, wins when present — a run's own ``predictions.jsonl`` has both);
 * ``answers`` – gold answers with aliases (a list of strings), or a list of alias lists (one per
-  distinct gold answer; then ``accuracy`` needs every group).
+  distinct gold answer; then ``all_answers_found`` needs every group).
 
 Optional: ``answer_groups``, ``diagnoses`` (clinical; the ``dx_*`` metrics use them, else
 ``answers``), ``extra`` (``retrieved``, ``search_space``). Prints ``{metric: mean}`` as JSON
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -26,7 +27,7 @@ from typing import Any, Iterable, Sequence
 from kgreason.metrics import METRICS
 from kgreason.types import Example, Prediction
 
-DEFAULT_METRICS = ("em", "f1", "hits_at_1", "accuracy")
+DEFAULT_METRICS = ("em", "f1", "hits_at_1", "all_answers_found")
 
 
 class ScoreInputError(ValueError):
@@ -108,7 +109,8 @@ def score(pairs: Iterable[tuple[Prediction, Example]], metrics: Sequence[str] = 
         m = METRICS[name]
         vals = [v for v in (m.per_example(p, e) for p, e in pairs) if v is not None]
         out[name] = float(m.aggregate(vals)) if vals else float("nan")
-    return out
+    # the same rounding as run.summarise, so a run's own file gives its metrics.json exactly
+    return {k: (round(v, 10) if not math.isnan(v) else v) for k, v in out.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
                     help=f"comma-separated metric names (known: {', '.join(sorted(METRICS))})")
     ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--per-example", default=None, metavar="PATH",
+                    help="also write one JSON line per example: {id, <metric>: value or null}")
     args = ap.parse_args(argv)
     names = [m.strip() for m in args.metrics.split(",") if m.strip()]
     try:
@@ -125,6 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ScoreInputError, KeyError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
+    if args.per_example:
+        with open(args.per_example, "w", encoding="utf-8") as f:
+            for p, e in pairs:
+                vals = {n: METRICS[n].per_example(p, e) for n in names}
+                f.write(json.dumps({"id": e.id, **vals}, sort_keys=True) + "\n")
     text = json.dumps(result, indent=2, sort_keys=True)
     print(text)
     if args.out:

@@ -30,7 +30,7 @@ class Example:
         topic_names: surface names of the topic entities, when the dataset gives them.
         gold_paths: gold relation paths, each a tuple of relation names.
         answer_groups: for datasets with several distinct gold answers, one tuple of aliases per
-            answer (accuracy = every group matched). Empty means ``(answers,)``.
+            answer (``all_answers_found`` needs every group; RoG's metrics count groups). Empty means ``(answers,)``.
         supporting: ids/titles of gold supporting passages (multi-hop QA).
         corpus: per-example passages ``(title, text)`` where the dataset ships them.
         findings: clinical findings / evidences (diagnosis tasks), as text.

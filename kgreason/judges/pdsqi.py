@@ -1,10 +1,28 @@
 """PDSQI-9 LLM-as-a-judge (logoskg.txt §6 "Clinical reasoning quality", App. A.4, Table 5, Fig. 4).
 
-The judge reads the patient record (``example.question``) and a diagnostic output (the
-prediction's ranked diagnoses) and scores nine attributes from 1 to 5 with the anchored rubric in
-``judges/rubrics/pdsqi9.txt`` (written in our own words after Croxford et al., 2025). Reply
-format is strict JSON ``{"cited": 4, ..., "stigmatizing": 5}``; a reply that is not such an
-object (all nine keys, integers 1–5) triggers a bounded re-ask (:func:`with_reask`).
+The judge is its own model: ``run.build`` builds ``judge.llm`` (any LLM config, independent of the
+run's ``llm``, with the same lazy builder and call cache) and refuses, before the first example, a
+judge that is the judged model unless ``judge.allow_self_judging=true`` (LogosKG judges every
+model with GPT-5-mini).
+
+The rubric (``judges/rubrics/pdsqi9.txt``, in our own words) follows the published instrument's
+scales (Croxford et al., 2025; notes in shared/papers/pdsqi9-notes.md):
+
+* seven 1–5 items: ``cited``, ``accurate``, ``thorough``, ``useful``, ``organized``,
+  ``comprehensible``, ``succinct``;
+* ``abstraction_needed``: 0/1, a gate; ``synthesized``: 1–5 when abstraction is needed, else
+  not applicable (``"NA"`` in the reply, ``None`` in the scores, left out of every mean);
+* ``stigmatizing`` (the output) and ``stigmatizing_record`` (the patient record): 0/1, 1 = the
+  text contains stigmatizing language (lower is better).
+
+A reply that is not one JSON object with every item on its own scale triggers a bounded re-ask
+(:func:`with_reask`); a 3 on a binary item is rejected, never averaged in.
+
+Aggregate: ``average`` = the mean of the seven dimensions LogosKG Table 5 reports (accurate,
+thorough, useful, organized, comprehensible, succinct, synthesized), as the table's "Average" row
+(checked there: GPT-4.1 / UMLS / ProbSum baseline, (3.42+3.17+3.61+3.38+4.62+3.65+3.24)/7 = 3.58).
+Run level: ``judge/pdsqi_average`` is the mean of the seven run-level ``judge/<attr>`` means, the
+way the table's row is formed; every item is also logged on its own.
 
 Consistency controls:
 
@@ -29,39 +47,73 @@ from kgreason.judges.base import ComparisonScore, JudgeScore
 from kgreason.llm.parsing import ParseResult, parse_json, with_reask
 from kgreason.types import ChatRequest, Example, Prediction
 
-PDSQI_ATTRIBUTES: tuple[str, ...] = (
-    "cited", "accurate", "thorough", "useful", "organized", "comprehensible", "succinct",
-    "synthesized", "stigmatizing",
+LIKERT = (1, 2, 3, 4, 5)
+BINARY = (0, 1)
+# item → (allowed integer values, not-applicable allowed)
+PDSQI_SCALES: dict[str, tuple[tuple[int, ...], bool]] = {
+    "cited": (LIKERT, False),
+    "accurate": (LIKERT, False),
+    "thorough": (LIKERT, False),
+    "useful": (LIKERT, False),
+    "organized": (LIKERT, False),
+    "comprehensible": (LIKERT, False),
+    "succinct": (LIKERT, False),
+    "abstraction_needed": (BINARY, False),
+    "synthesized": (LIKERT, True),   # NA exactly when abstraction_needed == 0
+    "stigmatizing": (BINARY, False),
+    "stigmatizing_record": (BINARY, False),
+}
+PDSQI_ATTRIBUTES: tuple[str, ...] = tuple(PDSQI_SCALES)
+# the seven dimensions of LogosKG Table 5, whose mean is the table's "Average"
+TABLE5_DIMENSIONS: tuple[str, ...] = (
+    "accurate", "thorough", "useful", "organized", "comprehensible", "succinct", "synthesized",
 )
+_NA = ("na", "n/a", "not applicable")
 
 
 def load_rubric(name: str = "pdsqi9") -> str:
     return files("kgreason.judges").joinpath("rubrics", f"{name}.txt").read_text()
 
 
-def _score_obj(obj, attributes: Sequence[str]) -> tuple[dict[str, int] | None, str]:
+def _scale_text(a: str) -> str:
+    allowed, na = PDSQI_SCALES.get(a, (LIKERT, False))
+    return f"{allowed[0]}-{allowed[-1]}" + (' or "NA"' if na else "")
+
+
+def _score_obj(obj, attributes: Sequence[str]) -> tuple[dict[str, int | None] | None, str]:
     if not isinstance(obj, Mapping):
         return None, "expected a JSON object"
     norm = {str(k).strip().lower(): v for k, v in obj.items()}
-    out: dict[str, int] = {}
+    out: dict[str, int | None] = {}
     for a in attributes:
         if a not in norm:
             return None, f"missing key {a!r}"
+        allowed, na_ok = PDSQI_SCALES.get(a, (LIKERT, False))
         v = norm[a]
+        if na_ok and (v is None or (isinstance(v, str) and v.strip().lower() in _NA)):
+            out[a] = None
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != int(v):
-            return None, f"{a!r} must be an integer 1-5, got {v!r}"
-        if not 1 <= int(v) <= 5:
-            return None, f"{a!r} must be in 1..5, got {v!r}"
+            return None, f"{a!r} must be an integer {_scale_text(a)}, got {v!r}"
+        if int(v) not in allowed:
+            return None, f"{a!r} must be one of {_scale_text(a)}, got {v!r}"
         out[a] = int(v)
+    if "abstraction_needed" in out and "synthesized" in out:
+        if out["abstraction_needed"] == 0 and out["synthesized"] is not None:
+            return None, "'synthesized' must be \"NA\" when 'abstraction_needed' is 0"
+        if out["abstraction_needed"] == 1 and out["synthesized"] is None:
+            return None, "'synthesized' needs a score 1-5 when 'abstraction_needed' is 1"
     return out, ""
 
 
 def parse_pdsqi(text: str, attributes: Sequence[str] = PDSQI_ATTRIBUTES) -> ParseResult:
-    """Strict: one JSON object holding every attribute as an integer 1–5.
+    """Strict: one JSON object holding every attribute on its own scale (:data:`PDSQI_SCALES`).
 
     >>> parse_pdsqi('{"cited": 5, "accurate": 4}', ["cited", "accurate"]).value
     {'cited': 5, 'accurate': 4}
     >>> parse_pdsqi('{"cited": 7}', ["cited"]).ok
+    False
+    >>> parse_pdsqi('{"stigmatizing": 3}', ["stigmatizing"]).ok
     False
     """
     js = parse_json(text)
@@ -97,13 +149,14 @@ class PDSQIJudge:
     """PDSQI-9 judge.
 
     Args:
-        llm: the run's (cached) LLM, injected by ``run.py``.
+        llm: the judge's own (metered, cached) LLM, built by ``run.py`` from ``judge.llm``.
         max_reasks: re-asks after an unparseable reply.
         samples: judgements sampled per output (std reported when > 1).
         temperature: sampling temperature when ``samples > 1`` (0 otherwise).
         position_swap: in :meth:`compare`, also ask with the two outputs swapped.
         judge_rounds: also judge each round of ``prediction.rounds``.
-        aggregate: ``mean`` (as the "Average" row of Table 5) or ``sum`` (the 9–45 scale).
+        aggregate: ``mean``: the mean of the seven Table 5 dimensions (the "Average" row);
+            ``sum``: their sum (7–35; 6–30 when ``synthesized`` is NA).
         max_tokens: judge reply budget.
         seed: base seed of sampled judgements.
     """
@@ -123,11 +176,11 @@ class PDSQIJudge:
 
     # ------------------------------------------------------------------ prompts
     def _keys(self) -> str:
-        return "{" + ", ".join(f'"{a}": <1-5>' for a in self.attributes) + "}"
+        return "{" + ", ".join(f'"{a}": <{_scale_text(a)}>' for a in self.attributes) + "}"
 
     def _prompt(self, record: str, output: str) -> str:
         return (f"{self.rubric}\nPatient record:\n{record}\n\nDiagnostic output to evaluate:\n{output}\n\n"
-                f"Reply with only a JSON object with integer scores: {self._keys()}")
+                f"Reply with only a JSON object, one value per item on its own scale: {self._keys()}")
 
     def _pair_prompt(self, record: str, out_a: str, out_b: str) -> str:
         return (f"{self.rubric}\nPatient record:\n{record}\n\nOutput A:\n{out_a}\n\nOutput B:\n{out_b}\n\n"
@@ -140,8 +193,8 @@ class PDSQIJudge:
                               max_tokens=self.max_tokens, seed=self.seed + i if sampled else None,
                               sample_index=i)
 
-    def _total(self, scores: Mapping[str, float]) -> float:
-        vals = [float(scores[a]) for a in self.attributes if a in scores]
+    def _total(self, scores: Mapping[str, float | None]) -> float:
+        vals = [float(scores[a]) for a in TABLE5_DIMENSIONS if scores.get(a) is not None]
         if not vals:
             return float("nan")
         return sum(vals) if self.aggregate == "sum" else sum(vals) / len(vals)
@@ -162,8 +215,11 @@ class PDSQIJudge:
                 got.append(res.value)
         if not got:
             raise ValueError(f"PDSQI judge: no parseable reply after {self.max_reasks} re-ask(s); last: {raw[-1][:200]!r}")
-        scores = {a: statistics.fmean(g[a] for g in got) for a in self.attributes}
-        std = {a: statistics.pstdev([g[a] for g in got]) for a in self.attributes} if len(got) > 1 else {}
+        def vals(a):
+            return [g[a] for g in got if g[a] is not None]
+
+        scores = {a: (statistics.fmean(vals(a)) if vals(a) else None) for a in self.attributes}
+        std = {a: statistics.pstdev(vals(a)) for a in self.attributes if vals(a)} if len(got) > 1 else {}
         return scores, std, raw, failures
 
     def judge(self, example: Example, prediction: Prediction) -> JudgeScore:
@@ -190,7 +246,8 @@ class PDSQIJudge:
                 per_round[str(name)] = dict(s)
                 per_round_total[str(name)] = self._total(s)
         return JudgeScore(scores=dict(scores), total=self._total(scores), std=std, per_round=per_round,
-                          per_round_total=per_round_total, raw=tuple(raws), parse_failures=failures)
+                          per_round_total=per_round_total, raw=tuple(raws), parse_failures=failures,
+                          average_of=TABLE5_DIMENSIONS)
 
     # ------------------------------------------------------------------ pairwise comparison
     def compare(self, example: Example, a, b) -> ComparisonScore:
@@ -204,6 +261,8 @@ class PDSQIJudge:
         if not res1.ok:
             raise ValueError(f"PDSQI compare: unparseable reply: {raw[-1][:200]!r}")
         sa, sb = dict(res1.value["A"]), dict(res1.value["B"])
+        # preferences over the 1-5 quality items scored for both outputs (binary items and NA skipped)
+        keys = [k for k in self.attributes if PDSQI_SCALES.get(k, (LIKERT,))[0] == LIKERT]
         agreement = None
         if self.position_swap:
             res2, c2 = with_reask(self.llm, self._request(self._pair_prompt(example.question, rb, ra), 0), parser, self.max_reasks)
@@ -211,10 +270,13 @@ class PDSQIJudge:
             if not res2.ok:
                 raise ValueError(f"PDSQI compare (swapped): unparseable reply: {raw[-1][:200]!r}")
             sa2, sb2 = res2.value["B"], res2.value["A"]  # un-swap
+            keys = [k for k in keys if None not in (sa[k], sb[k], sa2[k], sb2[k])]
             sign = lambda x, y: (x > y) - (x < y)  # noqa: E731
-            agree = [sign(sa[k], sb[k]) == sign(sa2[k], sb2[k]) for k in self.attributes]
-            agreement = sum(agree) / len(agree)
-            sa = {k: (sa[k] + sa2[k]) / 2 for k in self.attributes}
-            sb = {k: (sb[k] + sb2[k]) / 2 for k in self.attributes}
-        pref = {k: ("a" if sa[k] > sb[k] else "b" if sb[k] > sa[k] else "tie") for k in self.attributes}
+            agree = [sign(sa[k], sb[k]) == sign(sa2[k], sb2[k]) for k in keys]
+            agreement = sum(agree) / len(agree) if agree else None
+            avg = lambda x, y: None if x is None or y is None else (x + y) / 2  # noqa: E731
+            sa = {k: avg(sa[k], sa2[k]) for k in self.attributes}
+            sb = {k: avg(sb[k], sb2[k]) for k in self.attributes}
+        keys = [k for k in keys if sa[k] is not None and sb[k] is not None]
+        pref = {k: ("a" if sa[k] > sb[k] else "b" if sb[k] > sa[k] else "tie") for k in keys}
         return ComparisonScore(a=sa, b=sb, preference=pref, swap_agreement=agreement, raw=tuple(raw))

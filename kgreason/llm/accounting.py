@@ -9,19 +9,24 @@ backend's config (``conf/llm/openai.yaml`` → ``prices:``)::
 A model missing from the table costs 0 (local models, or prices you did not enter); the run's
 ``llm/cost_usd`` is then a lower bound and a warning is logged once per model.
 
-Usage flows: per call (:class:`~kgreason.types.Usage` on each Completion) → per example
-(``Trace.llm`` sums it into ``Prediction.usage``) → per run (``run.summarise`` sums the
-``llm/*`` keys into ``metrics.json``).
+Usage flows: per call (:class:`~kgreason.types.Usage` on each Completion) → per example, by
+purpose (:class:`MeteredLLM` adds every call to the example's :class:`Ledger`; the row's
+``llm_usage``) → per run (:func:`ledger_metrics`: the ``llm/*`` and ``judge/*`` call keys of
+``metrics.json``). ``Trace.llm`` still sums the calls a reasoner records into
+``Prediction.usage`` (the row's ``usage``), its own view of the method.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
-from kgreason.types import Usage
+from kgreason.types import Usage, to_jsonable
 
 log = logging.getLogger("kgreason.llm")
 
@@ -103,3 +108,153 @@ class Stopwatch:
 
     def __exit__(self, *exc: Any) -> None:
         self.s = time.perf_counter() - self._t0
+
+
+# ----------------------------------------------------------------------------- call ledger
+# Every LLM call is counted at the LLM layer, not by the reasoners: ``run.build`` wraps each LLM
+# it hands out in :class:`MeteredLLM`, and ``run.answer_and_score`` opens one :class:`Ledger` per
+# example (:func:`example_ledger`, a context variable). A reasoner therefore cannot forget to
+# count a call, a log-prob scoring call, an indexing call or a judge call.
+
+PURPOSES = ("answer", "score", "index", "judge")
+"""What a call was for: ``answer`` (the reasoner's generate calls), ``score`` (log-prob scoring
+of candidates), ``index`` (offline indexing, e.g. SubQRAG §2.1 triple extraction, marked with
+``with llm_purpose("index")``), ``judge`` (the LLM judge's calls)."""
+
+_LEDGER: ContextVar["Ledger | None"] = ContextVar("kgreason_llm_ledger", default=None)
+_PURPOSE: ContextVar[str | None] = ContextVar("kgreason_llm_purpose", default=None)
+_SCORE_HIT: ContextVar[list | None] = ContextVar("kgreason_score_hit", default=None)
+
+
+class Ledger:
+    """Summed :class:`Usage` per purpose (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.by_purpose: dict[str, Usage] = {}
+        self._lock = threading.Lock()
+
+    def add(self, purpose: str, usage: Usage) -> None:
+        with self._lock:
+            self.by_purpose[purpose] = self.by_purpose.get(purpose, Usage()) + usage
+
+    def total(self) -> Usage:
+        return Usage.total(self.by_purpose.values())
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {p: to_jsonable(u) for p, u in sorted(self.by_purpose.items())}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any] | None) -> "Ledger":
+        led = Ledger()
+        for p, u in (d or {}).items():
+            led.add(p, Usage(**{k: v for k, v in u.items() if k in Usage.__slots__}))
+        return led
+
+
+@contextmanager
+def example_ledger() -> Iterator[Ledger]:
+    """Count every LLM call made inside the block (this thread/context) into a fresh ledger."""
+    led = Ledger()
+    token = _LEDGER.set(led)
+    try:
+        yield led
+    finally:
+        _LEDGER.reset(token)
+
+
+@contextmanager
+def llm_purpose(name: str) -> Iterator[None]:
+    """Label the generate calls made inside the block (e.g. ``index``)."""
+    if name not in PURPOSES:
+        raise ValueError(f"llm_purpose: expected one of {PURPOSES}, got {name!r}")
+    token = _PURPOSE.set(name)
+    try:
+        yield
+    finally:
+        _PURPOSE.reset(token)
+
+
+def mark_score_cached() -> None:
+    """Called by the call cache when a ``score`` call is answered from the cache."""
+    flag = _SCORE_HIT.get()
+    if flag is not None:
+        flag[0] = True
+
+
+class MeteredLLM:
+    """Counts every call of the wrapped LLM into the current example's ledger (or, outside any
+    example, into ``self.outside``). Same protocol as the LLM; other attributes pass through.
+
+    ``generate``: the usage the backend (or the cache, for hits) reports on each completion.
+    ``score``: one call per ``score()`` invocation (a cache hit counts as ``cache_hits``); its
+    tokens and cost are not reported by the backends, so they count 0.
+    """
+
+    def __init__(self, inner: Any, purpose: str = "answer") -> None:
+        if purpose not in PURPOSES:
+            raise ValueError(f"MeteredLLM: purpose must be one of {PURPOSES}, got {purpose!r}")
+        self.inner, self.purpose = inner, purpose
+        self.outside = Ledger()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _record(self, purpose: str, usage: Usage) -> None:
+        (_LEDGER.get() or self.outside).add(purpose, usage)
+
+    def generate(self, requests):
+        requests = list(requests)
+        out = self.inner.generate(requests)
+        purpose = self.purpose if self.purpose == "judge" else (_PURPOSE.get() or self.purpose)
+        self._record(purpose, Usage.total(c.usage for c in out))
+        return out
+
+    def score(self, prompt, candidates):
+        flag = [False]
+        token = _SCORE_HIT.set(flag)
+        t0 = time.perf_counter()
+        try:
+            scores = self.inner.score(prompt, candidates)
+        finally:
+            _SCORE_HIT.reset(token)
+        usage = Usage(cache_hits=1) if flag[0] else Usage(calls=1, latency_s=time.perf_counter() - t0)
+        self._record("judge" if self.purpose == "judge" else "score", usage)
+        return scores
+
+
+def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger | None = None) -> dict[str, float]:
+    """Run-level ``llm/*`` and ``judge/*`` call counts from per-example ledgers.
+
+    * ``llm/calls``, ``llm/cache_hits``, ``llm/prompt_tokens``, ``llm/completion_tokens``,
+      ``llm/cost_usd``: every LLM call of the run, all purposes, the judge included;
+    * ``llm/<purpose>/<field>`` for each purpose that made calls;
+    * ``llm/calls_per_question``, ``llm/tokens_per_question``: the *method's* calls (answer +
+      score + index; the judge is not part of the method) per example;
+    * ``judge/calls``, ``judge/cache_hits``, ``judge/prompt_tokens``, ``judge/completion_tokens``,
+      ``judge/cost_usd``: the judge's share, also logged under ``judge/``.
+    """
+    per: dict[str, Usage] = {}
+    for led in list(ledgers) + ([outside] if outside is not None else []):
+        for p, u in led.by_purpose.items():
+            per[p] = per.get(p, Usage()) + u
+    total = Usage.total(per.values())
+    method = Usage.total(u for p, u in per.items() if p != "judge")
+    n = max(n_examples, 1)
+    out: dict[str, float] = {}
+
+    def put(prefix: str, u: Usage) -> None:
+        out[f"{prefix}/calls"] = u.calls
+        out[f"{prefix}/cache_hits"] = u.cache_hits
+        out[f"{prefix}/prompt_tokens"] = u.prompt_tokens
+        out[f"{prefix}/completion_tokens"] = u.completion_tokens
+        out[f"{prefix}/cost_usd"] = round(u.cost_usd, 8)
+
+    put("llm", total)
+    for p in PURPOSES:
+        if p in per:
+            put(f"llm/{p}", per[p])
+    out["llm/calls_per_question"] = method.calls / n
+    out["llm/tokens_per_question"] = (method.prompt_tokens + method.completion_tokens) / n
+    if "judge" in per:
+        put("judge", per["judge"])
+    return out

@@ -1,11 +1,15 @@
 """Persistent LLM call cache: :class:`CallStore` (one SQLite file) + :class:`CachedLLM`.
 
 * **Key** – ``sha256`` of canonical JSON (``sort_keys=True``, compact separators) of
-  ``{backend, model, method, request}``; ``request`` holds every field of the
-  :class:`~kgreason.types.ChatRequest` (messages, temperature, top_p, max_tokens, n, stop,
-  seed, logprobs, sample_index) for ``generate`` and ``{messages, candidates}`` for ``score``.
-  API keys and ``base_url`` are *not* part of the key (the same model behind another proxy
-  is the same call) and are never written.
+  ``{backend, model, settings, method, request}``: everything that shapes a reply.
+  ``request`` holds every field of the :class:`~kgreason.types.ChatRequest` (messages,
+  temperature, top_p, max_tokens, n, stop, seed, logprobs, sample_index) for ``generate`` and
+  ``{messages, candidates}`` for ``score``. ``settings`` (:func:`backend_settings`) holds the
+  backend's reply-shaping configuration: its endpoint (``base_url``), extra request body
+  fields (``extra_body``), the scoring route, the input truncation, and whatever the backend
+  declares in ``cache_identity()`` (the scripted test double: its whole rule table). Two setups
+  that differ in any of these never share an entry. API keys are never part of the key and
+  are never written.
 * **Values** – JSON rows (texts, token_logprobs, the original usage), never pickles.
 * **Sampled calls are cached too**: resuming a run must not repeat paid calls;
   ``sample_index``/``seed`` keep distinct samples distinct.
@@ -32,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from kgreason.llm.accounting import mark_score_cached
 from kgreason.llm.base import CacheMiss
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
@@ -46,10 +51,26 @@ def request_json(req: ChatRequest) -> dict[str, Any]:
     return d
 
 
-def cache_key(backend: str, model: str, method: str, request: Any) -> str:
-    """sha256 hex of canonical JSON ``{backend, model, method, request}``."""
-    payload = {"backend": backend, "model": model, "method": method, "request": to_jsonable(request)}
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# attributes of a backend object that change what it replies (read when present)
+REPLY_SHAPING_ATTRS = ("base_url", "extra_body", "score_endpoint", "route", "max_input_tokens")
+
+
+def backend_settings(llm: Any) -> dict[str, Any]:
+    """The backend's reply-shaping settings for the cache key: ``llm.cache_identity()`` when the
+    backend defines it, plus each attribute of :data:`REPLY_SHAPING_ATTRS` it has."""
+    fn = getattr(llm, "cache_identity", None)
+    out: dict[str, Any] = dict(fn()) if callable(fn) else {}
+    for a in REPLY_SHAPING_ATTRS:
+        if a not in out and hasattr(llm, a):
+            out[a] = to_jsonable(getattr(llm, a))
+    return out
+
+
+def cache_key(backend: str, model: str, method: str, request: Any, settings: Any = None) -> str:
+    """sha256 hex of canonical JSON ``{backend, model, settings, method, request}``."""
+    payload = {"backend": backend, "model": model, "settings": to_jsonable(settings or {}), "method": method,
+               "request": to_jsonable(request)}
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -137,9 +158,10 @@ class CachedLLM:
         self.inner, self.store = inner, store
         self.backend = str(getattr(inner, "backend", type(inner).__name__))
         self.model = str(getattr(inner, "model", "?"))
+        self.settings = backend_settings(inner)
 
     def _key(self, method: str, request: Any) -> str:
-        return cache_key(self.backend, self.model, method, request)
+        return cache_key(self.backend, self.model, method, request, self.settings)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         requests = list(requests)
@@ -184,6 +206,7 @@ class CachedLLM:
         key = self._key("score", req)
         v = self.store.get(key)
         if v is not None:
+            mark_score_cached()  # the metering layer counts this call as a cache hit
             return [float(x) for x in v["scores"]]
         if self.store.mode == "readonly":
             raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "

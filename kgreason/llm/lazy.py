@@ -3,7 +3,7 @@ cache from ``llm_cache``) and :class:`LazyLLM`, which does that on first use, so
 reasoner never calls an LLM (retrieval_only, kg_dx) load no model and open no cache file.
 
 ``run.build`` makes one :class:`LazyLLM` for the reasoner (and one for a judge with its own
-``judge_llm`` config); SubQRAG's offline indexing CLI builds its LLM through the same function,
+``judge.llm`` config); SubQRAG's offline indexing CLI builds its LLM through the same function,
 so both share the run's call cache. Whoever builds one closes it (:meth:`LazyLLM.close`).
 """
 

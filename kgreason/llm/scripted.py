@@ -31,6 +31,8 @@ class ScriptedLLM:
         delay_s: float = 0.0,
     ) -> None:
         self.model = model
+        self._rule_table = [{"pattern": str(r["pattern"]), "reply": r["reply"] if isinstance(r["reply"], str)
+                             else list(r["reply"])} for r in rules]
         self.rules = [(re.compile(r["pattern"], re.S | re.I), r["reply"]) for r in rules]
         self._cursor = [0] * len(self.rules)
         self.default = default
@@ -38,6 +40,12 @@ class ScriptedLLM:
         self.match_on = match_on
         self.delay_s = float(delay_s)  # sleep per request: a slow backend, for interruption tests
         self.calls: list[ChatRequest] = []  # every request seen, for assertions
+
+    def cache_identity(self) -> dict[str, Any]:
+        """Everything that shapes this double's replies, for the call cache key: two scripted
+        setups with different rules, default, scores or matching never share cached replies."""
+        return {"rules": self._rule_table, "default": self.default, "scores": self.scores,
+                "match_on": self.match_on}
 
     def _text(self, messages: Sequence[Message]) -> str:
         if self.match_on == "prompt":

@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from kgreason.metrics import clinical, qa, retrieval
+from kgreason.metrics import clinical, community, qa, retrieval
 from kgreason.types import Example, Prediction
 
 
@@ -48,14 +48,41 @@ def _dx_round(rd: str, i: int) -> Callable[[Prediction, Example], float | None]:
     return fn
 
 
+def _rog(i: int) -> Callable[[Prediction, Example], float | None]:
+    def fn(p: Prediction, e: Example) -> float | None:
+        r = community.rog_scores(p.answers, community.rog_golds(e.answers, e.answer_groups))
+        return None if r is None else r[i]
+
+    return fn
+
+
 # per-round diagnosis metrics of the LogosKG two-round study (App. A.2 Eq. 12)
 DX_ROUNDS = ("baseline", "round1", "round2")
 DX_ROUND_METRICS = tuple(Metric(f"dx_{rd}_{stat}", _dx_round(rd, i))
                          for rd in DX_ROUNDS for i, stat in enumerate(("precision", "recall", "f1")))
 
+
+def _set(i: int) -> Callable[[Prediction, Example], float | None]:
+    def fn(p: Prediction, e: Example) -> float | None:
+        r = qa.answer_set_prf(p.answers, _groups(e))
+        return None if r is None else r[i]
+
+    return fn
+
+
+# strict (normalised equality) KGQA metrics
 HITS_AT_1 = Metric("hits_at_1", lambda p, e: qa.hits_at_1(p.answers, e.answers))
-TOG_HITS_AT_1 = Metric("tog_hits_at_1", lambda p, e: qa.tog_match(p.answer, e.answers))
-ACCURACY = Metric("accuracy", lambda p, e: qa.accuracy(p.answers, _groups(e)))
+ALL_ANSWERS_FOUND = Metric("all_answers_found", lambda p, e: qa.all_answers_found(p.answers, _groups(e)))
+ANSWER_SET_PRECISION = Metric("answer_set_precision", _set(0))
+ANSWER_SET_RECALL = Metric("answer_set_recall", _set(1))
+ANSWER_SET_F1 = Metric("answer_set_f1", _set(2))
+# community evaluators (substring matching; kgreason.metrics.community, docs/metrics.md)
+TOG_HITS_AT_1 = Metric("tog_hits_at_1", lambda p, e: community.tog_exact_match(p.answer, e.answers))
+ROG_HIT = Metric("rog_hit", _rog(0))
+ROG_ACC = Metric("rog_acc", _rog(1))
+ROG_F1 = Metric("rog_f1", _rog(2))
+ROG_PRECISION = Metric("rog_precision", _rog(3))
+ROG_RECALL = Metric("rog_recall", _rog(4))
 EXACT_MATCH = Metric("em", lambda p, e: qa.exact_match_multi(p.answer, e.answers))
 F1 = Metric("f1", lambda p, e: qa.f1_multi(p.answer, e.answers))
 MUSIQUE_EM = Metric("musique_em", lambda p, e: qa.musique_exact_multi(p.answer, e.answers))
@@ -70,8 +97,9 @@ ANSWER_COVERAGE = Metric("answer_coverage", lambda p, e: retrieval.answer_covera
 SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extra), higher_is_better=False)
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    HITS_AT_1, TOG_HITS_AT_1, ACCURACY, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1, TWOWIKI_EM, TWOWIKI_F1,
-    DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, SEARCH_SPACE,
+    HITS_AT_1, ALL_ANSWERS_FOUND, ANSWER_SET_PRECISION, ANSWER_SET_RECALL, ANSWER_SET_F1,
+    TOG_HITS_AT_1, ROG_HIT, ROG_ACC, ROG_F1, ROG_PRECISION, ROG_RECALL, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1,
+    TWOWIKI_EM, TWOWIKI_F1, DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, SEARCH_SPACE,
 )}
 
 
@@ -80,11 +108,18 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
+_JUDGE_COSTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "cost_usd", "errors",
+                "stigmatizing", "stigmatizing_record")  # judge/<x>: lower is better
+
+
 def higher_is_better(name: str) -> bool:
     """Direction of a metric by name (``metric/`` prefix allowed; unknown names: True,
-    except ``llm/*``, ``run/error*`` and ``retrieval/search_space`` which are costs)."""
+    except ``llm/*``, ``run/error*``, ``timing/*``, ``retrieval/search_space`` and the judge's call
+    counts, cost, errors and stigmatizing-language rates, which are lower-is-better)."""
     base = name.split("/", 1)[1] if name.startswith("metric/") else name
     if base in METRICS:
         return METRICS[base].higher_is_better
+    if name.startswith("judge/") and name.rsplit("/", 1)[-1] in _JUDGE_COSTS:
+        return False
     return not (name.startswith("llm/") or name.startswith("run/error") or name.endswith("search_space")
                 or name.startswith("timing/"))

@@ -1,6 +1,6 @@
 """Answer-string metrics that reproduce the official evaluation scripts exactly.
 
-* :func:`normalize_answer` – SQuAD v1.1 ``evaluate-v1.1.py`` (also used verbatim by HotpotQA,
+* :func:`normalize_answer` – SQuAD v1.1 ``evaluate-v1.1.py`` (HotpotQA,
   2WikiMultihopQA and MuSiQue): lower-case, drop ASCII punctuation (``string.punctuation``),
   drop the articles a/an/the, collapse whitespace. Non-ASCII characters (é, ß, full-width
   letters/punctuation) are kept as they are, exactly as in the official scripts.
@@ -12,8 +12,13 @@
 * ``*_multi`` – max over the gold answer and its aliases (``metric_max_over_ground_truths``
   / 2Wiki ``update_answer``); an empty gold list scores 0.
 
-The test suite checks every function against frozen copies of the official scripts
-(``tests/assets/official_*.py``).
+The tests pin every function with golden tables worked out from the published rules
+(``tests/metrics/test_official.py``), each case citing the script it follows.
+
+KGQA metrics (ranked answer lists): :func:`hits_at_1` (strict, top answer),
+:func:`all_answers_found` (every gold anywhere in the list) and :func:`answer_set_prf` (the
+answer-set precision / recall / F1 that KGQA papers report). The community evaluators with their
+substring matching (RoG, ToG) live in :mod:`kgreason.metrics.community`.
 """
 
 from __future__ import annotations
@@ -112,24 +117,31 @@ def hits_at_1(ranked: Sequence[str], golds: Iterable[str]) -> float:
     return float(any(top == normalize_answer(g) for g in golds))
 
 
-def tog_match(prediction: str, golds: Iterable[str]) -> float:
-    """ToG's ``eval.py`` ``exact_match``: strip, drop spaces, lower-case, then equal *or either a
-    substring of the other*. Looser than :func:`hits_at_1`; an empty prediction scores 0 here
-    (it would match everything in ToG's function)."""
-    p = prediction.strip().replace(" ", "").lower()
-    if not p:
-        return 0.0
-    for g in golds:
-        a = g.strip().replace(" ", "").lower()
-        if p == a or p in a or a in p:
-            return 1.0
-    return 0.0
-
-
-def accuracy(predicted: Sequence[str], groups: Sequence[Sequence[str]]) -> float:
-    """1 if every gold answer (each a group of aliases) is among the predictions."""
+def all_answers_found(predicted: Sequence[str], groups: Sequence[Sequence[str]]) -> float:
+    """1 if every gold answer (each a group of aliases) equals, after normalisation, some entry
+    *anywhere* in the ranked list. A recall-at-any-depth test, not an accuracy of the top answer
+    (formerly named ``accuracy``)."""
     preds = {normalize_answer(p) for p in predicted}
     return float(all(any(normalize_answer(a) in preds for a in grp) for grp in groups)) if groups else 0.0
+
+
+def answer_set_prf(predicted: Sequence[str], groups: Sequence[Sequence[str]]) -> tuple[float, float, float] | None:
+    """Answer-set ``(precision, recall, f1)`` as KGQA papers report F1 (GraftNet, NSM, RoG's
+    baselines): the predicted set is the distinct normalised predictions; a prediction is correct
+    when it equals (normalised) an alias of some gold answer; a gold answer is found when some
+    prediction equals one of its aliases. P = correct predictions / predictions, R = found golds /
+    golds, F1 = 2PR/(P+R). An empty prediction scores 0; no gold answer → ``None``."""
+    gold_sets = [{normalize_answer(a) for a in grp} for grp in groups if grp]
+    if not gold_sets:
+        return None
+    preds = list(dict.fromkeys(normalize_answer(p) for p in predicted))
+    if not preds:
+        return 0.0, 0.0, 0.0
+    correct = sum(1 for p in preds if any(p in g for g in gold_sets))
+    found = sum(1 for g in gold_sets if any(p in g for p in preds))
+    precision, recall = correct / len(preds), found / len(gold_sets)
+    f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+    return precision, recall, f1
 
 
 def coverage(retrieved: Iterable[str], golds: Iterable[str]) -> float:

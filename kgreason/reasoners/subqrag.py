@@ -265,7 +265,10 @@ class SubQRAG:
         rows = [r for r in rows if not (r[0] in seen or seen.add(r[0]))]
         if not rows:
             return
-        res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
+        from kgreason.llm.accounting import llm_purpose
+
+        with llm_purpose("index"):  # counted as llm/index/* (issue 16)
+            res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
         added = 0
         for tr, srcs in res.provenance.items():
             added += len(self.graph.add([tr], source=srcs[0]))

@@ -10,8 +10,9 @@ from conftest import compose_cfg
 from kgreason.data.base import DataError
 from kgreason.kg.loaders import KGFormatError
 
-METRIC_NAMES = {"hits_at_1", "accuracy", "em", "f1", "answer_coverage", "musique_em", "musique_f1",
-                "twowiki_em", "twowiki_f1", "dx_precision", "dx_recall", "dx_f1"} | {
+METRIC_NAMES = {"hits_at_1", "all_answers_found", "answer_set_f1", "tog_hits_at_1", "rog_hit", "rog_acc", "rog_f1",
+                "em", "f1", "answer_coverage", "musique_em", "musique_f1", "twowiki_em", "twowiki_f1",
+                "dx_precision", "dx_recall", "dx_f1"} | {
                 f"dx_{rd}_{s}" for rd in ("baseline", "round1", "round2") for s in ("precision", "recall", "f1")}
 
 DATASETS = {  # option → expected size on the shared samples

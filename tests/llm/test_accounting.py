@@ -25,3 +25,31 @@ def test_split_usage_sums_back():
     assert (s.calls, s.prompt_tokens, s.completion_tokens) == (3, 10, 7)
     assert s.latency_s == pytest.approx(0.9) and s.cost_usd == pytest.approx(0.3)
     assert [p.prompt_tokens for p in parts] == [4, 3, 3]
+
+
+def test_every_call_is_counted_by_purpose(tmp_path):
+    """Answer, log-prob scoring (hits included), indexing and judge calls all land in the
+    example's ledger, whatever the caller records itself (issue 16)."""
+    from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics, llm_purpose
+    from kgreason.llm.cache import CachedLLM, CallStore
+    from kgreason.llm.scripted import ScriptedLLM
+    from kgreason.types import ChatRequest, Message
+
+    inner = ScriptedLLM(rules=[{"pattern": ".", "reply": "x y"}], scores={"a": -1.0, "b": -2.0})
+    llm = MeteredLLM(CachedLLM(inner, CallStore.open(tmp_path, "readwrite")), purpose="answer")
+    judge = MeteredLLM(ScriptedLLM(rules=[{"pattern": ".", "reply": "{}"}], model="j"), purpose="judge")
+    with example_ledger() as led:
+        llm.generate([ChatRequest.of("q1"), ChatRequest.of("q2")])
+        llm.score((Message("user", "p"),), ["a", "b"])
+        llm.score((Message("user", "p"),), ["a", "b"])          # same call: a cache hit
+        with llm_purpose("index"):
+            llm.generate([ChatRequest.of("passage")])
+        judge.generate([ChatRequest.of("grade")])
+    u = led.by_purpose
+    assert (u["answer"].calls, u["score"].calls, u["score"].cache_hits, u["index"].calls, u["judge"].calls) == \
+        (2, 1, 1, 1, 1)
+    llm.generate([ChatRequest.of("outside")])                      # no example open: kept aside
+    assert llm.outside.by_purpose["answer"].calls == 1
+    m = ledger_metrics([led, Ledger.from_json(led.to_json())], 2)
+    assert m["llm/calls"] == 10 and m["llm/score/calls"] == 2 and m["judge/calls"] == 2
+    assert m["llm/calls_per_question"] == 4.0  # answer 2 + score 1 + index 1 per example; judge excluded

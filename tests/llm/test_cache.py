@@ -120,3 +120,56 @@ def test_two_processes_write_one_store(tmp_path):
     llm = CachedLLM(inner, store)
     out = llm.generate([ChatRequest.of(f"p1-{i}") for i in range(40)] + [ChatRequest.of(f"p2-{i}") for i in range(40)])
     assert all(c.cached for c in out) and inner.generated == []
+
+
+class SettingsLLM(CountingLLM):
+    """A backend with the reply-shaping attributes of a real HTTP backend."""
+
+    def __init__(self, backend="openai", model="m", base_url="http://a/v1", extra_body=None):
+        super().__init__()
+        self.backend, self.model, self.base_url, self.extra_body = backend, model, base_url, dict(extra_body or {})
+
+
+BASE_REQ = dict(temperature=0.0, top_p=1.0, max_tokens=64, n=1, stop=(), seed=None, logprobs=False, sample_index=0)
+SETUP_VARIANTS = {  # one field changed per case; the first setup fills the cache, the second must miss
+    "backend": dict(llm=dict(backend="vllm")),
+    "endpoint": dict(llm=dict(base_url="http://b/v1")),
+    "model": dict(llm=dict(model="m2")),
+    "extra_body": dict(llm=dict(extra_body={"top_k": 20})),
+    "extra_body_value": dict(llm=dict(extra_body={"top_k": 40}), base_llm=dict(extra_body={"top_k": 20})),
+    "prompt": dict(prompt="q2"),
+    **{f: dict(req={f: v}) for f, v in [("temperature", 0.7), ("top_p", 0.5), ("max_tokens", 65), ("n", 2),
+                                         ("stop", ("\n",)), ("seed", 3), ("logprobs", True), ("sample_index", 1)]},
+}
+
+
+@pytest.mark.parametrize("field", sorted(SETUP_VARIANTS))
+def test_setups_differing_in_one_field_never_share_an_entry(tmp_path, field):
+    v = SETUP_VARIANTS[field]
+    store = CallStore.open(tmp_path, "readwrite")
+    first = SettingsLLM(**v.get("base_llm", {}))
+    CachedLLM(first, store).generate([ChatRequest.of("q", **BASE_REQ)])
+    same = SettingsLLM(**v.get("base_llm", {}))
+    assert CachedLLM(same, store).generate([ChatRequest.of("q", **BASE_REQ)])[0].cached  # control: a real hit
+    second = SettingsLLM(**{**v.get("base_llm", {}), **v.get("llm", {})})
+    out = CachedLLM(second, store).generate([ChatRequest.of(v.get("prompt", "q"), **{**BASE_REQ, **v.get("req", {})})])
+    assert not out[0].cached and len(second.generated) == 1, f"{field}: served another setup's reply"
+
+
+@pytest.mark.parametrize("change", ["rule_reply", "rule_pattern", "default", "scores", "match_on"])
+def test_scripted_rule_tables_never_share_an_entry(tmp_path, change):
+    from kgreason.llm.scripted import ScriptedLLM
+
+    base = dict(rules=[{"pattern": "capital", "reply": "Paris"}], default="?", scores={"a": -1.0}, match_on="last_user")
+    other = dict(base)
+    other.update({"rule_reply": dict(rules=[{"pattern": "capital", "reply": "Lyon"}]),
+                  "rule_pattern": dict(rules=[{"pattern": "capital of", "reply": "Paris"}]),
+                  "default": dict(default="!"), "scores": dict(scores={"a": -2.0}),
+                  "match_on": dict(match_on="prompt")}[change])
+    store = CallStore.open(tmp_path, "readwrite")
+    req = [ChatRequest.of("the capital of France?")]
+    assert CachedLLM(ScriptedLLM(**base), store).generate(req)[0].text == "Paris"
+    assert CachedLLM(ScriptedLLM(**base), store).generate(req)[0].cached
+    second = ScriptedLLM(**other)
+    out = CachedLLM(second, store).generate(req)
+    assert not out[0].cached and len(second.calls) == 1

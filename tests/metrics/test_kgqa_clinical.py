@@ -1,4 +1,4 @@
-"""Hits@1 / accuracy (ToG, SGR), diagnosis P/R/F1 (LogosKG A.2), coverage, search space."""
+"""Hits@1 / all_answers_found / answer-set F1, diagnosis P/R/F1 (LogosKG A.2), coverage, search space."""
 
 from __future__ import annotations
 
@@ -23,11 +23,28 @@ def test_hits_at_1_top_answer_any_alias():
     assert m(P(), EX) == 0.0
 
 
-def test_accuracy_needs_every_group():
-    m = METRICS["accuracy"].per_example
+def test_all_answers_found_needs_every_group_anywhere_in_the_list():
+    m = METRICS["all_answers_found"].per_example
     assert m(P("Paris", "lyon"), EX) == 1.0
     assert m(P("City of Light", "Lyon", "junk"), EX) == 1.0
+    assert m(P("junk", "junk2", "Lyon", "Paris"), EX) == 1.0  # depth does not matter: not Hits@1
     assert m(P("Paris"), EX) == 0.0
+    assert "accuracy" not in METRICS  # the old name said something this metric does not measure
+
+
+@pytest.mark.parametrize("pred, expected", [
+    # (precision, recall, f1); two gold answers: {Paris | City of Light}, {Lyon}
+    (("Paris", "Lyon"), (1.0, 1.0, 1.0)),
+    (("Paris", "City of Light"), (1.0, 0.5, 2 / 3)),      # two aliases of one answer: both correct, one found
+    (("Paris", "paris.", "Marseille"), (0.5, 0.5, 0.5)),  # duplicates collapse: {paris, marseille}
+    (("Parisian",), (0.0, 0.0, 0.0)),                     # strict: no substring credit
+    ((), (0.0, 0.0, 0.0)),
+])
+def test_answer_set_prf_hand_computed(pred, expected):
+    got = tuple(METRICS[n].per_example(P(*pred), EX)
+                for n in ("answer_set_precision", "answer_set_recall", "answer_set_f1"))
+    assert got == pytest.approx(expected)
+    assert METRICS["answer_set_f1"].per_example(P("x"), Example(id="y", question="q")) is None
 
 
 def test_dx_prf_hand_computed():
@@ -60,3 +77,11 @@ def test_tog_loose_match():
     assert m(P("citYof light"), EX) == 1.0  # spaces dropped, case folded
     assert m(P("Berlin"), EX) == 0.0 and m(P(""), EX) == 0.0
     assert METRICS["hits_at_1"].per_example(P("The answer is Paris, France"), EX) == 0.0
+
+
+def test_direction_of_judge_costs_and_community_metrics():
+    assert higher_is_better("metric/rog_acc") and higher_is_better("metric/tog_hits_at_1")
+    assert higher_is_better("judge/pdsqi_average") and higher_is_better("judge/round1/accurate")
+    for name in ("judge/calls", "judge/cost_usd", "judge/stigmatizing", "judge/round2/stigmatizing_record",
+                 "llm/judge/calls", "llm/score/calls"):
+        assert not higher_is_better(name), name

@@ -43,26 +43,13 @@ def test_cli_scores_hand_computed(tmp_path):
     assert json.loads((tmp_path / "m.json").read_text()) == m
 
 
-def test_cli_groups_and_accuracy(tmp_path):
+def test_cli_groups_and_all_answers_found(tmp_path):
     f = _write(tmp_path / "p.jsonl", [
         {"id": "1", "prediction": ["Paris", "Lyon"], "answers": [["Paris", "City of Light"], ["Lyon"]]},
         {"id": "2", "predictions": ["Paris"], "prediction": "Paris", "answers": [["Paris"], ["Lyon"]]},
     ])
-    m = json.loads(_run(f, "--metrics", "accuracy,hits_at_1").stdout)
-    assert m == {"accuracy": 0.5, "hits_at_1": 1.0}
-
-
-def test_cli_rescoring_a_run_file_matches_run(tmp_path):
-    from conftest import compose_cfg
-
-    from kgreason.run import run
-
-    res = run(compose_cfg(["tracking=none", "dataset.limit=15"], tmp_path), tmp_path)
-    r = _run(tmp_path / "predictions.jsonl", "--metrics", "hits_at_1,accuracy,f1,answer_coverage")
-    assert r.returncode == 0, r.stderr
-    m = json.loads(r.stdout)
-    for k, v in m.items():
-        assert v == pytest.approx(res.metrics[f"metric/{k}"]), k
+    m = json.loads(_run(f, "--metrics", "all_answers_found,hits_at_1").stdout)
+    assert m == {"all_answers_found": 0.5, "hits_at_1": 1.0}
 
 
 @pytest.mark.parametrize("bad,msg", [
@@ -94,3 +81,29 @@ def test_cli_diagnoses(tmp_path):
     assert m["dx_precision"] == pytest.approx((0.5 + 0) / 2)
     assert m["dx_recall"] == pytest.approx((0.5 + 0) / 2)
     assert m["dx_f1"] == pytest.approx((0.5 + 0) / 2)
+
+
+@pytest.mark.parametrize("overrides", [
+    [],  # the embedded default: retrieval_only on the embedded KGQA questions
+    ["dataset.metrics=[hits_at_1,tog_hits_at_1,rog_hit,rog_acc,rog_f1,rog_precision,rog_recall,"
+     "all_answers_found,answer_set_precision,answer_set_recall,answer_set_f1,em,f1,answer_coverage,search_space]"],
+], ids=["default", "every_kgqa_metric"])
+def test_score_of_a_run_equals_its_metrics_json(tmp_path, overrides):
+    """A real run (embedded default, a few examples): re-scoring its own predictions.jsonl with
+    the CLI gives exactly metrics.json for every metric (issue 16: answer groups were missing)."""
+    from conftest import compose_cfg
+
+    from kgreason.run import run
+
+    cfg = compose_cfg(["tracking=jsonl", "dataset.limit=25", "reports.hop_distribution=false", *overrides], tmp_path)
+    res = run(cfg, tmp_path / "run")
+    names = list(cfg.dataset.metrics)
+    run_metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    rows = [json.loads(x) for x in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert any(len(r["answer_groups"]) > 1 for r in rows), "the sample needs a multi-answer question"
+    r = _run(tmp_path / "run" / "predictions.jsonl", "--metrics", ",".join(names))
+    assert r.returncode == 0, r.stderr
+    scored = json.loads(r.stdout)
+    assert {f"metric/{k}": v for k, v in scored.items()} == {k: v for k, v in run_metrics.items()
+                                                             if k.startswith("metric/")}
+    assert res.metrics["run/n_examples"] == 25

@@ -194,12 +194,14 @@ def _scripted_cfg(tmp_path, *extra):
     from omegaconf import open_dict
 
     cfg = compose_cfg(["reasoner=logoskg_dx", "dataset=embedded_clinical", "llm=scripted",
-                       "judge=pdsqi", "dataset.limit=3", "tracking=none", "reasoner.hops=2", *extra], tmp_path)
+                       "judge=pdsqi", "llm@judge.llm=scripted", "judge.llm.model=scripted-judge",
+                       "dataset.limit=3", "tracking=none", "reasoner.hops=2", *extra], tmp_path)
     scores = {a: 4 for a in ("cited", "accurate", "thorough", "useful", "organized", "comprehensible",
-                             "succinct", "synthesized", "stigmatizing")}
+                             "succinct", "synthesized")}
+    scores.update(abstraction_needed=1, stigmatizing=0, stigmatizing_record=0)
     with open_dict(cfg):
+        cfg.judge.llm.rules = [{"pattern": "Diagnostic output to evaluate", "reply": json.dumps(scores)}]
         cfg.llm.rules = [
-            {"pattern": "Diagnostic output to evaluate", "reply": json.dumps(scores)},
             {"pattern": "Candidate diagnoses:", "reply": '["Zoutrix syndrome"]'},
             {"pattern": "most likely diagnoses", "reply": '["Grouwai syndrome", "Gehu disorder", "Made Up"]'},
         ]
@@ -212,7 +214,8 @@ def test_e2e_run_with_pdsqi_judge(tmp_path):
     res = run(_scripted_cfg(tmp_path, "reasoner.rank=path_support"), tmp_path)
     m = res.metrics
     assert m["run/n_examples"] == 3 and m["run/error_rate"] == 0.0
-    assert m["judge/pdsqi_total"] == 4.0 and m["judge/cited"] == 4.0
+    assert m["judge/pdsqi_average"] == 4.0 and m["judge/cited"] == 4.0 and m["judge/stigmatizing"] == 0.0
+    assert m["judge/calls"] > 0 and m["llm/judge/calls"] == m["judge/calls"]
     rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert all(set(r["judge"]["per_round"]) == {"baseline", "round1", "round2"} for r in rows)
     assert all(set(r["rounds"]) == {"baseline", "round1", "round2"} for r in rows)

@@ -187,11 +187,16 @@ def test_example_corpus_is_indexed_offline_and_used(emb_dir, tmp_path):
          "reply": '{{"answer": "Riverton", "used": [{0}], "sufficient": true}}'},
         {"pattern": r"Graph memory", "reply": '{"answer": "Riverton"}'},
     ])
-    r = SubQRAG(kg=object(), llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
+    from kgreason.llm.accounting import MeteredLLM, example_ledger
+
+    r = SubQRAG(kg=object(), llm=MeteredLLM(llm), corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
                 embedder=Embedder(cache_dir=str(emb_dir)), top_k=2)
     ex = Example(id="d0", question="Where was the director of Alpha born?", answers=("Riverton",), corpus=corpus)
-    p = r.answer(ex)
+    with example_ledger() as ledger:
+        p = r.answer(ex)
     assert len(r.graph) == 3 and p.answer == "Riverton"
+    # the indexing calls are counted, apart from the answering calls (issue 16)
+    assert ledger.by_purpose["index"].calls == 3 and ledger.by_purpose["answer"].calls >= 3
     assert p.extra["graph_memory"] == [["Alpha", "directed by", "Bob Stone"], ["Bob Stone", "born in", "Riverton"]]
     n = len(llm.calls)
     r2 = SubQRAG(kg=None, llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
