@@ -174,6 +174,7 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     out["llm/completion_tokens"] = usage.completion_tokens
     out["llm/cost_usd"] = round(usage.cost_usd, 8)
     out["llm/parse_failures"] = usage.parse_failures
+    out["llm/reasks"] = usage.reasks
     out["llm/calls_per_question"] = usage.calls / n
     out["llm/tokens_per_question"] = (usage.prompt_tokens + usage.completion_tokens) / n
     spaces = [r["extra"]["search_space"] for r in rows if "search_space" in r.get("extra", {})]

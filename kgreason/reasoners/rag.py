@@ -22,13 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from kgreason.kg.linking import LinkResult, link_example
-from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.reasoners.cot import parse_answers
+from kgreason.llm.parsing import parse_answers
+from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
 from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 
-class RAG(LazyEmbedder):
+class RAG(BaseReasoner, LazyEmbedder):
     """Args:
         hops: retrieval depth; ``None`` = the example's gold hop count (MetaQA protocol), else
             ``max_hops``.
@@ -59,7 +59,7 @@ class RAG(LazyEmbedder):
     def retrieve(self, example: Example) -> tuple[LinkResult, Subgraph | None, int]:
         """Link and run the k-hop retrieval: ``(link, subgraph or None, hops used)``."""
         link = link_example(self.kg, example)
-        k = int(self.hops or example.hops or self.max_hops)
+        k = self.hop_budget(example)
         if not link.ids:
             return link, None, k
         return link, self.retriever.retrieve(link.ids, k), k
@@ -67,7 +67,7 @@ class RAG(LazyEmbedder):
     def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
         """The k-hop query :meth:`retrieve` makes (for batched prefetching by the run loop)."""
         link = link_example(self.kg, example)
-        return [(list(link.ids), int(self.hops or example.hops or self.max_hops))] if link.ids else []
+        return [(list(link.ids), self.hop_budget(example))] if link.ids else []
 
     def candidate_triples(self, sub: Subgraph) -> tuple[np.ndarray, bool]:
         """``(m, 3)`` int32 distinct activated triples, hop order kept, capped at
@@ -110,9 +110,7 @@ class RAG(LazyEmbedder):
         facts = "\n".join(kept) if kept else "(no facts retrieved)"
         req = ChatRequest.of(render(self.template, question=example.question, facts=facts),
                              temperature=self.temperature, max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        res = parse_answers(comp.text)
-        t.llm("answer", req, comp, parsed=res.value, parse_ok=res.ok)
+        res = self.ask(t, "answer", req, parse_answers)
         reached = self.retriever.answer_set(sub)
         in_prompt = sorted({int(x) for i in order for x in (triples[i][0], triples[i][2])})
         return t.finish(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kgreason.llm.parsing import parse_json
-from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.llm.parsing import parse_answer_field
+from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
 from kgreason.retrieval.dense import DenseTextRetriever, Embedder
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -47,15 +47,6 @@ def passage_text(p: Passage) -> str:
     return f"{p[0]}: {p[1]}"
 
 
-def parse_answer(text: str) -> str:
-    """The ``answer`` field of a JSON reply, else the first non-empty line of the raw reply."""
-    js = parse_json(text)
-    if js.ok and isinstance(js.value, dict) and "answer" in js.value:
-        return str(js.value["answer"]).strip()
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[0].removeprefix("Answer:").strip() if lines else ""
-
-
 class PassageIndex:
     """Dense index over passages, built once per distinct passage list (cached by identity)."""
 
@@ -70,7 +61,7 @@ class PassageIndex:
         return self._last[1]
 
 
-class RagText:
+class RagText(BaseReasoner):
     """Args:
         top_k: passages given to the generator (Table 1 "Retrieval-only").
         corpus: ``embedded`` | JSONL path | null (then every example must carry ``corpus``).
@@ -106,7 +97,5 @@ class RagText:
         req = ChatRequest.of(render(self.prompt, question=example.question,
                                     passages="\n".join(f"[{i}] {passage_text(p)}" for i, p in enumerate(top))),
                              max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        ans = parse_answer(comp.text)
-        t.llm("answer", req, comp, parsed=ans, parse_ok=bool(ans))
+        ans = self.ask(t, "answer", req, parse_answer_field).value
         return t.finish(example, [ans] if ans else [], retrieved_passages=[p[0] for p in top])
