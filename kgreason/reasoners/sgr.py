@@ -1,32 +1,41 @@
 """SGR: schema-guided subgraph generation → NL→Cypher → validate/refine → collaborative
 multi-path voting (shared/papers/sgr.txt §3).
 
-One example runs these steps (each recorded in the trace):
+One example runs these steps (each recorded in the trace; :meth:`SGR.answer` calls one method
+per step, named in brackets):
 
-1. **Link** the topic entities; **k-hop retrieval** around them gives the candidate triples.
-2. **Subgraph generation** (§3.1.2, Eq. 4–6): every candidate triple ``e_i`` is verbalised and
-   scored ``s(e_i, q) = cos(φ(e_i), φ(q))`` with all-MiniLM-L6-v2; ``E*_q`` keeps the triples
-   with ``s ≥ τ`` (``tau``), or the ``top_k`` best (Eq. 6) when ``tau`` is null.
-3. **Schema** (§3.3, Eq. 15; ablation ``schema=false`` = SGR Fig. 2): the LLM, prompted as a KG
-   expert with sample triples of ``E*_q``, writes ``S_q = {(v_i, r_i, v_j)}`` as JSON chains;
-   unknown relations are dropped.
-4. **Direct reasoning** (§3.4.1, Eq. 16–17; ablation ``cypher=false`` = SGR Fig. 3): the LLM
-   writes Cypher ``c_q = g(q, S_q)``; it passes the read-only guard and runs on the Cypher DB
-   (``A_q = Exec(c_q, G)``). With ``cypher=false`` the DB is never touched: ``A_q`` = the
-   entities of ``E*_q`` (embedding top-k over the k-hop triples).
-5. **Validation** (§3.4.2, Eq. 19–20): ``V(a, S_q, G) = 1`` iff ``a`` is bound to the schema's
-   answer variable when the schema's constraints are propagated through the KG from its constant
-   entities (for a chain: ``a`` is reachable from the topic through the relation chain). Without
-   a schema, ``V`` = membership in the k-hop subgraph.
-6. **Refine** (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds`` times, the LLM gets
-   the previous queries with their guard rejection / engine error / empty or invalid result and
-   writes a new query. Non-empty ``A+_q`` is ranked by ``P_θ(a | q, A+_q, S_q)`` (Eq. 21).
-7. **Collaborative reasoning** (§3.5, Eq. 23–31), when direct reasoning found nothing valid (or
-   always, with ``collaborate=always``): ``M = num_paths`` sampled paths; each alternates a
-   hypothesis ``h_t`` (with claimed triples) and retrieval ``E_t = Retrieve(h_t, G)`` for
-   ``collab_iterations`` steps. ``C(p_i, G) = (1/T) Σ_t I(E^i_t ⊆ G)`` where ``E^i_t`` is the set of
-   triples the hypothesis relies on (Eq. 30); ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C`` (Eq. 29)
-   and ``â = argmax_a Σ_i β_i I(a_i = a)`` (Eq. 31; ``vote=majority`` drops the weights).
+1. **Link** the topic entities; **k-hop retrieval** around them gives the candidate triples (k
+   from the kit's hop-budget rule, ``hop_budget``).
+2. **Subgraph generation** [``candidate_subgraph``] (§3.1.2, Eq. 4–6): every candidate triple
+   ``e_i`` is verbalised and scored ``s(e_i, q) = cos(φ(e_i), φ(q))`` with all-MiniLM-L6-v2;
+   ``E*_q`` keeps the triples with ``s ≥ τ`` (``tau``), or the ``top_k`` best (Eq. 6) when
+   ``tau`` is null.
+3. **Schema** [``generate_schema``] (§3.4.1, Eq. 15, prompt as described at the end of §3.3;
+   ablation ``schema=false`` = SGR Fig. 2): the LLM, prompted as a KG expert with sample triples
+   of ``E*_q``, writes ``S_q = {(v_i, r_i, v_j)}`` as JSON chains; unknown relations are
+   dropped.
+4. **Direct reasoning** [``direct_reasoning``: ``write_cypher``, ``execute_and_validate``;
+   ``embedding_candidates`` for the ablation] (§3.4.1, Eq. 16–17; ablation ``cypher=false`` =
+   SGR Fig. 3): the LLM writes Cypher ``c_q = g(q, S_q)``; it passes the read-only guard and
+   runs on the Cypher DB (``A_q = Exec(c_q, G)``). With ``cypher=false`` the DB is never
+   touched: ``A_q`` = the entities of ``E*_q`` (embedding top-k over the k-hop triples).
+5. **Validation** [``valid_answer_set``, ``validate``] (§3.4.2, Eq. 19–20): ``V(a, S_q, G) = 1``
+   iff ``a`` is bound to the schema's answer variable when the schema's constraints are
+   propagated through the KG from its constant entities (for a chain: ``a`` is reachable from
+   the topic through the relation chain). Without a schema, ``V`` = membership in the k-hop
+   subgraph.
+6. **Refine** [``refine_cypher``] (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds``
+   times, the LLM gets the previous queries with their guard rejection / engine error / empty or
+   invalid result and writes a new query. Non-empty ``A+_q`` is ranked by ``P_θ(a | q, A+_q,
+   S_q)`` (Eq. 21) [``rank_valid_answers``].
+7. **Collaborative reasoning** [``collaborative``: ``reasoning_path``, ``path_p_theta``,
+   :func:`vote`] (§3.5, Eq. 23–31), when direct reasoning found nothing valid (or always, with
+   ``collaborate=always``): ``M = num_paths`` sampled paths; each alternates a hypothesis
+   ``h_t`` (with claimed triples) and retrieval ``E_t = Retrieve(h_t, G)`` for
+   ``collab_iterations`` steps. ``C(p_i, G) = (1/T) Σ_t I(E^i_t ⊆ G)`` where ``E^i_t`` is the
+   set of triples the hypothesis relies on (Eq. 30); ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C``
+   (Eq. 29) and ``â = argmax_a Σ_i β_i I(a_i = a)`` (Eq. 31; ``vote=majority`` drops the
+   weights).
 
 ``P_θ`` comes from ``llm.score`` (log-probabilities, softmax-normalised over the distinct
 answers) where the backend supports it, else from the sampling frequency of ``a_i`` over the M
