@@ -8,7 +8,7 @@ missing the last non-empty line is taken, so a terse model still gets scored.
 from __future__ import annotations
 
 from kgreason.llm.parsing import parse_answers  # noqa: F401  (re-exported: reasoners import it from here)
-from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 
 class CoT(BaseReasoner):
@@ -18,11 +18,13 @@ class CoT(BaseReasoner):
         temperature: sampling temperature (0 = greedy, as in the paper's baselines).
         max_tokens: room for the reasoning plus the answer line.
         prompts_dir: folder under ``kgreason/reasoners/prompts``.
+        max_reasks: re-asks when the reply has no ``Answer:`` line (kit policy; 0 = none).
     """
 
     def __init__(self, *, kg=None, retriever=None, llm, temperature: float = 0.0,
-                 max_tokens: int = 512, prompts_dir: str = "cot") -> None:
+                 max_tokens: int = 512, prompts_dir: str = "cot", max_reasks: int = 0) -> None:
         self.llm = llm
+        self.reask = ReaskPolicy(max_reasks)
         self.temperature, self.max_tokens = temperature, max_tokens
         self.template = load_prompt(prompts_dir, "answer")
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.llm.parsing import parse_answers
-from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
@@ -39,13 +39,14 @@ class RAG(BaseReasoner, LazyEmbedder):
         max_candidates: cap on triples scored per question (hop-1 triples first); the cut is
             recorded as ``candidates_truncated``.
         temperature, max_tokens: answer generation settings.
+        max_reasks: re-asks when the answer reply does not parse (kit policy; 0 = none).
         embedder: an :class:`~kgreason.retrieval.dense.Embedder` (default: packaged MiniLM).
     """
 
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
                  top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
                  temperature: float = 0.0, max_tokens: int = 256, prompts_dir: str = "rag",
-                 embedder=None) -> None:
+                 embedder=None, max_reasks: int = 0) -> None:
         if top_k is None and tau is None:
             raise ValueError("RAG: set top_k (Eq. 6) or tau (Eq. 5); both are null")
         self.kg, self.retriever, self.llm = kg, retriever, llm
@@ -54,6 +55,7 @@ class RAG(BaseReasoner, LazyEmbedder):
         self.temperature, self.max_tokens = temperature, max_tokens
         self.template = load_prompt(prompts_dir, "answer")
         self._embedder = embedder
+        self.reask = ReaskPolicy(max_reasks)
 
     # ------------------------------------------------------------------ retrieval (no LLM)
     def retrieve(self, example: Example) -> tuple[LinkResult, Subgraph | None, int]:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from kgreason.llm.parsing import parse_answer_field
-from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.retrieval.dense import DenseTextRetriever, Embedder
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -67,11 +67,14 @@ class RagText(BaseReasoner):
         corpus: ``embedded`` | JSONL path | null (then every example must carry ``corpus``).
         embed_cache_dir: disk cache for MiniLM vectors (by text hash).
         max_tokens: answer length cap.
+        max_reasks: re-asks on an empty answer (kit policy; 0 = none).
     """
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, corpus: str | None = "embedded",
-                 world_seed: int = 0, embed_cache_dir: str | None = None, max_tokens: int = 64) -> None:
+                 world_seed: int = 0, embed_cache_dir: str | None = None, max_tokens: int = 64,
+                 max_reasks: int = 0) -> None:
         self.llm, self.top_k, self.max_tokens = llm, top_k, max_tokens
+        self.reask = ReaskPolicy(max_reasks)
         self.embedder = Embedder(cache_dir=embed_cache_dir)
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[Passage] | None = None

@@ -31,7 +31,7 @@ from typing import Any
 
 from kgreason.kg.indexing import Triple, extract_triples, normalise_text, triple_key
 from kgreason.llm.parsing import ParseResult, parse_answer_field, parse_first_line, parse_list, parse_triple_answer
-from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.reasoners.rag_text import PassageIndex, load_corpus, passage_text
 from kgreason.retrieval.dense import DenseTextRetriever, Embedder
 from kgreason.types import ChatRequest, Example, Prediction
@@ -118,6 +118,7 @@ class SubQRAG(BaseReasoner):
             resumable, cached by corpus hash under ``index_dir``) and merged in before answering.
             ``auto``: ``index`` when the first example carries passages, else ``injected``.
         index_dir: root of the offline index cache.
+        max_reasks: re-asks on an unparseable reply (kit policy; 0 = none).
     """
 
     thread_safe = False  # example_workers must stay 1: graph updates must reach later questions in order
@@ -127,7 +128,8 @@ class SubQRAG(BaseReasoner):
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
                  corpus: str | None = "embedded", world_seed: int = 0, validate: bool = True,
                  embed_cache_dir: str | None = None, max_tokens: int = 256,
-                 kg_source: str = "auto", index_dir: str | None = ".cache/kgreason/subqrag_index") -> None:
+                 kg_source: str = "auto", index_dir: str | None = ".cache/kgreason/subqrag_index",
+                 max_reasks: int = 0) -> None:
         if kg_source not in ("auto", "injected", "index"):
             raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
         if kg_source == "index" and not index_dir:
@@ -137,6 +139,7 @@ class SubQRAG(BaseReasoner):
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
         self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
         self.max_tokens = max_tokens
+        self.reask = ReaskPolicy(max_reasks)
         self.embedder = Embedder(cache_dir=embed_cache_dir)
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[tuple[str, str]] | None = None

@@ -31,7 +31,7 @@ import numpy as np
 
 from kgreason.kg.linking import link_example
 from kgreason.llm.parsing import parse_answers, parse_candidate_scores, parse_yes_no
-from kgreason.reasoners.base import BaseReasoner, Trace, ask, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, ask, load_prompt, render
 from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -52,6 +52,7 @@ class Pruner(LazyEmbedder):
             raise ValueError(f"prune={backend!r}: expected llm | bm25 | embedding")
         self.backend, self.llm, self.template = backend, llm, template
         self._embedder, self.max_tokens = embedder, max_tokens
+        self.reask = ReaskPolicy()
 
     def scores(self, question: str, names: list[str], texts: list[str], t: Trace, what: str,
                context: str = "") -> np.ndarray:
@@ -70,7 +71,8 @@ class Pruner(LazyEmbedder):
         listing = "\n".join(f"{i + 1}. {n}" for i, n in enumerate(names))
         req = ChatRequest.of(render(self.template, question=question, candidates=listing, what=what,
                                     context=context), max_tokens=self.max_tokens)
-        res = ask(self.llm, t, f"prune_{what}", req, lambda text: parse_candidate_scores(text, names))
+        res = ask(self.llm, t, f"prune_{what}", req, lambda text: parse_candidate_scores(text, names),
+                  policy=self.reask)
         return np.asarray(res.value if res.ok else [0.0] * len(names), dtype=np.float64)
 
 
@@ -116,11 +118,13 @@ class ToG(BaseReasoner):
         prune: pruning backend ``llm`` | ``bm25`` | ``embedding``.
         max_entities_per_relation: neighbours followed per (entity, relation) (ToG samples 10).
         temperature, max_tokens: settings of the reasoning and answer calls.
+        max_reasks: re-asks on an unparseable pruning / reasoning / answer reply (kit policy;
+            0 = none, as ToG).
     """
 
     def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
                  prune: str = "llm", max_entities_per_relation: int = 20, temperature: float = 0.0,
-                 max_tokens: int = 256, prompts_dir: str = "tog", embedder=None) -> None:
+                 max_tokens: int = 256, prompts_dir: str = "tog", embedder=None, max_reasks: int = 0) -> None:
         if width < 1 or depth < 1:
             raise ValueError(f"ToG: width and depth must be ≥ 1, got width={width}, depth={depth}")
         self.kg, self.llm = kg, llm
@@ -129,6 +133,7 @@ class ToG(BaseReasoner):
         self.temperature, self.max_tokens = temperature, max_tokens
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune", "reason", "answer")}
         self.pruner = Pruner(prune, llm, self.prompts["prune"], embedder)
+        self.reask = self.pruner.reask = ReaskPolicy(max_reasks)
 
     def _ask(self, t: Trace, step: str, parser, **values):
         req = ChatRequest.of(render(self.prompts[step], **values), temperature=self.temperature,

@@ -160,3 +160,26 @@ def test_line_counter_counts_the_whole_def(tmp_path):
 def test_pending_exemptions_are_still_needed():
     for name in PENDING:
         assert _long_functions(REASONERS / name), f"{name} has no long function: drop it from PENDING"
+
+
+def test_one_policy_configurable_per_reasoner(world):
+    """``max_reasks`` sets the same kit policy on every reasoner that takes it; the default
+    keeps each reasoner's pre-kit behaviour (0 except io/sgr)."""
+    from kgreason.reasoners.cot import CoT
+
+    q = world.questions[0]
+    llm = ScriptedLLM(rules=[{"pattern": ".", "reply": ["I am not sure", "Answer: Paris"]}])
+    pred = CoT(llm=llm, max_reasks=1).answer(q)
+    assert pred.answers == ("Paris",) and (pred.usage.calls, pred.usage.reasks) == (2, 1)
+    assert llm.calls[1].messages[-1].content == REASK_MESSAGE.format(error="no 'Answer:' line")
+    llm0 = ScriptedLLM(rules=[{"pattern": ".", "reply": ["I am not sure", "Answer: Paris"]}])
+    pred0 = CoT(llm=llm0).answer(q)
+    assert pred0.answers == ("I am not sure",) and (pred0.usage.calls, pred0.usage.reasks) == (1, 0)
+
+
+@pytest.mark.parametrize("module, name", [m for m in REASONER_CLASSES if m[0] not in ("retrieval_only", "reknos")])
+def test_llm_reasoners_take_max_reasks(module, name):
+    import inspect
+
+    cls = getattr(importlib.import_module(f"kgreason.reasoners.{module}"), name)
+    assert "max_reasks" in inspect.signature(cls.__init__).parameters
