@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from kgreason.kg.linking import link_mentions
-from kgreason.reasoners.base import Trace
+from kgreason.reasoners.base import BaseReasoner, Trace
 from kgreason.reasoners.logoskg_dx import set_prf
 from kgreason.types import Example, Prediction
 
@@ -44,7 +44,7 @@ def diagnosis_types(kg, disease_type, who: str) -> list[str]:
                          f"its types: {list(kg.type_names)} (set reasoner.disease_type)")
     return present
 
-class KGDx:
+class KGDx(BaseReasoner):
     """Args:
         hops: k.
         exact_hops: count evidences at distance == k instead of ≤ k.

@@ -42,8 +42,8 @@ import numpy as np
 
 from kgreason.kg.linking import link_mentions
 from kgreason.kg.store import normalise_name
-from kgreason.llm.parsing import ParseResult, parse_json, with_reask
-from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.llm.parsing import ParseResult, parse_json
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.retrieval.base import Direction, Semantics
 from kgreason.retrieval.dense import LazyEmbedder
 from kgreason.types import ChatRequest, Example, Prediction
@@ -84,7 +84,7 @@ def set_prf(pred: Sequence[str], gold: Sequence[str],
     return {"p": round(p, 10), "r": round(r, 10), "f1": round(f1, 10)}
 
 
-class LogosKGDx(LazyEmbedder):
+class LogosKGDx(BaseReasoner, LazyEmbedder):
     """Two-round KG filtering / enhancement of LLM diagnoses.
 
     Args:
@@ -146,6 +146,7 @@ class LogosKGDx(LazyEmbedder):
         self.rank, self.refine, self.tau, self.top_n = rank, refine, float(tau), int(top_n)
         self.link_embedding, self.link_threshold = link_embedding, link_threshold
         self.use_findings, self.max_reasks, self.max_tokens = use_findings, max_reasks, max_tokens
+        self.reask = ReaskPolicy(max_reasks)
         self.time_hops = bool(time_hops)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("baseline", "extract", "select")}
         self._disease_mask = np.zeros(kg.n_entities, dtype=bool)
@@ -156,8 +157,7 @@ class LogosKGDx(LazyEmbedder):
     # ------------------------------------------------------------------ helpers
     def _ask(self, t: Trace, purpose: str, prompt: str) -> list[str]:
         req = ChatRequest.of(prompt, max_tokens=self.max_tokens)
-        res, _ = with_reask(self.llm, req, parse_name_list, self.max_reasks,
-                            on_call=lambda rq, c, r: t.llm(purpose, rq, c, parsed=r.value, parse_ok=r.ok))
+        res = self.ask(t, purpose, req, parse_name_list)
         return list(res.value or []) if res.ok else []
 
     def _link(self, names: Sequence[str]):

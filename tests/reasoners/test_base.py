@@ -93,7 +93,7 @@ def test_answer_and_retrieval_plan_share_the_hop_budget(world, embedded_kg):
 
 REASONER_CLASSES = [("io", "IO"), ("cot", "CoT"), ("rag", "RAG"), ("rag_text", "RagText"),
                     ("retrieval_only", "RetrievalOnly"), ("tog", "ToG"), ("reknos", "ReKnoS"),
-                    ("sgr", "SGR"), ("subqrag", "SubQRAG")]
+                    ("sgr", "SGR"), ("subqrag", "SubQRAG"), ("kg_dx", "KGDx"), ("logoskg_dx", "LogosKGDx")]
 
 
 @pytest.mark.parametrize("module, name", REASONER_CLASSES)
@@ -177,7 +177,7 @@ def test_one_policy_configurable_per_reasoner(world):
     assert pred0.answers == ("I am not sure",) and (pred0.usage.calls, pred0.usage.reasks) == (1, 0)
 
 
-@pytest.mark.parametrize("module, name", [m for m in REASONER_CLASSES if m[0] not in ("retrieval_only", "reknos")])
+@pytest.mark.parametrize("module, name", [m for m in REASONER_CLASSES if m[0] not in ("retrieval_only", "reknos", "kg_dx")])
 def test_llm_reasoners_take_max_reasks(module, name):
     import inspect
 
