@@ -7,7 +7,7 @@ missing the last non-empty line is taken, so a terse model still gets scored.
 
 from __future__ import annotations
 
-from kgreason.llm.parsing import parse_answers  # noqa: F401  (re-exported: reasoners import it from here)
+from kgreason.llm.parsing import parse_answers
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 

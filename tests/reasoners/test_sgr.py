@@ -12,8 +12,9 @@ import pytest
 from conftest import compose_cfg
 
 from kgreason.kg.cypher import KuzuDB
+from kgreason.llm.parsing import parse_schema
 from kgreason.llm.scripted import ScriptedLLM
-from kgreason.reasoners.sgr import SGR, parse_schema, vote
+from kgreason.reasoners.sgr import SGR, vote
 from kgreason.retrieval.scipy_engine import ScipyRetriever
 
 SCHEMA_P = "knowledge graph expert"
