@@ -28,6 +28,7 @@ from typing import Any, Callable, Protocol, Sequence
 from kgreason.llm.parsing import REASK_MESSAGE, ParseResult, reask_request
 from kgreason.types import ChatRequest, Completion, Example, Prediction, Step, Subgraph, Usage, to_jsonable
 
+
 class Reasoner(Protocol):
     def answer(self, example: Example) -> Prediction: ...
 
@@ -76,6 +77,8 @@ class BaseReasoner:
     Attributes:
         thread_safe: False when examples must run one at a time (``example_workers: 1``).
         reask: the :class:`ReaskPolicy` :meth:`ask` applies (set from ``max_reasks``).
+        hops, max_hops, gold_hops: the inputs of :func:`hop_budget` (one rule for ``answer``
+            and ``retrieval_plan``; ``gold_hops`` is where an explicit setting will plug in).
     """
 
     thread_safe: bool = True
@@ -83,6 +86,7 @@ class BaseReasoner:
     llm = None
     hops: int | None = None
     max_hops: int = 2
+    gold_hops: bool = True  # hop_budget may use the example's gold hop count
 
     def answer(self, example: Example) -> Prediction:
         raise NotImplementedError
@@ -94,7 +98,7 @@ class BaseReasoner:
 
     def hop_budget(self, example: Example) -> int:
         """Hops for ``example`` under :func:`hop_budget` (used by ``answer`` and ``retrieval_plan``)."""
-        return hop_budget(self.hops, example, self.max_hops)
+        return hop_budget(self.hops, example, self.max_hops, gold_hops=self.gold_hops)
 
     def ask(self, t: "Trace", purpose: str, request: ChatRequest, parser: Callable[[str], ParseResult], *,
             prompt_id: str | None = None) -> ParseResult:

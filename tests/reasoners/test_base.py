@@ -83,10 +83,12 @@ def test_answer_and_retrieval_plan_share_the_hop_budget(world, embedded_kg):
     from kgreason.retrieval.scipy_engine import ScipyRetriever
 
     ret = ScipyRetriever(embedded_kg)
-    q = next(x for x in world.questions if x.hops)
+    q = next(x for x in world.questions if x.hops and x.hops != 3)  # differs from max_hops
     for r in (RetrievalOnly(kg=embedded_kg, retriever=ret, max_hops=3),
               RAG(kg=embedded_kg, retriever=ret, llm=ScriptedLLM(), max_hops=3)):
         assert [k for _, k in r.retrieval_plan(q)] == [q.hops] == [r.hop_budget(q)]
+        r.gold_hops = False
+        assert [k for _, k in r.retrieval_plan(q)] == [3] == [r.hop_budget(q)]
         r.hops = 1
         assert [k for _, k in r.retrieval_plan(q)] == [1]
 
