@@ -201,6 +201,7 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
                for r in rows]
     out.update(ledger_metrics(ledgers, len(rows), outside))
     out["llm/parse_failures"] = usage.parse_failures
+    out["llm/reasks"] = usage.reasks
     n = max(len(rows), 1)
     spaces = [r["extra"]["search_space"] for r in rows if "search_space" in r.get("extra", {})]
     if spaces:

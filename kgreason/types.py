@@ -142,6 +142,7 @@ class Usage:
     latency_s: float = 0.0
     cost_usd: float = 0.0
     parse_failures: int = 0
+    reasks: int = 0  # follow-up calls made because a reply did not parse (reasoners/base.ask)
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))

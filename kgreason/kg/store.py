@@ -278,7 +278,12 @@ class KG:
             return i
         return self._name_index.get(normalise_name(mention), -1)
 
+    def has_relation(self, name: str) -> bool:
+        """Whether ``name`` is exactly one of the KG's relation names."""
+        return name in self._relation_index
+
     def relation_id(self, name: str) -> int:
+        """Id of an exact relation name; raises KeyError naming the KG when unknown."""
         try:
             return self._relation_index[name]
         except KeyError:

@@ -1,8 +1,16 @@
-"""Parsing helpers shared by the reasoners. Each returns a :class:`ParseResult`; unparseable
-output is a failed result (counted as a parse failure in the metrics), never an exception.
+"""Reply parsers: every way a reasoner or judge reads an LLM reply lives here. Each parser
+returns a :class:`ParseResult`; unparseable output is a failed result (counted as a parse
+failure in the metrics), never an exception.
 
-``with_reask`` runs a bounded re-ask loop: on a failed parse it appends the bad reply and a
-correction request to the conversation and asks again, at most ``max_reasks`` times.
+Generic: :func:`parse_json`, :func:`parse_list`, :func:`parse_score(s) <parse_scores>`,
+:func:`parse_yes_no`. Reasoner formats: :func:`parse_answers` (``Answer: a; b`` lines: CoT,
+RAG, ToG, ReKnoS), :func:`parse_answer_field` (one JSON/first-line answer: RAG-text, SubQRAG),
+:func:`parse_candidate_scores` (ToG/ReKnoS pruning scores), :func:`parse_cypher`,
+:func:`parse_schema`, :func:`parse_hypothesis` (SGR), :func:`parse_triple_answer` and
+:func:`parse_first_line` (SubQRAG).
+
+The re-ask loop reasoners use is :func:`kgreason.reasoners.base.ask`; :func:`with_reask` is the
+same policy (same continuation, :func:`reask_request`) for callers without a trace (judges).
 """
 
 from __future__ import annotations
@@ -131,8 +139,21 @@ def parse_yes_no(text: str) -> ParseResult:
     return ParseResult(True, m.group(1) in ("yes", "true", "sufficient"))
 
 
+REASK_MESSAGE = "Your previous reply could not be parsed ({error}). Reply again with only the requested format."
+
+
+def reask_request(request: ChatRequest, reply: str, error: str, message: str = REASK_MESSAGE) -> ChatRequest:
+    """``request`` continued with the unparseable ``reply`` and the correction ``message``
+    (``{error}`` = the parser's error); sampling settings are kept, ``n`` becomes 1."""
+    return ChatRequest(
+        messages=request.messages + (Message("assistant", reply), Message("user", message.format(error=error))),
+        temperature=request.temperature, top_p=request.top_p, max_tokens=request.max_tokens, n=1,
+        stop=request.stop, seed=request.seed, logprobs=request.logprobs, sample_index=request.sample_index,
+    )
+
+
 def with_reask(llm, request: ChatRequest, parser: Callable[[str], ParseResult], max_reasks: int = 1,
-               instruction: str = "Your previous reply could not be parsed ({error}). Reply again with only the requested format.",
+               instruction: str = REASK_MESSAGE,
                on_call: Callable[[ChatRequest, Completion, ParseResult], None] | None = None) -> tuple[ParseResult, list[Completion]]:
     """Ask, parse, and re-ask up to ``max_reasks`` times on failure. ``on_call`` sees every call
     (reasoners pass ``Trace.llm`` through it)."""
@@ -146,9 +167,150 @@ def with_reask(llm, request: ChatRequest, parser: Callable[[str], ParseResult], 
             on_call(req, comp, res)
         if res.ok:
             return res, comps
-        req = ChatRequest(
-            messages=req.messages + (Message("assistant", comp.text), Message("user", instruction.format(error=res.error))),
-            temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens, n=1, stop=req.stop,
-            seed=req.seed, logprobs=req.logprobs, sample_index=req.sample_index,
-        )
+        req = reask_request(req, comp.text, res.error, instruction)
     return res, comps
+
+
+# --------------------------------------------------------------------------- reasoner formats
+
+_ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*(.*)$", re.I | re.M)
+# prose forms small models use instead: "The answer (to this question) is: X", "The answers are X"
+_ANSWER_PROSE = re.compile(
+    r"\b(?:final\s+)?answers?(?:\s+to\s+(?:this|the)\s+question)?\s+(?:is|are)\s*[:：]?\s*(.+)$", re.I | re.M)
+
+
+def parse_answers(text: str) -> ParseResult:
+    """Answers from the last ``Answer: ...`` line (``;``/``|``-separated, or a JSON list).
+
+    When no such line (or prose form) exists the last non-empty line is read instead and the
+    result is marked failed while still carrying those answers, so a terse model gets scored.
+
+    >>> parse_answers("Step 1 ...\\nAnswer: Paris; Lyon").value
+    ['Paris', 'Lyon']
+    >>> parse_answers("The answer to this question is: 2000.").value
+    ['2000']
+    """
+    hits = _ANSWER.findall(text) or _ANSWER_PROSE.findall(text)
+    ok = bool(hits)
+    line = hits[-1] if hits else next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "")
+    line = line.strip().strip("*{}").strip()
+    if line.startswith("["):
+        try:
+            vals = [str(v).strip() for v in json.loads(line)]
+            return ParseResult(ok, [v for v in vals if v], "" if ok else "no 'Answer:' line")
+        except (ValueError, TypeError):
+            line = line.strip("[]")
+    parts = [p.strip().strip("\"'").rstrip(".").strip() for p in re.split(r"\s*[;|]\s*", line)]
+    parts = [p for p in parts if p and p.lower() not in ("unknown", "none", "n/a")]
+    if not parts:
+        return ParseResult(False, [], "empty answer")
+    return ParseResult(ok, list(dict.fromkeys(parts)), "" if ok else "no 'Answer:' line")
+
+
+def parse_answer_field(text: str) -> ParseResult:
+    """One answer string: the ``answer`` field of a JSON reply, else the first non-empty line
+    (``Answer:`` prefix dropped). Failed (value ``""``) when that is empty."""
+    js = parse_json(text)
+    if js.ok and isinstance(js.value, dict) and "answer" in js.value:
+        ans = str(js.value["answer"]).strip()
+    else:
+        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+        ans = lines[0].removeprefix("Answer:").strip() if lines else ""
+    return ParseResult(bool(ans), ans, "" if ans else "empty answer")
+
+
+def parse_first_line(text: str) -> ParseResult:
+    """The first line of the reply, stripped; failed when the reply is blank."""
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    return ParseResult(bool(line), line, "" if line else "empty reply")
+
+
+def parse_candidate_scores(text: str, names: list[str] | tuple[str, ...]) -> ParseResult:
+    """One score in [0, 1] per candidate name.
+
+    Name-keyed replies (``"film.film (backward): 0.8"``, ToG's ``"{name (Score: 0.8)}"``, or a
+    JSON object) are read by name, unmentioned candidates scoring 0; otherwise the first
+    ``len(names)`` numbers are taken in order (:func:`parse_scores`).
+
+    >>> parse_candidate_scores("film.film (backward): 0.9; film.film: 0.2", ["film.film", "film.film (backward)"]).value
+    [0.2, 0.9]
+    """
+    found: dict[int, float] = {}
+    for i, name in enumerate(names):
+        pat = re.compile(r"(?<![\w.~])" + re.escape(name) + r"\"?\s*(?:\(\s*score\s*[:=]?\s*|[:=]\s*)([-+]?\d*\.?\d+)", re.I)
+        m = pat.search(text)
+        if m:
+            found[i] = min(1.0, max(0.0, float(m.group(1))))
+    if found:
+        return ParseResult(True, [found.get(i, 0.0) for i in range(len(names))])
+    return parse_scores(text, len(names))
+
+
+_CYPHER_BLOCK = re.compile(r"```(?:cypher|sql)?\s*(.*?)```", re.S | re.I)
+_CYPHER_START = re.compile(r"\b(MATCH|OPTIONAL\s+MATCH|WITH|UNWIND|RETURN|CALL)\b", re.I)
+
+
+def parse_cypher(text: str) -> ParseResult:
+    """The query in a fenced block, else the text from the first read clause on."""
+    m = _CYPHER_BLOCK.search(text)
+    q = m.group(1).strip() if m else ""
+    if not q:
+        s = _CYPHER_START.search(text)
+        q = text[s.start():].strip() if s else ""
+    return ParseResult(True, q) if q else ParseResult(False, None, "no Cypher query found")
+
+
+def parse_schema(text: str) -> ParseResult:
+    """``{"schema": [[v_i, r_i, v_j], ...], "answer": "?x"}`` (also accepts a bare list and
+    dicts with head/relation/tail keys)."""
+    js = parse_json(text)
+    if not js.ok:
+        return js
+    val = js.value
+    triples = val.get("schema") if isinstance(val, dict) else val
+    if not isinstance(triples, list):
+        return ParseResult(False, None, "expected a 'schema' list of [entity, relation, entity]")
+    out = []
+    for t in triples:
+        if isinstance(t, dict):
+            t = [t.get("head", t.get("subject")), t.get("relation"), t.get("tail", t.get("object"))]
+        if isinstance(t, (list, tuple)) and len(t) == 3 and all(isinstance(x, str) and x.strip() for x in t):
+            out.append(tuple(x.strip() for x in t))
+    if not out:
+        return ParseResult(False, None, "schema has no [entity, relation, entity] triple")
+    ans = val.get("answer") if isinstance(val, dict) else None
+    return ParseResult(True, {"schema": out, "answer": ans if isinstance(ans, str) else None})
+
+
+def parse_hypothesis(text: str) -> ParseResult:
+    """``{"hypothesis": str, "claims": [(h, r, t), ...], "answer": str}`` from a JSON object
+    (claims that are not triples are dropped; a list answer gives its first item)."""
+    js = parse_json(text)
+    if not js.ok or not isinstance(js.value, dict):
+        return ParseResult(False, None, "expected a JSON object with hypothesis/claims/answer")
+    v = js.value
+    claims = [tuple(str(x).strip() for x in c) for c in v.get("claims", []) or []
+              if isinstance(c, (list, tuple)) and len(c) == 3]
+    ans = v.get("answer")
+    if isinstance(ans, list):
+        ans = ans[0] if ans else ""
+    return ParseResult(True, {"hypothesis": str(v.get("hypothesis", "")), "claims": claims,
+                              "answer": str(ans or "").strip()})
+
+
+def parse_triple_answer(text: str) -> ParseResult:
+    """SubQRAG's answer-from-triples reply, a JSON object ``{"answer", "used", "sufficient"}``:
+    value ``{"answer": raw answer or "", "used": [int indices], "sufficient": bool}``
+    (``sufficient`` defaults to true; non-integer ``used`` items are dropped)."""
+    js = parse_json(text)
+    if not (js.ok and isinstance(js.value, dict)):
+        return ParseResult(False, None, "expected a JSON object with answer/used/sufficient")
+    v = js.value
+    used: list[int] = []
+    for j in v.get("used") or []:
+        try:
+            used.append(int(j))
+        except (TypeError, ValueError):
+            continue
+    return ParseResult(True, {"answer": v.get("answer") or "", "used": used,
+                              "sufficient": bool(v.get("sufficient", True))})

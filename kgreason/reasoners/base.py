@@ -1,25 +1,112 @@
-"""Reasoner protocol and the :class:`Trace` helper every reasoner uses to record its steps.
+"""The reasoner kit: the :class:`BaseReasoner` every reasoner subclasses, the one LLM call
+helper :func:`ask`, the one hop-budget rule :func:`hop_budget`, and the :class:`Trace` that
+records each example's steps.
 
 A reasoner is built once per run with settings (from YAML) and the injected dependencies
 ``kg``, ``retriever`` and ``llm`` (keyword-only; a reasoner that does not need one ignores it),
 then called once per example::
 
     t = Trace()
-    sub = t.retrieval("khop", retriever.retrieve(seeds, 2), kg)
-    out = t.llm("answer", request, llm.generate([request])[0], parsed=...)
-    return t.finish(example, answers)
+    sub = t.retrieval("khop", retriever.retrieve(seeds, self.hop_budget(example)), kg)
+    res = self.ask(t, "answer", request, parse_answers)   # call, trace, parse, re-ask
+    return t.finish(example, res.value or [])
+
+Re-ask policy (the same for every reasoner): when ``parser(reply)`` fails, the bad reply and
+:data:`REASK_MESSAGE` (with the parser's error) are appended to the conversation and the model
+is asked again, at most ``max_reasks`` times. Every failed parse counts in
+``Usage.parse_failures`` and every follow-up call in ``Usage.reasks`` (run metrics
+``llm/parse_failures`` and ``llm/reasks``); each call is one ``llm`` step of the trace, its
+``attempt`` field 0 for the first ask.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
 
+from kgreason.llm.parsing import REASK_MESSAGE, ParseResult, reask_request
 from kgreason.types import ChatRequest, Completion, Example, Prediction, Step, Subgraph, Usage, to_jsonable
 
 
 class Reasoner(Protocol):
     def answer(self, example: Example) -> Prediction: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReaskPolicy:
+    """How an unparseable reply is handled: ``max_reasks`` follow-up calls, each carrying the
+    bad reply and ``message`` (``{error}`` = the parser's error)."""
+
+    max_reasks: int = 0
+    message: str = REASK_MESSAGE
+
+    def __post_init__(self) -> None:
+        if int(self.max_reasks) < 0:
+            raise ValueError(f"max_reasks must be >= 0, got {self.max_reasks}")
+
+
+def hop_budget(hops: int | None, example: Example, max_hops: int, *, gold_hops: bool = True) -> int:
+    """The one hop-budget rule: ``hops`` when set (non-zero); else the example's gold hop count
+    when ``gold_hops`` and the example has one (MetaQA's per-hop protocol); else ``max_hops``."""
+    gold = example.hops if gold_hops else None
+    return int(hops or gold or max_hops)
+
+
+def ask(llm, trace: "Trace", purpose: str, request: ChatRequest, parser: Callable[[str], ParseResult], *,
+        policy: ReaskPolicy = ReaskPolicy(), prompt_id: str | None = None) -> ParseResult:
+    """Send ``request``, record the call in ``trace``, parse the reply with ``parser`` and re-ask
+    per ``policy`` while it does not parse. Returns the last :class:`ParseResult` (failed when
+    every attempt failed; never raises for an unparseable reply)."""
+    req = request
+    res = ParseResult(False, None, "not asked")
+    for attempt in range(int(policy.max_reasks) + 1):
+        comp = llm.generate([req])[0]
+        res = parser(comp.text)
+        trace.llm(purpose, req, comp, prompt_id=prompt_id, parsed=res.value, parse_ok=res.ok, attempt=attempt)
+        if res.ok:
+            break
+        req = reask_request(req, comp.text, res.error, policy.message)
+    return res
+
+
+class BaseReasoner:
+    """What every reasoner declares. Subclasses set ``self.llm`` (when they call one) and, when
+    they retrieve k hops, ``self.hops`` / ``self.max_hops``; they implement :meth:`answer`.
+
+    Attributes:
+        thread_safe: False when examples must run one at a time (``example_workers: 1``).
+        reask: the :class:`ReaskPolicy` :meth:`ask` applies (set from ``max_reasks``).
+        hops, max_hops, gold_hops: the inputs of :func:`hop_budget` (one rule for ``answer``
+            and ``retrieval_plan``; ``gold_hops`` is where an explicit setting will plug in).
+    """
+
+    thread_safe: bool = True
+    reask: ReaskPolicy = ReaskPolicy()
+    llm = None
+    hops: int | None = None
+    max_hops: int = 2
+    gold_hops: bool = True  # hop_budget may use the example's gold hop count
+
+    def answer(self, example: Example) -> Prediction:
+        raise NotImplementedError
+
+    def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
+        """The ``(seed ids, hops)`` k-hop queries :meth:`answer` will make, for batched
+        prefetching by the run loop. Default: no plan."""
+        return []
+
+    def hop_budget(self, example: Example) -> int:
+        """Hops for ``example`` under :func:`hop_budget` (used by ``answer`` and ``retrieval_plan``)."""
+        return hop_budget(self.hops, example, self.max_hops, gold_hops=self.gold_hops)
+
+    def ask(self, t: "Trace", purpose: str, request: ChatRequest, parser: Callable[[str], ParseResult], *,
+            prompt_id: str | None = None) -> ParseResult:
+        """:func:`ask` with this reasoner's LLM and re-ask policy."""
+        return ask(self.llm, t, purpose, request, parser, policy=self.reask, prompt_id=prompt_id)
+
+    def close(self) -> None:
+        """Release what the reasoner opened itself (nothing by default)."""
 
 
 class Trace:
@@ -40,17 +127,22 @@ class Trace:
         return self.add("note", name, **data)
 
     def llm(self, purpose: str, request: ChatRequest, completion: Completion, *,
-            prompt_id: str | None = None, parsed: Any = None, parse_ok: bool = True) -> Completion:
-        """Record one LLM call (prompt, replies, parsed output, usage)."""
+            prompt_id: str | None = None, parsed: Any = None, parse_ok: bool = True,
+            attempt: int = 0) -> Completion:
+        """Record one LLM call (prompt, replies, parsed output, usage); ``attempt`` > 0 marks a
+        re-ask (counted in ``Usage.reasks``)."""
         usage = completion.usage
         if not parse_ok:
             usage = usage + Usage(parse_failures=1)
+        if attempt:
+            usage = usage + Usage(reasks=1)
         self.usage = self.usage + usage
         self.add(
             "llm", purpose, prompt_id=prompt_id or purpose,
             messages=[{"role": m.role, "content": m.content} for m in request.messages],
             temperature=request.temperature, n=request.n, replies=list(completion.texts),
             parsed=parsed, parse_ok=parse_ok, cached=completion.cached, usage=usage,
+            **({"attempt": attempt} if attempt else {}),
         )
         return completion
 

@@ -7,12 +7,12 @@ are re-asked at most ``max_reasks`` times (each failure counts in ``llm/parse_fa
 
 from __future__ import annotations
 
-from kgreason.llm.parsing import parse_list, with_reask
-from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.llm.parsing import parse_list
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 
 
-class IO:
+class IO(BaseReasoner):
     """Args:
         temperature / max_tokens / seed: sampling of the single answer call.
         max_reasks: bounded re-asks on an unparseable reply.
@@ -26,16 +26,13 @@ class IO:
         self.llm = llm
         self.temperature, self.max_tokens, self.seed = float(temperature), int(max_tokens), seed
         self.max_reasks, self.top_k, self.system = int(max_reasks), int(top_k), system
+        self.reask = ReaskPolicy(self.max_reasks)
         self.template = load_prompt("io", "answer")
 
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         req = ChatRequest.of(render(self.template, question=example.question), system=self.system,
                              temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed)
-
-        def record(r, comp, res):
-            t.llm("answer", r, comp, prompt_id="io/answer", parsed=res.value, parse_ok=res.ok)
-
-        res, _ = with_reask(self.llm, req, parse_list, max_reasks=self.max_reasks, on_call=record)
+        res = self.ask(t, "answer", req, parse_list, prompt_id="io/answer")
         answers = [a for a in (res.value or []) if a][: self.top_k] if res.ok else []
         return t.finish(example, answers)

@@ -27,14 +27,14 @@ from typing import Sequence
 import numpy as np
 
 from kgreason.kg.linking import link_mentions
-from kgreason.reasoners.base import Trace
+from kgreason.reasoners.base import BaseReasoner, Trace
 from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, within_k
 from kgreason.types import Example, Prediction
 
 __all__ = ["KGDx"]
 
 
-class KGDx:
+class KGDx(BaseReasoner):
     """Args:
         hops: k.
         exact_hops: count evidences at distance == k instead of ≤ k.

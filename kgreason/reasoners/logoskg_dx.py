@@ -49,10 +49,9 @@ import numpy as np
 
 from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
-from kgreason.llm.parsing import with_reask
-from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, parse_name_list, within_k
 from kgreason.embed import Embedder
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, parse_name_list, within_k
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 __all__ = ["LogosKGDx", "NoteEntities", "KHop", "parse_name_list"]
@@ -79,7 +78,7 @@ class KHop:
     hop_times_s: list[float]
 
 
-class LogosKGDx:
+class LogosKGDx(BaseReasoner):
     """Two-round KG filtering / enhancement of LLM diagnoses.
 
     Args:
@@ -131,6 +130,8 @@ class LogosKGDx:
         self.rank, self.refine, self.tau, self.top_n = rank, refine, float(tau), int(top_n)
         self.link_embedding, self.link_threshold = link_embedding, link_threshold
         self.use_findings, self.max_reasks, self.max_tokens = use_findings, max_reasks, max_tokens
+        self.reask = ReaskPolicy(int(max_reasks))
+        self.reask = ReaskPolicy(max_reasks)
         self.time_hops = bool(time_hops)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("baseline", "extract", "select")}
         self._disease_mask = diagnosis_mask(kg, disease_type, "logoskg_dx")
@@ -141,8 +142,7 @@ class LogosKGDx:
     # ------------------------------------------------------------------ helpers
     def _ask(self, t: Trace, purpose: str, prompt: str) -> list[str]:
         req = ChatRequest.of(prompt, max_tokens=self.max_tokens)
-        res, _ = with_reask(self.llm, req, parse_name_list, self.max_reasks,
-                            on_call=lambda rq, c, r: t.llm(purpose, rq, c, parsed=r.value, parse_ok=r.ok))
+        res = self.ask(t, purpose, req, parse_name_list)
         return list(res.value or []) if res.ok else []
 
     def _link(self, names: Sequence[str]):

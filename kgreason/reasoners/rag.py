@@ -22,13 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from kgreason.kg.linking import LinkResult, link_example
-from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.reasoners.cot import parse_answers
 from kgreason.embed import Embedder
+from kgreason.llm.parsing import parse_answers
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 
-class RAG:
+class RAG(BaseReasoner):
     """Args:
         hops: retrieval depth; ``None`` = the example's gold hop count (MetaQA protocol), else
             ``max_hops``.
@@ -39,13 +39,14 @@ class RAG:
         max_candidates: cap on triples scored per question (hop-1 triples first); the cut is
             recorded as ``candidates_truncated``.
         temperature, max_tokens: answer generation settings.
+        max_reasks: re-asks when the answer reply does not parse (kit policy; 0 = none).
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one, loaded on first use).
     """
 
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
                  top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
                  temperature: float = 0.0, max_tokens: int = 256, prompts_dir: str = "rag",
-                 embedder=None, graphdb=None) -> None:
+                 embedder=None, graphdb=None, max_reasks: int = 0) -> None:
         if top_k is None and tau is None:
             raise ValueError("RAG: set top_k (Eq. 6) or tau (Eq. 5); both are null")
         self.kg, self.retriever, self.llm = kg, retriever, llm
@@ -54,12 +55,13 @@ class RAG:
         self.temperature, self.max_tokens = temperature, max_tokens
         self.template = load_prompt(prompts_dir, "answer")
         self.embedder = embedder if embedder is not None else Embedder()
+        self.reask = ReaskPolicy(max_reasks)
 
     # ------------------------------------------------------------------ retrieval (no LLM)
     def retrieve(self, example: Example) -> tuple[LinkResult, Subgraph | None, int]:
         """Link and run the k-hop retrieval: ``(link, subgraph or None, hops used)``."""
         link = link_example(self.kg, example)
-        k = int(self.hops or example.hops or self.max_hops)
+        k = self.hop_budget(example)
         if not link.ids:
             return link, None, k
         return link, self.retriever.retrieve(link.ids, k), k
@@ -67,7 +69,7 @@ class RAG:
     def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
         """The k-hop query :meth:`retrieve` makes (for batched prefetching by the run loop)."""
         link = link_example(self.kg, example)
-        return [(list(link.ids), int(self.hops or example.hops or self.max_hops))] if link.ids else []
+        return [(list(link.ids), self.hop_budget(example))] if link.ids else []
 
     def candidate_triples(self, sub: Subgraph) -> tuple[np.ndarray, bool]:
         """``(m, 3)`` int32 distinct activated triples, hop order kept, capped at
@@ -110,9 +112,7 @@ class RAG:
         facts = "\n".join(kept) if kept else "(no facts retrieved)"
         req = ChatRequest.of(render(self.template, question=example.question, facts=facts),
                              temperature=self.temperature, max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        res = parse_answers(comp.text)
-        t.llm("answer", req, comp, parsed=res.value, parse_ok=res.ok)
+        res = self.ask(t, "answer", req, parse_answers)
         reached = self.retriever.answer_set(sub)
         in_prompt = sorted({int(x) for i in order for x in (triples[i][0], triples[i][2])})
         return t.finish(

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kgreason.llm.parsing import parse_json
-from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.embed import Embedder
+from kgreason.llm.parsing import parse_answer_field
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -48,15 +48,6 @@ def passage_text(p: Passage) -> str:
     return f"{p[0]}: {p[1]}"
 
 
-def parse_answer(text: str) -> str:
-    """The ``answer`` field of a JSON reply, else the first non-empty line of the raw reply."""
-    js = parse_json(text)
-    if js.ok and isinstance(js.value, dict) and "answer" in js.value:
-        return str(js.value["answer"]).strip()
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[0].removeprefix("Answer:").strip() if lines else ""
-
-
 class PassageIndex:
     """Dense index over passages, built once per distinct passage list (cached by identity)."""
 
@@ -71,17 +62,20 @@ class PassageIndex:
         return self._last[1]
 
 
-class RagText:
+class RagText(BaseReasoner):
     """Args:
         top_k: passages given to the generator (Table 1 "Retrieval-only").
         corpus: ``embedded`` | JSONL path | null (then every example must carry ``corpus``).
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one).
         max_tokens: answer length cap.
+        max_reasks: re-asks on an empty answer (kit policy; 0 = none).
     """
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, corpus: str | None = "embedded",
-                 world_seed: int = 0, max_tokens: int = 64, embedder=None, graphdb=None) -> None:
+                 world_seed: int = 0, max_tokens: int = 64, max_reasks: int = 0, embedder=None,
+                 graphdb=None) -> None:
         self.llm, self.top_k, self.max_tokens = llm, top_k, max_tokens
+        self.reask = ReaskPolicy(max_reasks)
         self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[Passage] | None = None
@@ -107,7 +101,5 @@ class RagText:
         req = ChatRequest.of(render(self.prompt, question=example.question,
                                     passages="\n".join(f"[{i}] {passage_text(p)}" for i, p in enumerate(top))),
                              max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        ans = parse_answer(comp.text)
-        t.llm("answer", req, comp, parsed=ans, parse_ok=bool(ans))
+        ans = self.ask(t, "answer", req, parse_answer_field).value
         return t.finish(example, [ans] if ans else [], retrieved_passages=[p[0] for p in top])

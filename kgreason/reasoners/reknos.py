@@ -20,7 +20,8 @@ For ``l = 1..L`` (Fig. 3, §3.3–3.4):
 
 After a "yes", or after step ``L``, one final call answers from the paths. So a question costs
 at most ``2L + 1`` calls (L scoring + L decision + 1 answer; §4.4 "2L*+1"), asserted below.
-Calls never re-ask: an unparseable score reply falls back to uniform scores (recorded as a parse
+Calls never re-ask (the kit's re-ask policy stays at ``max_reasks = 0`` here, so the 2L+1
+bound holds): an unparseable score reply falls back to uniform scores (recorded as a parse
 failure), an unparseable decision means "continue".
 
 Where we follow the paper vs. the authors' ToG-derived code conventions:
@@ -46,11 +47,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kgreason.kg.linking import link_example
-from kgreason.llm.parsing import ParseResult, parse_yes_no
-from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.reasoners.cot import parse_answers
+from kgreason.llm.parsing import ParseResult, parse_answers, parse_candidate_scores, parse_yes_no
+from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
 from kgreason.reasoners.superrel import SuperRelations, build_superrelations
-from kgreason.reasoners.tog import BACKWARD, parse_candidate_scores
+from kgreason.reasoners.tog import BACKWARD
 from kgreason.types import ChatRequest, Example, Prediction
 
 
@@ -75,7 +75,7 @@ class SRPath:
         return self.layers[-1]
 
 
-class ReKnoS:
+class ReKnoS(BaseReasoner):
     """Args:
         width: N, super-relations kept per step (reknos.txt Table 4).
         depth: L, maximum reasoning steps (Table 4).
@@ -149,10 +149,7 @@ class ReKnoS:
         n_calls[0] += 1
         assert n_calls[0] <= self.call_budget, f"ReKnoS exceeded its call budget 2L+1={self.call_budget}"
         req = ChatRequest.of(text, temperature=self.temperature, max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        res = parser(comp.text)
-        t.llm(step, req, comp, parsed=res.value, parse_ok=res.ok)
-        return res
+        return self.ask(t, step, req, parser)
 
     def paths_text(self, paths: list[SRPath]) -> str:
         kg = self.kg

@@ -13,10 +13,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-import numpy as np
-
 from kgreason.kg.linking import link_example
-from kgreason.reasoners.base import Trace
+from kgreason.reasoners.base import BaseReasoner, Trace
 from kgreason.types import Example, Prediction
 
 _WORD = re.compile(r"[a-z]+")
@@ -33,7 +31,7 @@ def _words(text: str) -> set[str]:
     return out
 
 
-class RetrievalOnly:
+class RetrievalOnly(BaseReasoner):
     """Args:
         hops: fixed hop count; ``None`` uses the example's gold hop count when it has one
             (an oracle, as in MetaQA's per-hop protocol) and ``max_hops`` otherwise.
@@ -51,7 +49,7 @@ class RetrievalOnly:
     def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
         """The k-hop query :meth:`answer` makes (for batched prefetching by the run loop)."""
         ids = link_example(self.kg, example).ids
-        return [(list(ids), int(self.hops or example.hops or self.max_hops))] if ids else []
+        return [(list(ids), self.hop_budget(example))] if ids else []
 
     def answer(self, example: Example) -> Prediction:
         t = Trace()
@@ -59,7 +57,7 @@ class RetrievalOnly:
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         if not link.ids:
             return t.finish(example, [], retrieved=[], link_failed=True)
-        k = self.hops or example.hops or self.max_hops
+        k = self.hop_budget(example)
         sub = t.retrieval("khop", self.retriever.retrieve(link.ids, k), self.kg)
         cands = self.retriever.answer_set(sub)
         qwords = _words(example.question)

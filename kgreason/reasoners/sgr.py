@@ -1,32 +1,41 @@
 """SGR: schema-guided subgraph generation → NL→Cypher → validate/refine → collaborative
 multi-path voting (shared/papers/sgr.txt §3).
 
-One example runs these steps (each recorded in the trace):
+One example runs these steps (each recorded in the trace; :meth:`SGR.answer` calls one method
+per step, named in brackets):
 
-1. **Link** the topic entities; **k-hop retrieval** around them gives the candidate triples.
-2. **Subgraph generation** (§3.1.2, Eq. 4–6): every candidate triple ``e_i`` is verbalised and
-   scored ``s(e_i, q) = cos(φ(e_i), φ(q))`` with all-MiniLM-L6-v2; ``E*_q`` keeps the triples
-   with ``s ≥ τ`` (``tau``), or the ``top_k`` best (Eq. 6) when ``tau`` is null.
-3. **Schema** (§3.3, Eq. 15; ablation ``schema=false`` = SGR Fig. 2): the LLM, prompted as a KG
-   expert with sample triples of ``E*_q``, writes ``S_q = {(v_i, r_i, v_j)}`` as JSON chains;
-   unknown relations are dropped.
-4. **Direct reasoning** (§3.4.1, Eq. 16–17; ablation ``cypher=false`` = SGR Fig. 3): the LLM
-   writes Cypher ``c_q = g(q, S_q)``; it passes the read-only guard and runs on the Cypher DB
-   (``A_q = Exec(c_q, G)``). With ``cypher=false`` the DB is never touched: ``A_q`` = the
-   entities of ``E*_q`` (embedding top-k over the k-hop triples).
-5. **Validation** (§3.4.2, Eq. 19–20): ``V(a, S_q, G) = 1`` iff ``a`` is bound to the schema's
-   answer variable when the schema's constraints are propagated through the KG from its constant
-   entities (for a chain: ``a`` is reachable from the topic through the relation chain). Without
-   a schema, ``V`` = membership in the k-hop subgraph.
-6. **Refine** (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds`` times, the LLM gets
-   the previous queries with their guard rejection / engine error / empty or invalid result and
-   writes a new query. Non-empty ``A+_q`` is ranked by ``P_θ(a | q, A+_q, S_q)`` (Eq. 21).
-7. **Collaborative reasoning** (§3.5, Eq. 23–31), when direct reasoning found nothing valid (or
-   always, with ``collaborate=always``): ``M = num_paths`` sampled paths; each alternates a
-   hypothesis ``h_t`` (with claimed triples) and retrieval ``E_t = Retrieve(h_t, G)`` for
-   ``collab_iterations`` steps. ``C(p_i, G) = (1/T) Σ_t I(E^i_t ⊆ G)`` where ``E^i_t`` is the set of
-   triples the hypothesis relies on (Eq. 30); ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C`` (Eq. 29)
-   and ``â = argmax_a Σ_i β_i I(a_i = a)`` (Eq. 31; ``vote=majority`` drops the weights).
+1. **Link** the topic entities; **k-hop retrieval** around them gives the candidate triples (k
+   from the kit's hop-budget rule, ``hop_budget``).
+2. **Subgraph generation** [``candidate_subgraph``] (§3.1.2, Eq. 4–6): every candidate triple
+   ``e_i`` is verbalised and scored ``s(e_i, q) = cos(φ(e_i), φ(q))`` with all-MiniLM-L6-v2;
+   ``E*_q`` keeps the triples with ``s ≥ τ`` (``tau``), or the ``top_k`` best (Eq. 6) when
+   ``tau`` is null.
+3. **Schema** [``generate_schema``] (§3.4.1, Eq. 15, prompt as described at the end of §3.3;
+   ablation ``schema=false`` = SGR Fig. 2): the LLM, prompted as a KG expert with sample triples
+   of ``E*_q``, writes ``S_q = {(v_i, r_i, v_j)}`` as JSON chains; unknown relations are
+   dropped.
+4. **Direct reasoning** [``direct_reasoning``: ``write_cypher``, ``execute_and_validate``;
+   ``embedding_candidates`` for the ablation] (§3.4.1, Eq. 16–17; ablation ``cypher=false`` =
+   SGR Fig. 3): the LLM writes Cypher ``c_q = g(q, S_q)``; it passes the read-only guard and
+   runs on the Cypher DB (``A_q = Exec(c_q, G)``). With ``cypher=false`` the DB is never
+   touched: ``A_q`` = the entities of ``E*_q`` (embedding top-k over the k-hop triples).
+5. **Validation** [``valid_answer_set``, ``validate``] (§3.4.2, Eq. 19–20): ``V(a, S_q, G) = 1``
+   iff ``a`` is bound to the schema's answer variable when the schema's constraints are
+   propagated through the KG from its constant entities (for a chain: ``a`` is reachable from
+   the topic through the relation chain). Without a schema, ``V`` = membership in the k-hop
+   subgraph.
+6. **Refine** [``refine_cypher``] (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds``
+   times, the LLM gets the previous queries with their guard rejection / engine error / empty or
+   invalid result and writes a new query. Non-empty ``A+_q`` is ranked by ``P_θ(a | q, A+_q,
+   S_q)`` (Eq. 21) [``rank_valid_answers``].
+7. **Collaborative reasoning** [``collaborative``: ``reasoning_path``, ``path_p_theta``,
+   :func:`vote`] (§3.5, Eq. 23–31), when direct reasoning found nothing valid (or always, with
+   ``collaborate=always``): ``M = num_paths`` sampled paths; each alternates a hypothesis
+   ``h_t`` (with claimed triples) and retrieval ``E_t = Retrieve(h_t, G)`` for
+   ``collab_iterations`` steps. ``C(p_i, G) = (1/T) Σ_t I(E^i_t ⊆ G)`` where ``E^i_t`` is the
+   set of triples the hypothesis relies on (Eq. 30); ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C``
+   (Eq. 29) and ``â = argmax_a Σ_i β_i I(a_i = a)`` (Eq. 31; ``vote=majority`` drops the
+   weights).
 
 ``P_θ`` comes from ``llm.score`` (log-probabilities, softmax-normalised over the distinct
 answers) where the backend supports it, else from the sampling frequency of ``a_i`` over the M
@@ -35,10 +44,8 @@ paths; the trace records which (``p_theta_source``).
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter, defaultdict
-from typing import Any, Sequence
+from collections import Counter
+from typing import Sequence
 
 import numpy as np
 
@@ -47,59 +54,9 @@ from kgreason.kg.cypher import CypherError, GraphDB
 from kgreason.kg.cypher_guard import CypherRejected
 from kgreason.kg.linking import link_example
 from kgreason.llm.base import ScoringUnsupported
-from kgreason.llm.parsing import ParseResult, parse_json, with_reask
-from kgreason.reasoners.base import Trace, load_prompt, render
+from kgreason.llm.parsing import ParseResult, parse_cypher, parse_hypothesis, parse_schema
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Message, Prediction
-
-_CYPHER_BLOCK = re.compile(r"```(?:cypher|sql)?\s*(.*?)```", re.S | re.I)
-_CYPHER_START = re.compile(r"\b(MATCH|OPTIONAL\s+MATCH|WITH|UNWIND|RETURN|CALL)\b", re.I)
-
-
-def parse_cypher(text: str) -> ParseResult:
-    """The query in a fenced block, else the text from the first read clause on."""
-    m = _CYPHER_BLOCK.search(text)
-    q = m.group(1).strip() if m else ""
-    if not q:
-        s = _CYPHER_START.search(text)
-        q = text[s.start():].strip() if s else ""
-    return ParseResult(True, q) if q else ParseResult(False, None, "no Cypher query found")
-
-
-def parse_schema(text: str) -> ParseResult:
-    """``{"schema": [[v_i, r_i, v_j], ...], "answer": "?x"}`` (also accepts a bare list and
-    dicts with head/relation/tail keys)."""
-    js = parse_json(text)
-    if not js.ok:
-        return js
-    val = js.value
-    triples = val.get("schema") if isinstance(val, dict) else val
-    if not isinstance(triples, list):
-        return ParseResult(False, None, "expected a 'schema' list of [entity, relation, entity]")
-    out = []
-    for t in triples:
-        if isinstance(t, dict):
-            t = [t.get("head", t.get("subject")), t.get("relation"), t.get("tail", t.get("object"))]
-        if isinstance(t, (list, tuple)) and len(t) == 3 and all(isinstance(x, str) and x.strip() for x in t):
-            out.append(tuple(x.strip() for x in t))
-    if not out:
-        return ParseResult(False, None, "schema has no [entity, relation, entity] triple")
-    ans = val.get("answer") if isinstance(val, dict) else None
-    return ParseResult(True, {"schema": out, "answer": ans if isinstance(ans, str) else None})
-
-
-def parse_hypothesis(text: str) -> ParseResult:
-    js = parse_json(text)
-    if not js.ok or not isinstance(js.value, dict):
-        return ParseResult(False, None, "expected a JSON object with hypothesis/claims/answer")
-    v = js.value
-    claims = [tuple(str(x).strip() for x in c) for c in v.get("claims", []) or []
-              if isinstance(c, (list, tuple)) and len(c) == 3]
-    ans = v.get("answer")
-    if isinstance(ans, list):
-        ans = ans[0] if ans else ""
-    return ParseResult(True, {"hypothesis": str(v.get("hypothesis", "")), "claims": claims,
-                              "answer": str(ans or "").strip()})
-
 
 def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confidence") -> list[tuple[str, float]]:
     """Eq. 31: ``score(a) = Σ_i β_i I(a_i = a)`` (``majority``: every β_i = 1). Empty answers do
@@ -113,7 +70,7 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
-class SGR:
+class SGR(BaseReasoner):
     """The SGR reasoner. Settings map to paper knobs; see conf/reasoner/sgr.yaml.
 
     Args:
@@ -190,6 +147,7 @@ class SGR:
         self.hops, self.max_hops = hops, int(max_hops)
         self.max_candidate_triples, self.schema_sample, self.evidence_k = int(max_candidate_triples), int(schema_sample), int(evidence_k)
         self.temperature, self.seed, self.max_reasks = float(temperature), int(seed), int(max_reasks)
+        self.reask = ReaskPolicy(self.max_reasks)
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
         self.embedder = embedder if embedder is not None else Embedder()
         self.db: GraphDB | None = None
@@ -206,9 +164,7 @@ class SGR:
              sample_index: int = 0, seed: int | None = None) -> ParseResult:
         req = ChatRequest.of(prompt, temperature=temperature, sample_index=sample_index, seed=seed,
                              max_tokens=self.max_tokens)
-        res, _ = with_reask(self.llm, req, parser, max_reasks=self.max_reasks,
-                            on_call=lambda rq, c, r: t.llm(purpose, rq, c, parsed=r.value, parse_ok=r.ok))
-        return res
+        return self.ask(t, purpose, req, parser)
 
     def _label(self, i: int) -> str:
         return self.kg.entity_label(int(i))
@@ -327,110 +283,28 @@ class SGR:
 
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
+        """The SGR pipeline, one method per paper step (module docstring steps 1–7)."""
         t = Trace()
-        kg = self.kg
-        link = link_example(kg, example)
+        link = link_example(self.kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         if not link.ids:
             return t.finish(example, [], retrieved=[], link_failed=True)
         topics = link.ids
-        topic_names = [self._label(i) for i in topics]
-        k = self.hops or example.hops or self.max_hops
-        sub = t.retrieval("khop", self.retriever.retrieve(topics, k), kg)
-        # ---- §3.1.2 subgraph generation
-        estar, scores, n_cand = self.subgraph(example.question, sub)
-        t.add("subgraph", "E*_q", candidates=n_cand, kept=len(estar), tau=self.tau, top_k=self.top_k,
-              top=[(kg.verbalise(tr), round(float(s), 4)) for tr, s in zip(estar[:10], scores[:10])])
-        rel_near = sorted({kg.relation_names[int(r)] for r in (np.concatenate(sub.triples_by_hop)[:, 1] if sub.triples_by_hop and sum(len(x) for x in sub.triples_by_hop) else [])})
-        sample = "\n".join(kg.verbalise(tr) for tr in estar[: self.schema_sample]) or "(none)"
-        # ---- §3.3 schema
-        schema_val = None
-        if self.use_schema:
-            prompt = render(self.prompts["schema"], question=example.question, topics=", ".join(topic_names),
-                            triples=sample, relations="\n".join(rel_near) or "(none)")
-            res = self._ask(t, "schema", prompt, parse_schema)
-            if res.ok:
-                known = [tr for tr in res.value["schema"] if tr[1] in kg._relation_index]
-                dropped = [tr for tr in res.value["schema"] if tr[1] not in kg._relation_index]
-                if known:
-                    schema_val = {"schema": known, "answer": res.value["answer"]}
-                t.add("schema", "S_q", schema=known, dropped_unknown_relations=dropped,
-                      answer_var=self._answer_var(schema_val) if schema_val else None)
+        sub = t.retrieval("khop", self.retriever.retrieve(topics, self.hop_budget(example)), self.kg)
+        estar, n_cand = self.candidate_subgraph(t, example.question, sub)
+        ctx = {"question": example.question, "topics": ", ".join(self._label(i) for i in topics),
+               "relations": "\n".join(self.nearby_relations(sub)) or "(none)"}
+        schema_val = self.generate_schema(t, ctx, estar) if self.use_schema else None
         subgraph_ents = set(sub.entities().tolist())
-        if schema_val:
-            bind = self.schema_bindings(schema_val["schema"], topics)
-            avar = self._answer_var(schema_val)
-            allowed = bind.get(avar, set()) if avar else set()
-        else:
-            allowed = subgraph_ents
-        allowed = allowed - set(topics)
-
-        def validate(cands: list[int]) -> list[int]:  # Eq. 19–20
-            return [c for c in cands if c in allowed]
-
-        schema_txt = "\n".join(f"({h}, {r}, {tl})" for h, r, tl in schema_val["schema"]) if schema_val else "(no schema)"
-        # ---- §3.4 direct reasoning
-        valid: list[int] = []
-        refine_rounds = 0
-        attempts: list[tuple[str, str]] = []
+        allowed = self.valid_answer_set(schema_val, topics, subgraph_ents)
+        ctx["schema"] = ("\n".join(f"({h}, {r}, {tl})" for h, r, tl in schema_val["schema"])
+                         if schema_val else "(no schema)")
         if self.use_cypher:
-            prompt = render(self.prompts["cypher"], question=example.question, topics=", ".join(topic_names),
-                            schema=schema_txt, relations="\n".join(rel_near) or "(none)")
-            res = self._ask(t, "cypher", prompt, parse_cypher)
-            query = res.value if res.ok else ""
-            for round_ in range(self.max_refine_rounds + 1):
-                if round_ > 0:  # Eq. 22 Refine
-                    refine_rounds = round_
-                    att = "\n\n".join(f"Query:\n{q or '(none)'}\nProblem: {msg}" for q, msg in attempts)
-                    prompt = render(self.prompts["refine"], question=example.question, topics=", ".join(topic_names),
-                                    schema=schema_txt, relations="\n".join(rel_near) or "(none)", attempts=att)
-                    res = self._ask(t, "refine", prompt, parse_cypher)
-                    query = res.value if res.ok else ""
-                    t.add("refine", f"round_{round_}", previous=[m for _, m in attempts])
-                if not query:
-                    attempts.append(("", "no query could be parsed from the reply"))
-                    continue
-                rows, msg = self._run_cypher(t, "direct" if round_ == 0 else f"refine_{round_}", query)
-                cands = self._rows_to_entities(rows or [])
-                valid = validate(cands)
-                t.add("validate", f"round_{round_}", candidates=[self._label(c) for c in cands[:50]],
-                      valid=[self._label(c) for c in valid[:50]])
-                if valid:
-                    break
-                if rows is not None and cands:
-                    msg = (f"{len(cands)} answers ({', '.join(self._label(c) for c in cands[:5])}) but none "
-                           "satisfies the schema constraints in the graph")
-                elif rows is not None and rows:
-                    msg = "the rows contain no entity names of the graph (return the answer names)"
-                attempts.append((query, msg))
+            valid, refine_rounds = self.direct_reasoning(t, ctx, allowed)
         else:
-            # Fig. 3 ablation: candidates are the entities of E*_q, best triple first
-            cands = []
-            for h, _, tl in estar.tolist():
-                for e in (tl, h):
-                    if e not in topics:
-                        cands.append(int(e))
-            cands = list(dict.fromkeys(cands))
-            valid = validate(cands)
-            t.add("validate", "embedding_topk", candidates=[self._label(c) for c in cands[:50]],
-                  valid=[self._label(c) for c in valid[:50]])
-        answers: list[str] = []
-        p_source = None
+            valid, refine_rounds = self.embedding_candidates(t, estar, topics, allowed), 0
+        answers, p_source = self.rank_valid_answers(t, ctx, valid) if valid else ([], None)
         path = "direct"
-        if valid:
-            names = [self._label(c) for c in valid]
-            if len(names) > 1:  # Eq. 21
-                prompt = render(self.prompts["answer"], question=example.question,
-                                path=f"schema: {schema_txt}\nvalid answers: {', '.join(names[:50])}")
-                p = self._p_theta(prompt, names)
-                if p is not None:
-                    p_source = "score"
-                    order = np.argsort(-np.asarray(p), kind="stable")
-                    names = [names[i] for i in order]
-                else:
-                    p_source = "query_order"
-            answers = names
-            t.add("answer", "direct", answers=names[:20], p_theta_source=p_source)
         if (not valid and self.collaborate == "fallback") or self.collaborate == "always":
             path = "collaborative"
             voted, p_source = self.collaborative(t, example, estar)
@@ -439,6 +313,138 @@ class SGR:
         return t.finish(example, answers, retrieved=retrieved, search_space=int(n_cand),
                         refine_rounds=refine_rounds, path=path, p_theta_source=p_source,
                         schema_ok=schema_val is not None)
+
+    # ------------------------------------------------------------------ §3.1.2 candidate subgraph
+    def candidate_subgraph(self, t: Trace, question: str, sub) -> tuple[np.ndarray, int]:
+        """§3.1.2, Eq. 4–6: ``E*_q`` from the k-hop candidate triples (:meth:`subgraph`),
+        recorded as the ``subgraph`` step. Returns ``(E*_q, number of candidates scored)``."""
+        estar, scores, n_cand = self.subgraph(question, sub)
+        t.add("subgraph", "E*_q", candidates=n_cand, kept=len(estar), tau=self.tau, top_k=self.top_k,
+              top=[(self.kg.verbalise(tr), round(float(s), 4)) for tr, s in zip(estar[:10], scores[:10])])
+        return estar, n_cand
+
+    def nearby_relations(self, sub) -> list[str]:
+        """Sorted names of the relations in the k-hop subgraph (shown to the schema and Cypher
+        prompts so the model uses the KG's own relation types)."""
+        if not sub.triples_by_hop or not sum(len(x) for x in sub.triples_by_hop):
+            return []
+        return sorted({self.kg.relation_names[int(r)] for r in np.concatenate(sub.triples_by_hop)[:, 1]})
+
+    # ------------------------------------------------------------------ §3.4.1 schema
+    def generate_schema(self, t: Trace, ctx: dict, estar: np.ndarray) -> dict | None:
+        """§3.4.1, Eq. 15 (prompt of the end of §3.3): the LLM, as a KG expert shown sample
+        triples of ``E*_q``, writes ``S_q = {(v_i, r_i, v_j)}``. Triples whose relation the KG
+        does not have are dropped; None when nothing usable is left."""
+        sample = "\n".join(self.kg.verbalise(tr) for tr in estar[: self.schema_sample]) or "(none)"
+        res = self._ask(t, "schema", render(self.prompts["schema"], triples=sample, **ctx), parse_schema)
+        if not res.ok:
+            return None
+        known = [tr for tr in res.value["schema"] if self.kg.has_relation(tr[1])]
+        dropped = [tr for tr in res.value["schema"] if not self.kg.has_relation(tr[1])]
+        schema_val = {"schema": known, "answer": res.value["answer"]} if known else None
+        t.add("schema", "S_q", schema=known, dropped_unknown_relations=dropped,
+              answer_var=self._answer_var(schema_val) if schema_val else None)
+        return schema_val
+
+    # ------------------------------------------------------------------ §3.4.2 validation
+    def valid_answer_set(self, schema_val: dict | None, topics: Sequence[int], subgraph_ents: set[int]) -> set[int]:
+        """§3.4.2, Eq. 19: the entities ``a`` with ``V(a, S_q, G) = 1``: those bound to the
+        schema's answer variable (:meth:`schema_bindings`), or without a schema the k-hop
+        subgraph's entities; topic entities are never answers."""
+        if schema_val:
+            bind = self.schema_bindings(schema_val["schema"], topics)
+            avar = self._answer_var(schema_val)
+            allowed = bind.get(avar, set()) if avar else set()
+        else:
+            allowed = subgraph_ents
+        return allowed - set(topics)
+
+    @staticmethod
+    def validate(cands: list[int], allowed: set[int]) -> list[int]:
+        """Eq. 20: ``A+_q = {a ∈ A_q | V(a, S_q, G) = 1}``, in ``A_q``'s order."""
+        return [c for c in cands if c in allowed]
+
+    # ------------------------------------------------------------------ §3.4 direct reasoning
+    def direct_reasoning(self, t: Trace, ctx: dict, allowed: set[int]) -> tuple[list[int], int]:
+        """§3.4: write ``c_q = g(q, S_q)`` (Eq. 16), execute and validate it (Eq. 17, 19–20);
+        while ``A+_q`` is empty, Refine (Eq. 22) up to ``max_refine_rounds`` times.
+        Returns ``(A+_q, refine rounds used)``."""
+        valid: list[int] = []
+        refine_rounds = 0
+        attempts: list[tuple[str, str]] = []
+        query = self.write_cypher(t, ctx)
+        for round_ in range(self.max_refine_rounds + 1):
+            if round_ > 0:
+                refine_rounds = round_
+                query = self.refine_cypher(t, ctx, attempts, round_)
+            if not query:
+                attempts.append(("", "no query could be parsed from the reply"))
+                continue
+            valid, msg = self.execute_and_validate(t, query, round_, allowed)
+            if valid:
+                break
+            attempts.append((query, msg))
+        return valid, refine_rounds
+
+    def write_cypher(self, t: Trace, ctx: dict) -> str:
+        """§3.4.1, Eq. 16: ``c_q = g_φ(q, S_q)``, the NL→Cypher call ("" when unparseable)."""
+        res = self._ask(t, "cypher", render(self.prompts["cypher"], **ctx), parse_cypher)
+        return res.value if res.ok else ""
+
+    def refine_cypher(self, t: Trace, ctx: dict, attempts: list[tuple[str, str]], round_: int) -> str:
+        """§3.4.2, Eq. 22: ``A+_q = ∅ ⇒ Refine(q, S_q, G)``: a new query written with every
+        earlier query and what went wrong with it ("" when unparseable)."""
+        att = "\n\n".join(f"Query:\n{q or '(none)'}\nProblem: {msg}" for q, msg in attempts)
+        res = self._ask(t, "refine", render(self.prompts["refine"], attempts=att, **ctx), parse_cypher)
+        t.add("refine", f"round_{round_}", previous=[m for _, m in attempts])
+        return res.value if res.ok else ""
+
+    def execute_and_validate(self, t: Trace, query: str, round_: int, allowed: set[int]) -> tuple[list[int], str]:
+        """Eq. 17 ``A_q = Exec(c_q, G)`` through the read-only guard, then Eq. 19–20.
+        Returns ``(A+_q, what went wrong for the refine prompt)``."""
+        rows, msg = self._run_cypher(t, "direct" if round_ == 0 else f"refine_{round_}", query)
+        cands = self._rows_to_entities(rows or [])
+        valid = self.validate(cands, allowed)
+        t.add("validate", f"round_{round_}", candidates=[self._label(c) for c in cands[:50]],
+              valid=[self._label(c) for c in valid[:50]])
+        if not valid and rows is not None and cands:
+            msg = (f"{len(cands)} answers ({', '.join(self._label(c) for c in cands[:5])}) but none "
+                   "satisfies the schema constraints in the graph")
+        elif not valid and rows is not None and rows:
+            msg = "the rows contain no entity names of the graph (return the answer names)"
+        return valid, msg
+
+    def embedding_candidates(self, t: Trace, estar: np.ndarray, topics: Sequence[int], allowed: set[int]) -> list[int]:
+        """Ablation "without neo4j" (Fig. 3): ``A_q`` = the entities of ``E*_q``, best triple
+        first, validated by Eq. 19–20; the graph database is never touched."""
+        cands = []
+        for h, _, tl in estar.tolist():
+            for e in (tl, h):
+                if e not in topics:
+                    cands.append(int(e))
+        cands = list(dict.fromkeys(cands))
+        valid = self.validate(cands, allowed)
+        t.add("validate", "embedding_topk", candidates=[self._label(c) for c in cands[:50]],
+              valid=[self._label(c) for c in valid[:50]])
+        return valid
+
+    def rank_valid_answers(self, t: Trace, ctx: dict, valid: list[int]) -> tuple[list[str], str | None]:
+        """Eq. 21: order ``A+_q`` by ``P_θ(a | q, A+_q, S_q)`` when the backend scores (else the
+        query's order). Returns ``(answer names, P_θ source or None for a single answer)``."""
+        names = [self._label(c) for c in valid]
+        p_source = None
+        if len(names) > 1:
+            prompt = render(self.prompts["answer"], question=ctx["question"],
+                            path=f"schema: {ctx['schema']}\nvalid answers: {', '.join(names[:50])}")
+            p = self._p_theta(prompt, names)
+            if p is not None:
+                p_source = "score"
+                order = np.argsort(-np.asarray(p), kind="stable")
+                names = [names[i] for i in order]
+            else:
+                p_source = "query_order"
+        t.add("answer", "direct", answers=names[:20], p_theta_source=p_source)
+        return names, p_source
 
     # ------------------------------------------------------------------ §3.5 collaborative
     def _retrieve_evidence(self, t: Trace, hypothesis: dict) -> list[str]:
@@ -482,38 +488,57 @@ class SGR:
         return True
 
     def collaborative(self, t: Trace, example: Example, estar: np.ndarray) -> tuple[list[tuple[str, float]], str]:
-        """Eq. 23–31: M paths, β_i = λP + (1−λ)C, weighted vote. Returns (ranking, P_θ source)."""
+        """§3.5, Eq. 23–31: ``M`` reasoning paths (:meth:`reasoning_path`), their confidence
+        ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C(p_i, G)`` (Eq. 29) and the weighted vote
+        (Eq. 31). Returns ``(ranking, P_θ source)``."""
         base_evidence = [self.kg.verbalise(tr) for tr in estar[: self.evidence_k]]
         answers, consistency, paths_txt = [], [], []
         for i in range(self.num_paths):
-            evidence = list(base_evidence)
-            hyps: list[dict] = []
-            grounded: list[bool] = []
-            for step in range(self.collab_iterations):
-                prompt = render(self.prompts["hypothesis"], question=example.question,
-                                evidence="\n".join(evidence) or "(none)",
-                                hypotheses="\n".join(f"{j + 1}. {h['hypothesis']} (answer: {h['answer']})" for j, h in enumerate(hyps)) or "(none)")
-                res = self._ask(t, f"hypothesis_p{i}_t{step}", prompt, parse_hypothesis,
-                                temperature=self.temperature, sample_index=i * 100 + step, seed=self.seed + i)
-                if not res.ok:
-                    grounded.append(False)
-                    continue
-                h = res.value
-                hyps.append(h)
-                grounded.append(self._claims_in_graph(h["claims"]))
-                new = self._retrieve_evidence(t, h)
-                evidence = list(dict.fromkeys(evidence + new))
-            a = hyps[-1]["answer"] if hyps else ""
-            ai = self.kg.find_entity(a) if a else -1
-            a = self._label(ai) if ai >= 0 else a
-            c = sum(grounded) / len(grounded) if grounded else 0.0  # Eq. 30
+            a, c, txt = self.reasoning_path(t, example, i, base_evidence)
             answers.append(a)
             consistency.append(c)
-            paths_txt.append("\n".join(f"{h['hypothesis']} claims={list(map(list, h['claims']))}" for h in hyps))
-            t.add("path", f"p{i}", answer=a, consistency=c, grounded=grounded, n_hypotheses=len(hyps))
+            paths_txt.append(txt)
+        p_vals, source = self.path_p_theta(example, answers, paths_txt)
+        beta = [self.lam * p + (1.0 - self.lam) * c for p, c in zip(p_vals, consistency)]  # Eq. 29
+        ranking = vote(answers, beta, self.vote_mode)  # Eq. 31
+        t.add("vote", self.vote_mode, answers=answers, p_theta=p_vals, consistency=consistency, beta=beta,
+              lam=self.lam, p_theta_source=source, ranking=ranking)
+        return ranking, source
+
+    def reasoning_path(self, t: Trace, example: Example, i: int, base_evidence: list[str]) -> tuple[str, float, str]:
+        """§3.5, Eq. 23–28 and 30: path ``p_i`` alternates ``T`` hypotheses
+        ``h_t = f_θ(q, E_<t, h_<t)`` (sampled, seed ``seed + i``) and retrievals
+        ``E_t = Retrieve(h_t, G)``. Returns ``(a_i, C(p_i, G), the path as text)`` where ``C`` is
+        the share of steps whose claimed triples all lie in the KG."""
+        evidence = list(base_evidence)
+        hyps: list[dict] = []
+        grounded: list[bool] = []
+        for step in range(self.collab_iterations):
+            prompt = render(self.prompts["hypothesis"], question=example.question,
+                            evidence="\n".join(evidence) or "(none)",
+                            hypotheses="\n".join(f"{j + 1}. {h['hypothesis']} (answer: {h['answer']})" for j, h in enumerate(hyps)) or "(none)")
+            res = self._ask(t, f"hypothesis_p{i}_t{step}", prompt, parse_hypothesis,
+                            temperature=self.temperature, sample_index=i * 100 + step, seed=self.seed + i)
+            if not res.ok:
+                grounded.append(False)
+                continue
+            h = res.value
+            hyps.append(h)
+            grounded.append(self._claims_in_graph(h["claims"]))
+            new = self._retrieve_evidence(t, h)
+            evidence = list(dict.fromkeys(evidence + new))
+        a = hyps[-1]["answer"] if hyps else ""
+        ai = self.kg.find_entity(a) if a else -1
+        a = self._label(ai) if ai >= 0 else a
+        c = sum(grounded) / len(grounded) if grounded else 0.0  # Eq. 30
+        t.add("path", f"p{i}", answer=a, consistency=c, grounded=grounded, n_hypotheses=len(hyps))
+        return a, c, "\n".join(f"{h['hypothesis']} claims={list(map(list, h['claims']))}" for h in hyps)
+
+    def path_p_theta(self, example: Example, answers: list[str], paths_txt: list[str]) -> tuple[list[float], str]:
+        """Eq. 29's ``P_θ(a_i | q, p_i)`` per path: ``llm.score`` softmax-normalised over the
+        distinct answers when the backend scores, else ``a_i``'s frequency over the M paths.
+        Returns ``(values, "score" | "frequency")``."""
         distinct = list(dict.fromkeys(a for a in answers if a))
-        p_vals: list[float] = []
-        source = "frequency"
         scored = None
         if distinct:
             scored = []
@@ -525,15 +550,9 @@ class SGR:
                     break
                 scored.append(p[distinct.index(a)] if a else 0.0)
         if scored is not None and distinct:
-            source, p_vals = "score", scored
-        else:
-            freq = Counter(a for a in answers if a)
-            p_vals = [freq[a] / len(answers) if a else 0.0 for a in answers]
-        beta = [self.lam * p + (1.0 - self.lam) * c for p, c in zip(p_vals, consistency)]  # Eq. 29
-        ranking = vote(answers, beta, self.vote_mode)  # Eq. 31
-        t.add("vote", self.vote_mode, answers=answers, p_theta=p_vals, consistency=consistency, beta=beta,
-              lam=self.lam, p_theta_source=source, ranking=ranking)
-        return ranking, source
+            return scored, "score"
+        freq = Counter(a for a in answers if a)
+        return [freq[a] / len(answers) if a else 0.0 for a in answers], "frequency"
 
     def close(self) -> None:
         """Nothing to release: the graph database belongs to the run that built it."""

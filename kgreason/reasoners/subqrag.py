@@ -29,11 +29,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kgreason.reasoners.subqrag_index import Triple, extract_triples, normalise_text, triple_key
-from kgreason.llm.parsing import parse_json, parse_list
-from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.reasoners.rag_text import PassageIndex, load_corpus, parse_answer, passage_text
 from kgreason.embed import Embedder
+from kgreason.llm.parsing import ParseResult, parse_answer_field, parse_first_line, parse_list, parse_triple_answer
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.rag_text import PassageIndex, load_corpus, passage_text
+from kgreason.reasoners.subqrag_index import Triple, extract_triples, normalise_text, triple_key
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -102,7 +102,7 @@ class WorkingGraph:
         return KG.from_triples(self.triples, name=name)
 
 
-class SubQRAG:
+class SubQRAG(BaseReasoner):
     """Args:
         top_k: triples retrieved per sub-question (Eq. 3; paper: 5).
         passage_top_k: passages used by the corpus fallback (§2.3).
@@ -119,6 +119,7 @@ class SubQRAG:
             resumable, cached by corpus hash under ``index_dir``) and merged in before answering.
             ``auto``: ``index`` when the first example carries passages, else ``injected``.
         index_dir: root of the offline index cache.
+        max_reasks: re-asks on an unparseable reply (kit policy; 0 = none).
     """
 
     thread_safe = False  # example_workers must stay 1: graph updates must reach later questions in order
@@ -128,7 +129,8 @@ class SubQRAG:
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
                  corpus: str | None = "embedded", world_seed: int = 0, validate: bool = True,
                  max_tokens: int = 256, kg_source: str = "auto",
-                 index_dir: str | None = ".cache/kgreason/subqrag_index", embedder=None, graphdb=None) -> None:
+                 index_dir: str | None = ".cache/kgreason/subqrag_index", max_reasks: int = 0,
+                 embedder=None, graphdb=None) -> None:
         if kg_source not in ("auto", "injected", "index"):
             raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
         if kg_source == "index" and not index_dir:
@@ -138,6 +140,7 @@ class SubQRAG:
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
         self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
         self.max_tokens = max_tokens
+        self.reask = ReaskPolicy(max_reasks)
         self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
         self._corpus: list[tuple[str, str]] | None = None
@@ -172,16 +175,12 @@ class SubQRAG:
         return self._corpus
 
     # ------------------------------------------------------------------ LLM steps
-    def _call(self, t: Trace, purpose: str, prompt: str) -> str:
-        req = ChatRequest.of(prompt, max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        t.llm(purpose, req, comp)
-        return comp.text
+    def _call(self, t: Trace, purpose: str, prompt: str, parser) -> ParseResult:
+        return self.ask(t, purpose, ChatRequest.of(prompt, max_tokens=self.max_tokens), parser)
 
     def decompose(self, t: Trace, question: str) -> list[str]:
         """§2.2.1: ordered sub-questions (the question itself when the reply is unusable)."""
-        text = self._call(t, "decompose", render(self.prompts["decompose"], question=question))
-        res = parse_list(text)
+        res = self._call(t, "decompose", render(self.prompts["decompose"], question=question), parse_list)
         subs = [s for s in (res.value or []) if s] if res.ok else []
         return subs[: self.max_subquestions] or [question]
 
@@ -192,8 +191,8 @@ class SubQRAG:
             return substitute(subq, answers)
         if self.llm_rewrite and prev:
             listing = "\n".join(f"#{j + 1} {q} -> {a}" for j, (q, a) in enumerate(prev))
-            out = self._call(t, "rewrite", render(self.prompts["rewrite"], previous=listing, subquestion=subq))
-            out = out.strip().splitlines()[0].strip() if out.strip() else ""
+            out = self._call(t, "rewrite", render(self.prompts["rewrite"], previous=listing, subquestion=subq),
+                             parse_first_line).value
             return out or subq
         return subq
 
@@ -205,21 +204,16 @@ class SubQRAG:
         t.add("retrieve", "triples", query=subq, triples=[list(g.triples[i]) for i in ids],
               scores=[s for _, s in hits])
         listing = "\n".join(f"[{j}] {verbalise(g.triples[i])}" for j, i in enumerate(ids))
-        text = self._call(t, "answer_triples", render(self.prompts["answer_triples"], triples=listing, subquestion=subq))
-        js = parse_json(text)
-        if not (js.ok and isinstance(js.value, dict)):
+        res = self._call(t, "answer_triples", render(self.prompts["answer_triples"], triples=listing, subquestion=subq),
+                         parse_triple_answer)
+        if not res.ok:
             return "", [], False
-        v = js.value
-        ans = normalise_text(v.get("answer") or "")
+        ans = normalise_text(res.value["answer"])
         used = []
-        for j in v.get("used") or []:
-            try:
-                j = int(j)
-            except (TypeError, ValueError):
-                continue
+        for j in res.value["used"]:
             if 0 <= j < len(ids) and ids[j] not in used:
                 used.append(ids[j])
-        sufficient = bool(v.get("sufficient", bool(ans))) and bool(ans) and ans.lower() not in ("unknown", "none")
+        sufficient = res.value["sufficient"] and bool(ans) and ans.lower() not in ("unknown", "none")
         return ans, used, sufficient
 
     def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:
@@ -232,8 +226,8 @@ class SubQRAG:
         top = [passages[h.id] for h in hits]
         t.add("retrieve", "passages", query=subq, titles=[p[0] for p in top], scores=[h.score for h in hits])
         listing = "\n".join(f"[{j}] {passage_text(p)}" for j, p in enumerate(top))
-        ans = parse_answer(self._call(t, "answer_passages",
-                                      render(self.prompts["answer_passages"], passages=listing, subquestion=subq)))
+        ans = self._call(t, "answer_passages", render(self.prompts["answer_passages"], passages=listing, subquestion=subq),
+                         parse_answer_field).value
         if not self.update:
             return ans, []
         g = self.graph
@@ -306,8 +300,8 @@ class SubQRAG:
         g = self.graph
         mem_text = "\n".join(verbalise(g.triples[u]) for u in memory) or "(empty)"
         steps_text = "\n".join(f"{j + 1}. {s['rewritten']} -> {s['answer']}" for j, s in enumerate(steps))
-        final = parse_answer(self._call(t, "final_answer", render(self.prompts["final_answer"], memory=mem_text,
-                                                                    steps=steps_text, question=q)))
+        final = self._call(t, "final_answer", render(self.prompts["final_answer"], memory=mem_text,
+                                                     steps=steps_text, question=q), parse_answer_field).value
         if not final and prev:
             final = prev[-1][1]
         mem_triples = [list(g.triples[u]) for u in memory]

@@ -25,41 +25,18 @@ entered the beam → answer_coverage), ``search_space`` (distinct triples encoun
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from kgreason.kg.linking import link_example
-from kgreason.llm.parsing import ParseResult, parse_scores, parse_yes_no
-from kgreason.reasoners.base import Trace, load_prompt, render
-from kgreason.reasoners.cot import parse_answers
 from kgreason.embed import Embedder
+from kgreason.llm.parsing import parse_answers, parse_candidate_scores, parse_yes_no
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, ask, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 BACKWARD = " (backward)"
-
-
-def parse_candidate_scores(text: str, names: Sequence[str]) -> ParseResult:
-    """One score in [0, 1] per candidate name.
-
-    Name-keyed replies (``"film.film (backward): 0.8"``, ToG's ``"{name (Score: 0.8)}"``, or a
-    JSON object) are read by name, unmentioned candidates scoring 0; otherwise the first
-    ``len(names)`` numbers are taken in order (:func:`parse_scores`).
-
-    >>> parse_candidate_scores("film.film (backward): 0.9; film.film: 0.2", ["film.film", "film.film (backward)"]).value
-    [0.2, 0.9]
-    """
-    found: dict[int, float] = {}
-    for i, name in enumerate(names):
-        pat = re.compile(r"(?<![\w.~])" + re.escape(name) + r"\"?\s*(?:\(\s*score\s*[:=]?\s*|[:=]\s*)([-+]?\d*\.?\d+)", re.I)
-        m = pat.search(text)
-        if m:
-            found[i] = min(1.0, max(0.0, float(m.group(1))))
-    if found:
-        return ParseResult(True, [found.get(i, 0.0) for i in range(len(names))])
-    return parse_scores(text, len(names))
 
 
 def tokens(text: str) -> list[str]:
@@ -76,6 +53,7 @@ class Pruner:
         self.backend, self.llm, self.template = backend, llm, template
         self.embedder = embedder if embedder is not None else Embedder()
         self.max_tokens = max_tokens
+        self.reask = ReaskPolicy()
 
     def scores(self, question: str, names: list[str], texts: list[str], t: Trace, what: str,
                context: str = "") -> np.ndarray:
@@ -94,9 +72,8 @@ class Pruner:
         listing = "\n".join(f"{i + 1}. {n}" for i, n in enumerate(names))
         req = ChatRequest.of(render(self.template, question=question, candidates=listing, what=what,
                                     context=context), max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        res = parse_candidate_scores(comp.text, names)
-        t.llm(f"prune_{what}", req, comp, parsed=res.value, parse_ok=res.ok)
+        res = ask(self.llm, t, f"prune_{what}", req, lambda text: parse_candidate_scores(text, names),
+                  policy=self.reask)
         return np.asarray(res.value if res.ok else [0.0] * len(names), dtype=np.float64)
 
 
@@ -111,6 +88,22 @@ class _Path:
     chain: tuple[tuple[int, int, int, bool], ...]  # (head, rel, tail, backward) as traversed
 
 
+@dataclass
+class _Search:
+    """The beam search's state for one question."""
+
+    beam: list[_Path]
+    topic: dict[int, int]  # entity → the topic entity its path starts from
+    retrieved: dict[int, None]  # every entity that entered the beam, in order
+    seen_triples: set[int] = field(default_factory=set)
+    beam_sizes: list[int] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, topics) -> "_Search":
+        beam = [_Path(e, ()) for e in topics]
+        return cls(beam, {p.entity: p.entity for p in beam}, {p.entity: None for p in beam})
+
+
 def render_chain(kg, topic: int, chain) -> str:
     out = kg.entity_label(topic)
     for h, r, tl, back in chain:
@@ -119,19 +112,21 @@ def render_chain(kg, topic: int, chain) -> str:
     return out
 
 
-class ToG:
+class ToG(BaseReasoner):
     """Args:
         width: beam width W (relations and entities kept per depth).
         depth: maximum depth D.
         prune: pruning backend ``llm`` | ``bm25`` | ``embedding``.
         max_entities_per_relation: neighbours followed per (entity, relation) (ToG samples 10).
         temperature, max_tokens: settings of the reasoning and answer calls.
+        max_reasks: re-asks on an unparseable pruning / reasoning / answer reply (kit policy;
+            0 = none, as ToG).
     """
 
     def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
                  prune: str = "llm", max_entities_per_relation: int = 20, temperature: float = 0.0,
-                 max_tokens: int = 256, prompts_dir: str = "tog", embedder=None,
-                 graphdb=None) -> None:
+                 max_tokens: int = 256, prompts_dir: str = "tog", embedder=None, graphdb=None,
+                 max_reasks: int = 0) -> None:
         if width < 1 or depth < 1:
             raise ValueError(f"ToG: width and depth must be ≥ 1, got width={width}, depth={depth}")
         self.kg, self.llm = kg, llm
@@ -140,97 +135,122 @@ class ToG:
         self.temperature, self.max_tokens = temperature, max_tokens
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune", "reason", "answer")}
         self.pruner = Pruner(prune, llm, self.prompts["prune"], embedder)
+        self.reask = self.pruner.reask = ReaskPolicy(max_reasks)
 
     def _ask(self, t: Trace, step: str, parser, **values):
         req = ChatRequest.of(render(self.prompts[step], **values), temperature=self.temperature,
                              max_tokens=self.max_tokens)
-        comp = self.llm.generate([req])[0]
-        res = parser(comp.text)
-        t.llm(step, req, comp, parsed=res.value, parse_ok=res.ok)
-        return res
+        return self.ask(t, step, req, parser)
 
     def answer(self, example: Example) -> Prediction:
-        kg, W = self.kg, self.width
-        t = Trace()
+        """Link the topic entities, then per depth: relation exploration and pruning, entity
+        exploration and pruning, reasoning (module docstring steps 1–5)."""
+        kg, t = self.kg, Trace()
         link = link_example(kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
-        beam = [_Path(e, ()) for e in link.ids[:W]]
-        topic = {p.entity: p.entity for p in beam}
-        seen_triples: set[int] = set()
-        retrieved: dict[int, None] = {p.entity: None for p in beam}
-        beam_sizes: list[int] = []
+        s = _Search.start(link.ids[: self.width])
         q = example.question
         calls0 = len(t.steps)
         depth_reached = 0
         answers: list[str] | None = None
         for d in range(1, self.depth + 1):
-            if not beam:
+            if not s.beam:
                 break
             depth_reached = d
-            # 1-2. relation exploration and pruning
-            cands: dict[tuple[int, bool], None] = {}
-            for p in beam:
-                for tid in kg.out_triples(p.entity):
-                    cands[(int(kg.rels[tid]), False)] = None
-                for tid in kg.in_triples(p.entity):
-                    cands[(int(kg.rels[tid]), True)] = None
-            rel_list = list(cands)
-            names = [kg.relation_names[r] + (BACKWARD if b else "") for r, b in rel_list]
-            # lexical / embedding backends see the property words ("directed by"): the shared
-            # "film film" prefix otherwise dominates MiniLM's similarity to the question
-            texts = [kg.relation_names[r].rsplit(".", 1)[-1].replace("_", " ") for r, _ in rel_list]
-            sc = self.pruner.scores(q, names, texts, t, "relations")
-            kept_rels = [rel_list[i] for i in top_w(sc, W)]
-            t.add("prune", "relations", depth=d, candidates=len(names),
-                  kept=[names[rel_list.index(k)] for k in kept_rels])
-            # 3. entity exploration
-            ent_paths: dict[int, _Path] = {}
-            ent_text: dict[int, list[str]] = {}
-            for p in beam:
-                for r, back in kept_rels:
-                    tids = kg.in_triples(p.entity) if back else kg.out_triples(p.entity)
-                    tids = [int(x) for x in tids if kg.rels[x] == r][: self.max_per_rel]
-                    for tid in tids:
-                        seen_triples.add(tid)
-                        h, tl = int(kg.heads[tid]), int(kg.tails[tid])
-                        nb = h if back else tl
-                        if nb == p.entity:
-                            continue
-                        if nb not in ent_paths:
-                            ent_paths[nb] = _Path(nb, p.chain + ((h, r, tl, back),))
-                            topic[nb] = topic[p.entity]
-                            ent_text[nb] = []
-                        ent_text[nb].append(f"{kg.relation_names[r]} {kg.entity_label(nb)}")
-            # 4. entity pruning
-            ents = list(ent_paths)
-            enames = [kg.entity_label(e) for e in ents]
-            etexts = [" ".join(dict.fromkeys(ent_text[e])) for e in ents]
-            ctx = "Relations followed: " + "; ".join(
-                kg.relation_names[r] + (BACKWARD if b else "") for r, b in kept_rels)
-            esc = self.pruner.scores(q, enames, etexts, t, "entities", context=ctx)
-            beam = [ent_paths[ents[i]] for i in top_w(esc, W)]
-            assert len(beam) <= W, "beam exceeded its width"
-            beam_sizes.append(len(beam))
-            for p in beam:
-                retrieved.setdefault(p.entity, None)
-            paths_txt = self._paths_text(beam, topic)
-            t.add("beam", "entities", depth=d, candidates=len(ents), kept=[kg.entity_label(p.entity) for p in beam])
-            # 5. reasoning: enough to answer?
-            if not beam:
+            kept_rels = self.prune_relations(t, q, d, self.explore_relations(s.beam))
+            ent_paths, ent_text = self.explore_entities(s, kept_rels)
+            paths_txt = self.prune_entities(t, q, d, s, kept_rels, ent_paths, ent_text)
+            if not s.beam:
                 break
-            res = self._ask(t, "reason", parse_yes_no, question=q, paths=paths_txt)
-            if (res.ok and res.value) or d == self.depth:
-                answers = self._ask(t, "answer", parse_answers, question=q, paths=paths_txt).value or []
+            answers = self.reason(t, q, d, paths_txt)
+            if answers is not None:
                 break
         if answers is None:  # the beam emptied before D: answer from what was gathered
             answers = self._ask(t, "answer", parse_answers, question=q,
-                                paths=self._paths_text(beam, topic) or "(no paths found)").value or []
-        n_calls = sum(1 for s in t.steps[calls0:] if s.kind == "llm")
+                                paths=self._paths_text(s.beam, s.topic) or "(no paths found)").value or []
+        n_calls = sum(1 for st in t.steps[calls0:] if st.kind == "llm")
         return t.finish(
-            example, answers, retrieved=[kg.entity_label(e) for e in retrieved],
-            search_space=len(seen_triples), beam_sizes=beam_sizes, llm_calls=n_calls,
+            example, answers, retrieved=[kg.entity_label(e) for e in s.retrieved],
+            search_space=len(s.seen_triples), beam_sizes=s.beam_sizes, llm_calls=n_calls,
             depth_reached=depth_reached,
         )
+
+    def explore_relations(self, beam: list[_Path]) -> list[tuple[int, bool]]:
+        """Step 1, relation exploration: ``(relation, backward)`` attached to the beam's tail
+        entities, outgoing (entity = head) then incoming, in first-seen order."""
+        kg = self.kg
+        cands: dict[tuple[int, bool], None] = {}
+        for p in beam:
+            for tid in kg.out_triples(p.entity):
+                cands[(int(kg.rels[tid]), False)] = None
+            for tid in kg.in_triples(p.entity):
+                cands[(int(kg.rels[tid]), True)] = None
+        return list(cands)
+
+    def prune_relations(self, t: Trace, q: str, d: int, rel_list: list[tuple[int, bool]]) -> list[tuple[int, bool]]:
+        """Step 2, relation pruning: the ``W`` best candidates by the pruning backend."""
+        kg = self.kg
+        names = [kg.relation_names[r] + (BACKWARD if b else "") for r, b in rel_list]
+        # lexical / embedding backends see the property words ("directed by"): the shared
+        # "film film" prefix otherwise dominates MiniLM's similarity to the question
+        texts = [kg.relation_names[r].rsplit(".", 1)[-1].replace("_", " ") for r, _ in rel_list]
+        sc = self.pruner.scores(q, names, texts, t, "relations")
+        kept_rels = [rel_list[i] for i in top_w(sc, self.width)]
+        t.add("prune", "relations", depth=d, candidates=len(names),
+              kept=[names[rel_list.index(k)] for k in kept_rels])
+        return kept_rels
+
+    def explore_entities(self, s: "_Search", kept_rels: list[tuple[int, bool]]) -> tuple[dict[int, _Path], dict[int, list[str]]]:
+        """Step 3, entity exploration: follow each kept relation from each beam entity (at most
+        ``max_entities_per_relation`` neighbours, KG order). Returns the first path reaching
+        each new entity and the ``"relation entity"`` texts the pruner scores."""
+        kg = self.kg
+        ent_paths: dict[int, _Path] = {}
+        ent_text: dict[int, list[str]] = {}
+        for p in s.beam:
+            for r, back in kept_rels:
+                tids = kg.in_triples(p.entity) if back else kg.out_triples(p.entity)
+                tids = [int(x) for x in tids if kg.rels[x] == r][: self.max_per_rel]
+                for tid in tids:
+                    s.seen_triples.add(tid)
+                    h, tl = int(kg.heads[tid]), int(kg.tails[tid])
+                    nb = h if back else tl
+                    if nb == p.entity:
+                        continue
+                    if nb not in ent_paths:
+                        ent_paths[nb] = _Path(nb, p.chain + ((h, r, tl, back),))
+                        s.topic[nb] = s.topic[p.entity]
+                        ent_text[nb] = []
+                    ent_text[nb].append(f"{kg.relation_names[r]} {kg.entity_label(nb)}")
+        return ent_paths, ent_text
+
+    def prune_entities(self, t: Trace, q: str, d: int, s: "_Search", kept_rels: list[tuple[int, bool]],
+                       ent_paths: dict[int, _Path], ent_text: dict[int, list[str]]) -> str:
+        """Step 4, entity pruning: the new beam is the ``W`` best entities. Returns the beam's
+        paths as text for the reasoning prompt."""
+        kg, W = self.kg, self.width
+        ents = list(ent_paths)
+        enames = [kg.entity_label(e) for e in ents]
+        etexts = [" ".join(dict.fromkeys(ent_text[e])) for e in ents]
+        ctx = "Relations followed: " + "; ".join(
+            kg.relation_names[r] + (BACKWARD if b else "") for r, b in kept_rels)
+        esc = self.pruner.scores(q, enames, etexts, t, "entities", context=ctx)
+        s.beam = [ent_paths[ents[i]] for i in top_w(esc, W)]
+        assert len(s.beam) <= W, "beam exceeded its width"
+        s.beam_sizes.append(len(s.beam))
+        for p in s.beam:
+            s.retrieved.setdefault(p.entity, None)
+        paths_txt = self._paths_text(s.beam, s.topic)
+        t.add("beam", "entities", depth=d, candidates=len(ents), kept=[kg.entity_label(p.entity) for p in s.beam])
+        return paths_txt
+
+    def reason(self, t: Trace, q: str, d: int, paths_txt: str) -> list[str] | None:
+        """Step 5, reasoning: ask whether the paths suffice; on yes (or at depth ``D``) answer
+        from them, else return None (search one level deeper)."""
+        res = self._ask(t, "reason", parse_yes_no, question=q, paths=paths_txt)
+        if (res.ok and res.value) or d == self.depth:
+            return self._ask(t, "answer", parse_answers, question=q, paths=paths_txt).value or []
+        return None
 
     def _paths_text(self, beam, topic) -> str:
         return "\n".join(render_chain(self.kg, topic[p.entity], p.chain) for p in beam)

@@ -76,3 +76,94 @@ def parse_list_strict(text):
     from kgreason.llm.parsing import ParseResult
 
     return r if r.ok and isinstance(r.value, list) else ParseResult(False, None, "not a JSON list")
+
+
+# --------------------------------------------------------------------------- reasoner formats
+# (moved here from the reasoners in issue 15; the cases pin the behaviour they had there)
+
+from kgreason.llm.parsing import (  # noqa: E402
+    parse_answer_field,
+    parse_answers,
+    parse_candidate_scores,
+    parse_cypher,
+    parse_first_line,
+    parse_hypothesis,
+    parse_schema,
+    parse_triple_answer,
+)
+
+
+@pytest.mark.parametrize("text, value, ok", [
+    ("Step 1 ...\nAnswer: Paris; Lyon", ["Paris", "Lyon"], True),
+    ("The answer to this question is: 2000.", ["2000"], True),
+    ("Some reasoning.\nThe answers are Paris; Lyon", ["Paris", "Lyon"], True),
+    ("I think it is Berlin", ["I think it is Berlin"], False),  # last line kept, marked failed
+    ("Answer: n/a", [], False),
+])
+def test_parse_answers(text, value, ok):
+    r = parse_answers(text)
+    assert (r.value, r.ok) == (value, ok)
+
+
+@pytest.mark.parametrize("text, value, ok", [
+    ('{"answer": " Paris "}', "Paris", True),
+    ("Answer: Lyon\nbecause ...", "Lyon", True),
+    ('{"other": 1}', '{"other": 1}', True),  # no answer field: the first line as written
+    ("  \n ", "", False),
+])
+def test_parse_answer_field(text, value, ok):
+    r = parse_answer_field(text)
+    assert (r.value, r.ok) == (value, ok)
+
+
+def test_parse_first_line():
+    assert parse_first_line("  Who directed X?  \nmore").value == "Who directed X?"
+    assert not parse_first_line("   ").ok
+
+
+def test_parse_candidate_scores_by_name_and_by_order():
+    names = ["film.film", "film.film (backward)"]
+    assert parse_candidate_scores("film.film (backward): 0.9; film.film: 0.2", names).value == [0.2, 0.9]
+    assert parse_candidate_scores("{film.film (Score: 1.7)}", names).value == [1.0, 0.0]  # clipped, unnamed → 0
+    assert parse_candidate_scores("0.4 and 0.6", names).value == [0.4, 0.6]
+    assert not parse_candidate_scores("no idea", names).ok
+
+
+@pytest.mark.parametrize("text, query", [
+    ("```cypher\nMATCH (n) RETURN n\n```", "MATCH (n) RETURN n"),
+    ("Here it is: MATCH (a)-[r]->(b) RETURN b.name", "MATCH (a)-[r]->(b) RETURN b.name"),
+    ("```\nOPTIONAL MATCH (x) RETURN x\n```", "OPTIONAL MATCH (x) RETURN x"),
+])
+def test_parse_cypher(text, query):
+    r = parse_cypher(text)
+    assert r.ok and r.value == query
+
+
+def test_parse_cypher_without_a_query_fails():
+    assert not parse_cypher("I cannot write that query.").ok
+
+
+def test_parse_schema_forms():
+    r = parse_schema('{"schema": [["Film", "directed_by", "?d"], ["?d", " born_in ", "?a"]], "answer": "?a"}')
+    assert r.ok and r.value == {"schema": [("Film", "directed_by", "?d"), ("?d", "born_in", "?a")], "answer": "?a"}
+    r = parse_schema('{"schema": [{"head": "A", "relation": "r", "tail": "?x"}, ["bad"]]}')
+    assert r.ok and r.value == {"schema": [("A", "r", "?x")], "answer": None}
+    r = parse_schema('[["A", "r", "?x"]]')  # a bare list of triples
+    assert r.ok and r.value == {"schema": [("A", "r", "?x")], "answer": None}
+    assert not parse_schema('{"schema": [["A", "", "?x"]]}').ok
+    assert not parse_schema('{"schema": "A r ?x"}').ok
+
+
+def test_parse_hypothesis():
+    r = parse_hypothesis('{"hypothesis": "h", "claims": [["A", "r", "B"], ["bad"]], "answer": ["X", "Y"]}')
+    assert r.ok and r.value == {"hypothesis": "h", "claims": [("A", "r", "B")], "answer": "X"}
+    assert parse_hypothesis('{"answer": null}').value == {"hypothesis": "", "claims": [], "answer": ""}
+    assert not parse_hypothesis('["not", "an", "object"]').ok
+
+
+def test_parse_triple_answer():
+    r = parse_triple_answer('{"answer": "Paris", "used": [0, "2", "x", null], "sufficient": false}')
+    assert r.ok and r.value == {"answer": "Paris", "used": [0, 2], "sufficient": False}
+    assert parse_triple_answer('{"answer": "Paris"}').value["sufficient"] is True
+    assert parse_triple_answer('{"answer": null, "used": null}').value == {"answer": "", "used": [], "sufficient": True}
+    assert not parse_triple_answer("Paris").ok

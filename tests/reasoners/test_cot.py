@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kgreason.llm.parsing import parse_answers
 from kgreason.llm.scripted import ScriptedLLM
-from kgreason.reasoners.cot import CoT, parse_answers
+from kgreason.reasoners.cot import CoT
 
 
 @pytest.mark.parametrize("text, expected, ok", [
@@ -42,7 +43,7 @@ def test_cot_unparseable_reply_counts_a_parse_failure(world):
 
 
 def test_parse_answers_prose_forms_of_small_models():
-    from kgreason.reasoners.cot import parse_answers
+    from kgreason.llm.parsing import parse_answers
 
     assert parse_answers("The answer to this question is: 2000.").value == ["2000"]
     assert parse_answers("Some reasoning.\nThe answers are Paris; Lyon").value == ["Paris", "Lyon"]

@@ -12,8 +12,9 @@ import pytest
 from conftest import compose_cfg
 
 from kgreason.kg.cypher import KuzuDB
+from kgreason.llm.parsing import parse_schema
 from kgreason.llm.scripted import ScriptedLLM
-from kgreason.reasoners.sgr import SGR, parse_schema, vote
+from kgreason.reasoners.sgr import SGR, vote
 from kgreason.retrieval.scipy_engine import ScipyRetriever
 
 SCHEMA_P = "knowledge graph expert"
@@ -230,14 +231,20 @@ def test_cypher_false_never_touches_db(world, retriever, q2):
     topic = q2.topic_entities[0]
     llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": HYP_P, "reply": json.dumps({"hypothesis": "h", "claims": [[topic, "film.film.directed_by", "x"]], "answer": q2.answers[0]})}])
-    sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, graphdb=_Exploding(), collaborate="always")
+    # E*_q keeps every k-hop triple (top_k above their count), so the gold answer is a candidate
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, graphdb=_Exploding(), collaborate="always",
+              top_k=10_000, max_candidate_triples=100_000)
     pred = sgr.answer(q2)
     assert sgr.db is None
     assert not [s for s in pred.trace if s.kind == "cypher"]
     assert _n_calls(llm, CYPHER_P) == 0
     # Fig. 3 path: the schema-validated embedding top-k candidates are the answer entities
+    # (was `valid <= answers`, which an empty `valid` passes): the schema keeps exactly the gold
+    # answer out of a larger candidate list, so validation both admits and rejects
     direct = next(s for s in pred.trace if s.kind == "validate")
-    assert set(direct.data["valid"]) <= set(q2.answers)
+    assert direct.name == "embedding_topk"
+    assert set(direct.data["valid"]) == set(q2.answers)
+    assert len(direct.data["candidates"]) > len(direct.data["valid"])
 
 
 def test_rows_to_entities_accepts_names_and_nodes(world, retriever, db):

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from kgreason.llm.parsing import parse_candidate_scores
 from kgreason.llm.scripted import ScriptedLLM
-from kgreason.reasoners.tog import ToG, parse_candidate_scores, top_w
+from kgreason.reasoners.tog import ToG, top_w
 
 
 def _llm(decide="No", prune=""):
