@@ -144,6 +144,36 @@ def _price_usd(usage: Usage, price_per_mtok: tuple[float, float] | None) -> floa
     return (usage.prompt_tokens * price_per_mtok[0] + usage.completion_tokens * price_per_mtok[1]) / 1e6
 
 
+def _read_extractions(log: Path) -> dict[str, dict]:
+    """The per-passage extractions already made (a resumable log, one JSON object a line)."""
+    done: dict[str, dict] = {}
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from an interrupted write: that passage is redone
+            done[rec["id"]] = rec
+    return done
+
+
+def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: bool, max_tokens: int) -> int:
+    """Extract the passages not in ``done`` (appending each to the log as it finishes)."""
+    made = 0
+    with log.open("a", encoding="utf-8") as f:
+        for pid, title, text in rows:
+            if pid in done:
+                continue
+            triples, _req, comp, bad = extract_triples(llm, title, text, validate=validate, max_tokens=max_tokens)
+            rec = {"id": pid, "triples": [list(t) for t in triples], "rejected": bad,
+                   "usage": to_jsonable(comp.usage)}
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            done[pid] = rec
+            made += 1
+    return made
+
+
 def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm, index_dir: str | Path, *,
                  name: str = "indexed", validate: bool = True, max_tokens: int = 512,
                  price_per_mtok: tuple[float, float] | None = None) -> IndexResult:
@@ -165,28 +195,9 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     key = corpus_hash(rows, getattr(llm, "model", ""), load_prompt("subqrag", "extract"))
     d = Path(index_dir) / key
     d.mkdir(parents=True, exist_ok=True)
-    log = d / "extractions.jsonl"
-    done: dict[str, dict] = {}
-    if log.exists():
-        for ln, line in enumerate(log.read_text().splitlines(), 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line from an interrupted write: that passage is redone
-            done[rec["id"]] = rec
+    done = _read_extractions(d / "extractions.jsonl")
     cached = sum(1 for i in ids if i in done)
-    made = 0
-    with log.open("a") as f:
-        for pid, title, text in rows:
-            if pid in done:
-                continue
-            triples, _req, comp, bad = extract_triples(llm, title, text, validate=validate, max_tokens=max_tokens)
-            rec = {"id": pid, "triples": [list(t) for t in triples], "rejected": bad,
-                   "usage": to_jsonable(comp.usage)}
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            f.flush()
-            done[pid] = rec
-            made += 1
+    made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens)
     usage, rejected = Usage(), 0
     seen: dict[tuple[str, str, str], Triple] = {}
     prov: dict[Triple, list[str]] = {}

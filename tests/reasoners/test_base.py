@@ -120,8 +120,12 @@ def test_no_reasoner_calls_the_llm_outside_ask():
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "t"
                     and not any(k.arg == "attempt" for k in node.keywords)):
                 offenders.append(f"{p.name}:{node.lineno} t.llm(")
-    # SubQRAG's triple extraction calls the LLM inside kgreason.kg.indexing (issue 15 item 6)
-    assert offenders == ["subqrag.py:" + str(_line_of("subqrag.py", 't.llm("extract"')) + " t.llm("]
+    # SubQRAG's offline triple extraction (reasoners/subqrag_index.py) sends whole corpus batches
+    # and is no per-example step; subqrag.py records the batch it triggers for one example
+    assert sorted(offenders) == sorted([
+        "subqrag.py:" + str(_line_of("subqrag.py", 't.llm("extract"')) + " t.llm(",
+        "subqrag_index.py:" + str(_line_of("subqrag_index.py", ".generate(")) + " .generate(",
+    ])
 
 
 def _line_of(fname: str, needle: str) -> int:
@@ -141,9 +145,8 @@ def _long_functions(path: Path) -> list[tuple[str, int]]:
     return out
 
 
-# logoskg_dx.py belongs to the diagnosis wing, which splits LogosKGDx.answer in its own branch;
-# the test below fails once that split lands, so this exemption cannot outlive it.
-PENDING = {"logoskg_dx.py"}
+# files exempt from the cap (none); the test below fails if an entry is no longer needed
+PENDING: set[str] = set()
 
 
 def test_no_function_in_reasoners_is_longer_than_60_lines():
