@@ -276,9 +276,9 @@ class PartitionedRetriever(GraphRetriever):
                 "cache_size": self.cache.capacity, "n_partitions": self.n_partitions}
 
     def _hop(self, active, rel_mask, deadline):
-        kg = self.kg
-        tmask = np.zeros(kg.n_triples, dtype=bool)   # merged global t^(h) (boolean)
-        emask = np.zeros(kg.n_entities, dtype=bool)  # merged global q^(h+1) (Alg. 1, line 7)
+        # merged global t^(h) and q^(h+1) (Alg. 1, line 7): the partitions' local results are
+        # concatenated and de-duplicated, so the cost follows the activated triples, not n or m
+        tparts, eparts = [], []
         for layout in self._layouts():
             part_of = self.entity_partition[layout][active]
             ok = part_of >= 0
@@ -293,9 +293,12 @@ class PartitionedRetriever(GraphRetriever):
                 idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
                 if rel_mask is not None:
                     idx = idx[rel_mask[part["rels"][idx]]]
-                tmask[part["tids"][idx]] = True
-                emask[(part["tails"] if layout == "by_head" else part["heads"])[idx]] = True
-        return np.flatnonzero(tmask).astype(np.int64), np.flatnonzero(emask).astype(np.int32)
+                tparts.append(part["tids"][idx])
+                eparts.append((part["tails"] if layout == "by_head" else part["heads"])[idx])
+        if not tparts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        return (np.unique(np.concatenate(tparts)).astype(np.int64, copy=False),
+                np.unique(np.concatenate(eparts)).astype(np.int32, copy=False))
 
     def retrieve_many(self, seed_sets: Sequence[Sequence[int]], hops: int,
                       relations: Sequence[int] | None = None) -> list[Subgraph]:
