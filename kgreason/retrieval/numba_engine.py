@@ -14,7 +14,9 @@ Cost follows the edges a query touches (issue 22), never the size of the graph:
   query takes fresh generation numbers instead of clearing anything, so nothing graph-sized
   is allocated, cleared or scanned per query;
 * outputs live in buffers sized by the work (grown by doubling, then copied out at their
-  final length), and each hop's ids are sorted in place (``O(r log r)`` for ``r`` reached).
+  final length), and each hop's ids are sorted in place: ``O(r log r)`` for ``r`` ids, or, for
+  a hop that reaches at least 1/32 of all ids, one pass over a per-thread byte map
+  (:func:`_sort_ids`) — a cost that hop's own work already exceeds.
 
 Threads: the kernels are ``nogil``; each thread has its own scratch (``threading.local``), so
 concurrent queries neither race nor serialise on one buffer. Kernels are
@@ -54,8 +56,36 @@ def _grow(buf, need):  # pragma: no cover - jitted
 
 
 @njit(cache=True, nogil=True)
+def _sort_ids(buf, s, e, bits, space):  # pragma: no cover - jitted
+    """Sort the unique ids ``buf[s:e]`` (all in ``[0, space)``) in place.
+
+    A run shorter than ``space / 32`` is sorted (``O(r log r)``). A longer one is written as
+    marks into the all-zero byte map ``bits`` and read back in order, clearing each mark again
+    (``O(space)``, which a run that long already pays for). ``bits`` is allocated here the first
+    time a long run needs it and returned so the thread keeps it; small queries never touch it.
+    """
+    r = e - s
+    if r < 2:
+        return bits
+    if r * 32 < space:
+        buf[s:e].sort()
+        return bits
+    if bits.shape[0] < space:
+        bits = np.zeros(space, dtype=np.uint8)
+    for i in range(s, e):
+        bits[buf[i]] = 1
+    w = s
+    for j in range(space):
+        if bits[j]:
+            bits[j] = 0
+            buf[w] = j
+            w += 1
+    return bits
+
+
+@njit(cache=True, nogil=True)
 def _run_hops(ptr_o, far_o, rel_o, ord_o, ptr_i, far_i, rel_i, ord_i, do_out, do_in,
-              rel_mask, use_mask, walk, vis, act, gq, gen, E, eoff, T, toff, h0, h1):  # pragma: no cover - jitted
+              rel_mask, use_mask, walk, keep_t, vis, act, ebits, tbits, gq, gen, E, eoff, T, toff, h0, h1):  # pragma: no cover - jitted
     """Run hops ``h0+1 .. h1`` of one query; layer ``h`` is ``E[eoff[h]:eoff[h+1]]``.
 
     Args:
@@ -64,6 +94,8 @@ def _run_hops(ptr_o, far_o, rel_o, ord_o, ptr_i, far_i, rel_i, ord_i, do_out, do
             relation and its triple id. ``do_out``/``do_in`` select the directions.
         rel_mask, use_mask: allowed relations (used when ``use_mask``).
         walk: walk semantics (no visited set; each hop's reached set is ``q^(h)``).
+        keep_t: write the activated triple ids into ``T``; when False only their count is kept
+            (``toff``), which is all a query without triples or paths needs.
         vis, act: this thread's ``(n,)`` int32 stamp arrays. ``vis[e] == gen`` marks a visited
             entity (within/exact); per hop, ``act[e] == g`` marks an active one and, under
             walk, ``vis[e] == g`` one already reached this hop.
@@ -71,7 +103,8 @@ def _run_hops(ptr_o, far_o, rel_o, ord_o, ptr_i, far_i, rel_i, ord_i, do_out, do
         E, T: entity (int32) and triple-id (int64) buffers; ``eoff``/``toff`` (int64) offsets:
             hop ``h``'s triples are ``T[toff[h-1]:toff[h]]`` (``toff[0] = 0``).
     Returns:
-        ``(E, T, gen)``: the (possibly regrown) buffers and the next unused generation.
+        ``(E, T, ebits, tbits)``: the (possibly regrown) buffers and byte maps (see
+        :func:`_sort_ids`; ``ebits``/``tbits`` are this thread's, length 0 until first needed).
     """
     both = do_out and do_in
     for h in range(h0, h1):
@@ -90,7 +123,8 @@ def _run_hops(ptr_o, far_o, rel_o, ord_o, ptr_i, far_i, rel_i, ord_i, do_out, do
         ne = e
         nt = toff[h]
         E = _grow(E, ne + bound)
-        T = _grow(T, nt + bound)
+        if keep_t:
+            T = _grow(T, nt + bound)
         stamp = g if walk else gq
         if do_out:
             for i in range(s, e):
@@ -98,7 +132,8 @@ def _run_hops(ptr_o, far_o, rel_o, ord_o, ptr_i, far_i, rel_i, ord_i, do_out, do
                 for p in range(ptr_o[a], ptr_o[a + 1]):
                     if use_mask and not rel_mask[rel_o[p]]:
                         continue
-                    T[nt] = ord_o[p]
+                    if keep_t:
+                        T[nt] = ord_o[p]
                     nt += 1
                     b = far_o[p]
                     if vis[b] != stamp:
@@ -114,17 +149,19 @@ def _run_hops(ptr_o, far_o, rel_o, ord_o, ptr_i, far_i, rel_i, ord_i, do_out, do
                     b = far_i[p]
                     # a triple whose head is active too was already listed by the out pass
                     if not (both and act[b] == g):
-                        T[nt] = ord_i[p]
+                        if keep_t:
+                            T[nt] = ord_i[p]
                         nt += 1
                     if vis[b] != stamp:
                         vis[b] = stamp
                         E[ne] = b
                         ne += 1
-        E[e:ne].sort()
-        T[toff[h]:nt].sort()
+        ebits = _sort_ids(E, e, ne, ebits, vis.shape[0])
+        if keep_t:
+            tbits = _sort_ids(T, toff[h], nt, tbits, ord_o.shape[0])
         eoff[h + 2] = ne
         toff[h + 1] = nt
-    return E, T, gen
+    return E, T, ebits, tbits
 
 
 @njit(cache=True, nogil=True)
@@ -154,12 +191,15 @@ def _gather(tids, heads, rels, tails, out):  # pragma: no cover - jitted
 class _Scratch:
     """One thread's reusable query state: two ``(n,)`` int32 stamp arrays and the next generation."""
 
-    __slots__ = ("vis", "act", "gen")
+    __slots__ = ("vis", "act", "gen", "ebits", "tbits")
 
     def __init__(self, n: int) -> None:
         self.vis = np.zeros(max(n, 1), dtype=np.int32)
         self.act = np.zeros(max(n, 1), dtype=np.int32)
         self.gen = 1
+        # byte maps for ordering very large hops (allocated by the kernel on first need)
+        self.ebits = np.zeros(0, dtype=np.uint8)
+        self.tbits = np.zeros(0, dtype=np.uint8)
 
     def take(self, count: int) -> int:
         """Reserve ``count`` generation numbers; re-zeroes the stamps once every ~2·10⁹."""
@@ -236,6 +276,7 @@ class NumbaRetriever(GraphRetriever):
         do_out = self.direction in (Direction.OUT, Direction.BOTH)
         do_in = self.direction in (Direction.IN, Direction.BOTH)
         walk = self.semantics is Semantics.WALK
+        keep_t = self.return_triples or self.max_paths > 0
         use = rel_mask is not None
         mask = rel_mask if use else np.zeros(1, dtype=np.bool_)
         E = np.empty(max(16, 4 * len(seeds_in)), dtype=np.int32)
@@ -252,14 +293,18 @@ class NumbaRetriever(GraphRetriever):
                 timed_out = True
                 break
             h1 = min(hops, done + step)
-            E, T, _ = _run_hops(po, fo, ro, oo, pi, fi, ri, oi, do_out, do_in, mask, use, walk,
-                                sc.vis, sc.act, gen, gen + 1 + done, E, eoff, T, toff, done, h1)
+            E, T, sc.ebits, sc.tbits = _run_hops(po, fo, ro, oo, pi, fi, ri, oi, do_out, do_in, mask, use, walk,
+                                                 keep_t, sc.vis, sc.act, sc.ebits, sc.tbits, gen, gen + 1 + done,
+                                                 E, eoff, T, toff, done, h1)
             done = h1
         E = E[:eoff[done + 1]].copy()
-        T = T[:toff[done]].copy()
         seeds_arr = E[:ns]
         layers = [E[eoff[h + 1]:eoff[h + 2]] for h in range(done)]
-        tids_by_hop = [T[toff[h]:toff[h + 1]] for h in range(done)]
+        if keep_t:
+            T = T[:toff[done]].copy()
+            tids_by_hop = [T[toff[h]:toff[h + 1]] for h in range(done)]
+        else:
+            tids_by_hop = []
         paths, truncated = ((), False)
         if self.max_paths > 0 and not timed_out and layers:
             from kgreason.retrieval.base import QueryTimeout
@@ -283,11 +328,11 @@ class NumbaRetriever(GraphRetriever):
         E[:len(active)] = active
         eoff = np.array([0, len(active), 0], dtype=np.int64)
         toff = np.zeros(2, dtype=np.int64)
-        E, T, _ = _run_hops(po, fo, ro, oo, pi, fi, ri, oi,
-                            self.direction in (Direction.OUT, Direction.BOTH),
-                            self.direction in (Direction.IN, Direction.BOTH),
-                            rel_mask if use else np.zeros(1, dtype=np.bool_), use, True,
-                            sc.vis, sc.act, gen, gen + 1, E, eoff, np.empty(16, dtype=np.int64), toff, 0, 1)
+        E, T, sc.ebits, sc.tbits = _run_hops(
+            po, fo, ro, oo, pi, fi, ri, oi, self.direction in (Direction.OUT, Direction.BOTH),
+            self.direction in (Direction.IN, Direction.BOTH), rel_mask if use else np.zeros(1, dtype=np.bool_),
+            use, True, True, sc.vis, sc.act, sc.ebits, sc.tbits, gen, gen + 1, E, eoff, np.empty(16, dtype=np.int64),
+            toff, 0, 1)
         return T[:toff[1]].copy(), E[eoff[1]:eoff[2]].copy()
 
     def _triples(self, tids: np.ndarray) -> np.ndarray:
