@@ -23,8 +23,10 @@
 from __future__ import annotations
 
 import json
+import struct
 import tempfile
 import time
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
@@ -176,6 +178,38 @@ def _scatter_parts(ent_part, pptr, out):  # pragma: no cover - jitted
             pos[p] += 1
 
 
+def map_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Memory-map every array of an uncompressed ``.npz`` (what :func:`numpy.savez` writes).
+
+    ``np.load(..., mmap_mode=...)`` reads ``.npz`` members eagerly; here each stored member's
+    ``.npy`` payload is located inside the zip (local header, then the ``.npy`` header) and
+    mapped read-only, so opening a partition costs microseconds and a hop reads only the pages
+    it touches. A compressed member is an error naming the file.
+    """
+    path = Path(path)
+    out: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as zf, open(path, "rb") as f:
+        for info in zf.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"{path}: member {info.filename} is compressed; partitions must be "
+                                 "written with np.savez (stored), not np.savez_compressed")
+            f.seek(info.header_offset)
+            local = f.read(30)
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_len + extra_len
+            f.seek(start)
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+            key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if int(np.prod(shape)) == 0:
+                out[key] = np.zeros(shape, dtype=dtype)
+            else:
+                out[key] = np.memmap(path, dtype=dtype, mode="r", offset=f.tell(), shape=shape,
+                                     order="F" if fortran else "C")
+    return out
+
+
 class LRUCache:
     """Fixed-capacity least-recently-used cache of loaded partitions (§3.4).
 
@@ -222,6 +256,8 @@ class PartitionedRetriever(GraphRetriever):
         kg: the KG (used to build partitions when ``directory`` has none, and for triple rows).
         n_partitions: M, number of subgraphs.
         cache_size: n, partitions held in memory.
+        load: ``mmap`` (default): a cache load maps the partition's arrays and a hop reads only
+            the pages it touches; ``read``: a load reads the whole partition into memory.
         directory: where partitions live; ``None`` = a fresh temporary directory.
         (others): see :class:`~kgreason.retrieval.base.GraphRetriever`. All directions are
             supported (``in``/``both`` use the object-keyed layout, see the module docstring).
@@ -230,8 +266,11 @@ class PartitionedRetriever(GraphRetriever):
     name = "partitioned"
 
     def __init__(self, kg: KG, *, n_partitions: int = 8, cache_size: int = 2,
-                 directory: str | None = None, **kw) -> None:
+                 directory: str | None = None, load: str = "mmap", **kw) -> None:
         super().__init__(kg, **kw)
+        if load not in ("mmap", "read"):
+            raise ValueError(f"PartitionedRetriever: load must be 'mmap' or 'read', got {load!r}")
+        self.load = load
         self.n_partitions = int(n_partitions)
         if directory is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kgreason-parts-")
@@ -255,8 +294,13 @@ class PartitionedRetriever(GraphRetriever):
                 Direction.BOTH: ["by_head", "by_tail"]}[self.direction]
 
     def _load(self, key):
+        """Bring partition ``key`` into the cache: ``read`` copies its arrays into memory,
+        ``mmap`` maps them (the OS pages in what the hops touch)."""
         layout, p = key
-        with np.load(self.directory / layout / f"part_{p:05d}.npz") as z:
+        path = self.directory / layout / f"part_{p:05d}.npz"
+        if self.load == "mmap":
+            return map_npz(path)
+        with np.load(path) as z:
             return {k: z[k] for k in z.files}
 
     @property
