@@ -69,6 +69,13 @@ def retriever_conf(name: str) -> DictConfig:
     return OmegaConf.load(path)
 
 
+def build_retriever(name: str, kg, **overrides):
+    """``instantiate(conf/retriever/<name>.yaml + overrides, kg=kg)``: how every bench (retrieval,
+    scale, dx_offline) builds an engine, the same way ``kgreason.run`` builds ``retriever=<name>``."""
+    node = OmegaConf.merge(retriever_conf(name), OmegaConf.create(dict(overrides)))
+    return instantiate(node, kg=kg)
+
+
 def make_retriever(name: str, kg, cfg: DictConfig, batch: int | None = None, **kw):
     """Build engine ``name`` from ``conf/retriever/<name>.yaml`` with ``hydra.utils.instantiate``
     (as ``kgreason.run`` does), the bench's common settings ``kw`` overriding the file's.
@@ -83,10 +90,7 @@ def make_retriever(name: str, kg, cfg: DictConfig, batch: int | None = None, **k
     if name == "partitioned":
         p = cfg.get("partitioned", {}) or {}
         over.update(n_partitions=int(p.get("n_partitions", 8)), cache_size=int(p.get("cache_size", 2)))
-    if name == "logoskg_lib":
-        over.pop("return_triples", None)
-    node = OmegaConf.merge(node, OmegaConf.create(over))
-    return instantiate(node, kg=kg)
+    return build_retriever(name, kg, **over)
 
 
 def seed_sets(kg, n: int, lo: int, hi: int, seed: int) -> list[list[int]]:
@@ -165,9 +169,8 @@ def _time_interleaved(rets: dict, sets, k, repeats: int):
 def activated_triples(kg, sets, k, semantics: str, direction: str) -> list[int]:
     """Triples each query activates over its k hops (the sum of |t^(h)|, identical for every
     engine), counted untimed with the Numba engine."""
-    from kgreason.retrieval.numba_engine import NumbaRetriever
-
-    ret = NumbaRetriever(kg, semantics=semantics, direction=direction, max_paths=0, return_triples=True)
+    ret = build_retriever("numba", kg, semantics=semantics, direction=direction, max_paths=0,
+                          return_triples=True, timeout_ms=None)
     return [int(sum(len(t) for t in ret.retrieve(s, k).triples_by_hop)) for s in sets]
 
 
@@ -369,8 +372,9 @@ def _speedups(results, hops, labels) -> dict[str, Any]:
 
 def run_large(kg, cfg) -> list[dict[str, Any]]:
     """LogosKG-Large sweep (Table 3 shape): hops × batch size × cache size → time, loads, evictions."""
-    from kgreason.retrieval.partitioned import PartitionedRetriever, build_partitions
     import tempfile
+
+    from kgreason.retrieval.partitioned import build_partitions
 
     L = cfg.large_sweep
     rows = []
@@ -381,9 +385,9 @@ def run_large(kg, cfg) -> list[dict[str, Any]]:
             sets = seed_sets(kg, int(L.queries), int(cfg.min_seeds), int(cfg.max_seeds), int(cfg.seed) + 1000 + int(k))
             for b in L.batch_sizes:
                 for c in L.cache_sizes:
-                    ret = PartitionedRetriever(kg, n_partitions=int(L.n_partitions), cache_size=int(c), directory=d,
-                                               semantics=str(cfg.semantics), direction=str(cfg.direction),
-                                               max_paths=0, return_triples=False)
+                    ret = build_retriever("partitioned", kg, n_partitions=int(L.n_partitions), cache_size=int(c),
+                                          directory=d, semantics=str(cfg.semantics), direction=str(cfg.direction),
+                                          max_paths=0, return_triples=False, timeout_ms=None)
                     t0 = time.perf_counter()
                     for i in range(0, len(sets), int(b)):
                         ret.retrieve_many(sets[i:i + int(b)], int(k))
