@@ -3,9 +3,12 @@
 The library (``LogosKG/LogosKG.py`` in the authors' public repository, MIT) is never copied
 into kgreason: the user clones it and points ``LOGOSKG_SRC`` at the checkout (the directory that
 holds ``LogosKG/LogosKG.py``). :class:`LogosKGLibRetriever` builds the library's ``LogosKG``
-object from the KG's integer triples and answers ``within``/``out`` queries with its
-``retrieve_within_k_hop`` (k-hop neighbours following edges head → tail, seeds excluded) — the
-operation LogosKG Table 2 times. The library returns only the union of the layers, so the
+object from the KG's integer triples (entity names = kgreason ids) and answers
+``within``/``out`` queries with its ``retrieve_within_k_hop`` (k-hop neighbours following edges
+head → tail) — the operation LogosKG Table 2 times. The 2026 release
+(``LogosKG-Efficient-and-Scalable-Graph-Retrieval``) returns the seeds as part of its answer,
+the 2025 one (``LogosKG``) leaves them out; the adapter removes them, so both give kgreason's
+``within`` set (distance 1..k). The library returns only the union of the layers, so the
 ``Subgraph`` holds that union as a single layer and no triples; it has no time limit of its own,
 so a query is marked ``timed_out`` afterwards when it ran past ``timeout_ms``.
 """
@@ -25,8 +28,9 @@ from kgreason.retrieval.base import Direction, GraphRetriever, Semantics
 from kgreason.types import Subgraph
 
 HOW_TO_GET = ("set LOGOSKG_SRC to a checkout of the LogosKG authors' library, e.g. "
-              "`git clone https://github.com/Serendipity618/LogosKG /work/ext/LogosKG && "
-              "export LOGOSKG_SRC=/work/ext/LogosKG` (kept outside this repository)")
+              "`git clone https://github.com/Serendipity618/LogosKG-Efficient-and-Scalable-Graph-Retrieval "
+              "/work/ext/LogosKG && export LOGOSKG_SRC=/work/ext/LogosKG` (the older "
+              "https://github.com/Serendipity618/LogosKG works too; keep it outside this repository)")
 
 
 def load_library(src: str | None = None):
@@ -73,7 +77,7 @@ class LogosKGLibRetriever(GraphRetriever):
         t0 = time.perf_counter()
         got = self.lib.retrieve_within_k_hop([int(s) for s in seeds_arr], int(hops))
         elapsed_ms = (time.perf_counter() - t0) * 1000
-        ents = np.unique(np.asarray(got, dtype=np.int32))
+        ents = np.setdiff1d(np.asarray(got, dtype=np.int32), seeds_arr)  # sorted, seeds removed
         timed_out = self.timeout_ms is not None and elapsed_ms > self.timeout_ms
         return Subgraph(seeds=seeds_arr, entities_by_hop=[ents], triples_by_hop=[], timed_out=timed_out)
 
