@@ -33,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kgreason.retrieval.base import Direction, GraphRetriever, Semantics
+from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout, Semantics
 from kgreason.types import Subgraph
 
 try:  # numba is a core dependency; keep the import error readable if it is missing
@@ -307,8 +307,6 @@ class NumbaRetriever(GraphRetriever):
             tids_by_hop = []
         paths, truncated = ((), False)
         if self.max_paths > 0 and not timed_out and layers:
-            from kgreason.retrieval.base import QueryTimeout
-
             try:
                 paths, truncated = self._paths(seeds_arr, layers, tids_by_hop, deadline)
             except QueryTimeout:

@@ -178,35 +178,51 @@ def _scatter_parts(ent_part, pptr, out):  # pragma: no cover - jitted
             pos[p] += 1
 
 
-def map_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Memory-map every array of an uncompressed ``.npz`` (what :func:`numpy.savez` writes).
+_NPZ_LAYOUTS: dict[tuple, list] = {}   # (path, size, mtime) -> [(key, offset, dtype, shape, order)]
 
-    ``np.load(..., mmap_mode=...)`` reads ``.npz`` members eagerly; here each stored member's
-    ``.npy`` payload is located inside the zip (local header, then the ``.npy`` header) and
-    mapped read-only, so opening a partition costs microseconds and a hop reads only the pages
-    it touches. A compressed member is an error naming the file.
-    """
-    path = Path(path)
-    out: dict[str, np.ndarray] = {}
+
+def _npz_layout(path: Path) -> list:
+    """Where each member's array data sits inside an uncompressed ``.npz`` (parsed once per file
+    version: partitions do not change after they are written)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key in _NPZ_LAYOUTS:
+        return _NPZ_LAYOUTS[key]
+    layout = []
     with zipfile.ZipFile(path) as zf, open(path, "rb") as f:
         for info in zf.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
                 raise ValueError(f"{path}: member {info.filename} is compressed; partitions must be "
                                  "written with np.savez (stored), not np.savez_compressed")
             f.seek(info.header_offset)
-            local = f.read(30)
-            name_len, extra_len = struct.unpack("<HH", local[26:30])
-            start = info.header_offset + 30 + name_len + extra_len
-            f.seek(start)
+            name_len, extra_len = struct.unpack("<HH", f.read(30)[26:30])
+            f.seek(info.header_offset + 30 + name_len + extra_len)
             version = np.lib.format.read_magic(f)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, fortran, dtype = read(f)
-            key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-            if int(np.prod(shape)) == 0:
-                out[key] = np.zeros(shape, dtype=dtype)
-            else:
-                out[key] = np.memmap(path, dtype=dtype, mode="r", offset=f.tell(), shape=shape,
-                                     order="F" if fortran else "C")
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            layout.append((name, f.tell(), dtype, shape, "F" if fortran else "C"))
+    _NPZ_LAYOUTS[key] = layout
+    return layout
+
+
+def map_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Memory-map every array of an uncompressed ``.npz`` (what :func:`numpy.savez` writes).
+
+    ``np.load(..., mmap_mode=...)`` reads ``.npz`` members eagerly; here the file is mapped once
+    read-only and each member is a view at its ``.npy`` payload (located from the zip's local
+    headers, parsed once per file), so opening a partition costs one ``mmap`` and a hop reads
+    only the pages it touches. A compressed member is an error naming the file.
+    """
+    path = Path(path)
+    layout = _npz_layout(path)
+    buf = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
+    out: dict[str, np.ndarray] = {}
+    for name, offset, dtype, shape, order in layout:
+        if int(np.prod(shape)) == 0:
+            out[name] = np.zeros(shape, dtype=dtype)
+        else:
+            out[name] = np.ndarray(shape, dtype=dtype, buffer=buf, offset=offset, order=order)
     return out
 
 
