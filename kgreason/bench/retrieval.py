@@ -40,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 LOGOSKG_CPU = ("scipy", "numba", "torch")   # kgreason's LogosKG engines that run on CPU
 BASELINES = ("igraph", "networkx", "graphblas", "logoskg_lib")   # compared against the best of those
 RETRIEVER_CONF = Path(__file__).resolve().parents[2] / "conf" / "retriever"
+BENCH_ENGINES = Path(__file__).resolve().parents[2] / "conf" / "bench" / "engines"   # bench-only baselines
 
 
 def parse_backend(label: str, default_batch: int) -> tuple[str, int]:
@@ -57,16 +58,20 @@ def parse_backend(label: str, default_batch: int) -> tuple[str, int]:
 
 
 def engine_names() -> list[str]:
-    """The engines the bench can build: one ``conf/retriever/<name>.yaml`` each."""
-    return sorted(p.stem for p in RETRIEVER_CONF.glob("*.yaml"))
+    """The engines the bench can build: ``conf/retriever/<name>.yaml`` (the app's retrievers)
+    and ``conf/bench/engines/<name>.yaml`` (bench-only baselines such as ``logoskg_lib``)."""
+    return sorted({p.stem for d in (RETRIEVER_CONF, BENCH_ENGINES) for p in d.glob("*.yaml")})
 
 
 def retriever_conf(name: str) -> DictConfig:
-    """``conf/retriever/<name>.yaml``, the node the app instantiates for ``retriever=<name>``."""
-    path = RETRIEVER_CONF / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"unknown backend {name!r}: no {path}; expected one of {' '.join(engine_names())}")
-    return OmegaConf.load(path)
+    """The node for engine ``name``: ``conf/retriever/<name>.yaml``, which the app instantiates
+    for ``retriever=<name>``, else the bench-only ``conf/bench/engines/<name>.yaml``."""
+    for d in (RETRIEVER_CONF, BENCH_ENGINES):
+        path = d / f"{name}.yaml"
+        if path.is_file():
+            return OmegaConf.load(path)
+    raise ValueError(f"unknown backend {name!r}: no {RETRIEVER_CONF / (name + '.yaml')}; "
+                     f"expected one of {' '.join(engine_names())}")
 
 
 def build_retriever(name: str, kg, **overrides):
