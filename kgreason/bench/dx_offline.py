@@ -125,10 +125,10 @@ def measure(data_dir: str | Path, max_hops: int = 5) -> dict:
     res["linking"]["other_kgs"] = other
 
     # consistent set via the real kg_dx reasoner (k = 1)
+    from kgreason.bench.retrieval import build_retriever
     from kgreason.reasoners.kg_dx import KGDx
-    from kgreason.retrieval.scipy_engine import ScipyRetriever
 
-    retriever = ScipyRetriever(kg, direction="both", max_paths=0, return_triples=False)
+    retriever = build_retriever("scipy", kg, direction="both", max_paths=0, return_triples=False)
     reasoner = KGDx(kg=kg, retriever=retriever, hops=1)
     sizes, exact, contains, top1 = [], 0, 0, 0
     for p in patients:

@@ -1,16 +1,25 @@
 """k-hop retrieval benchmark (logoskg.txt §4: Table 2 time/timeout rate, Table 3 LogosKG-Large,
-Table 4 Jaccard agreement).
+Table 4 Jaccard agreement; issue 22: efficiency, not only time).
 
-For every backend × k: the same seeded seed sets (``min_seeds..max_seeds`` random entities with
-degree > 0) are answered with a ``2000·k`` ms limit; we report the median and mean per-query time
-(ms, timed-out queries count with their elapsed time), the timeout rate, and the minimum Jaccard
-similarity of the answer set against the reference engine (NetworkX) over queries where neither
-timed out. Engine construction (matrix/graph build, Numba JIT) is timed separately (``build_s``)
-and one untimed warm-up query runs first. JSON layout::
+Every engine is built from ``conf/retriever/<name>.yaml`` with ``hydra.utils.instantiate``, as
+the app builds ``retriever=<name>``; the bench's settings (semantics, direction, time limit)
+override the file's. For every backend × k the same seeded seed sets (``min_seeds..max_seeds``
+random entities with degree > 0) are answered under a ``timeout_ms_per_hop·k`` ms limit
+(``null`` = none). Single-query backends are timed side by side: for each query every backend
+in turn, ``repeats`` rounds, the fastest round kept. Per backend and k we report the median,
+the mean (the paper's QT) and the p90 query time (ms; timed-out queries count with their
+elapsed time), the time-out rate, the triples each query activates (``Σ_h |t^(h)|``, identical
+for every engine) and nanoseconds per activated triple, and the minimum Jaccard similarity of the
+answer set against the ``reference`` engine plus ``identical`` (every answer set equal).
+``scale: [1, 10, 100]`` re-runs the same seed sets on the KG padded with disjoint copies
+(:func:`pad_kg`), so time that follows the work stays flat. Engine construction is timed
+separately (``_build_s``) and one untimed warm-up query runs first. JSON layout::
 
     {"kg": {"n_entities", "n_triples", "name"}, "machine": {...}, "config": {...},
-     "results": {"<backend>": {"<k>": {"median_ms", "mean_ms", "timeout_rate", "jaccard_min", ...}}},
-     "speedup_vs": {"best_cpu", "igraph": {"<k>": ratio}, "networkx": {...}},
+     "results": {"<backend>": {"<k>": {"median_ms", "mean_ms", "p90_ms", "timeout_rate",
+                                        "triples_activated_mean", "ns_per_triple", "jaccard_min", ...}}},
+     "speedup_vs": {"best_cpu", "igraph": {"<k>": ratio}, "graphblas": ..., "logoskg_lib": ...},
+     "scale": {"<factor>": {"n_entities", "n_triples", "results"}}, "scale_ratio": {...},
      "large": [{"hops", "batch", "cache_size", "ms_per_query", "loads", "hits", "evictions"}]}
 """
 
@@ -28,7 +37,10 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-LOGOSKG_CPU = ("scipy", "numba", "torch")   # the LogosKG engines that run on CPU
+LOGOSKG_CPU = ("scipy", "numba", "torch")   # kgreason's LogosKG engines that run on CPU
+BASELINES = ("igraph", "networkx", "graphblas", "logoskg_lib")   # compared against the best of those
+RETRIEVER_CONF = Path(__file__).resolve().parents[2] / "conf" / "retriever"
+BENCH_ENGINES = Path(__file__).resolve().parents[2] / "conf" / "bench" / "engines"   # bench-only baselines
 
 
 def parse_backend(label: str, default_batch: int) -> tuple[str, int]:
@@ -45,32 +57,45 @@ def parse_backend(label: str, default_batch: int) -> tuple[str, int]:
     return name, int(b)
 
 
+def engine_names() -> list[str]:
+    """The engines the bench can build: ``conf/retriever/<name>.yaml`` (the app's retrievers)
+    and ``conf/bench/engines/<name>.yaml`` (bench-only baselines such as ``logoskg_lib``)."""
+    return sorted({p.stem for d in (RETRIEVER_CONF, BENCH_ENGINES) for p in d.glob("*.yaml")})
+
+
+def retriever_conf(name: str) -> DictConfig:
+    """The node for engine ``name``: ``conf/retriever/<name>.yaml``, which the app instantiates
+    for ``retriever=<name>``, else the bench-only ``conf/bench/engines/<name>.yaml``."""
+    for d in (RETRIEVER_CONF, BENCH_ENGINES):
+        path = d / f"{name}.yaml"
+        if path.is_file():
+            return OmegaConf.load(path)
+    raise ValueError(f"unknown backend {name!r}: no {RETRIEVER_CONF / (name + '.yaml')}; "
+                     f"expected one of {' '.join(engine_names())}")
+
+
+def build_retriever(name: str, kg, **overrides):
+    """``instantiate(conf/retriever/<name>.yaml + overrides, kg=kg)``: how every bench (retrieval,
+    scale, dx_offline) builds an engine, the same way ``kgreason.run`` builds ``retriever=<name>``."""
+    node = OmegaConf.merge(retriever_conf(name), OmegaConf.create(dict(overrides)))
+    return instantiate(node, kg=kg)
+
+
 def make_retriever(name: str, kg, cfg: DictConfig, batch: int | None = None, **kw):
-    """Build backend ``name`` with the common keyword settings ``kw`` (``batch``: seed sets per
-    batched product of the torch engines; default ``cfg.batch``)."""
-    if name == "scipy":
-        from kgreason.retrieval.scipy_engine import ScipyRetriever as C
-    elif name == "numba":
-        from kgreason.retrieval.numba_engine import NumbaRetriever as C
-    elif name in ("torch", "torch_cuda"):
-        from kgreason.retrieval.torch_engine import TorchRetriever
+    """Build engine ``name`` from ``conf/retriever/<name>.yaml`` with ``hydra.utils.instantiate``
+    (as ``kgreason.run`` does), the bench's common settings ``kw`` overriding the file's.
 
-        return TorchRetriever(kg, device="cuda" if name == "torch_cuda" else "cpu",
-                              batch_size=max(1, int(cfg.batch if batch is None else batch)), **kw)
-    elif name == "networkx":
-        from kgreason.retrieval.networkx_engine import NetworkXRetriever as C
-    elif name == "igraph":
-        from kgreason.retrieval.igraph_engine import IgraphRetriever as C
-    elif name == "partitioned":
-        from kgreason.retrieval.partitioned import PartitionedRetriever
-
+    ``batch``: seed sets per batched product of the torch engines (default ``cfg.batch``);
+    ``cfg.partitioned`` sets ``n_partitions`` / ``cache_size`` of the partitioned engine.
+    """
+    node = retriever_conf(name)
+    over: dict[str, Any] = dict(kw)
+    if "batch_size" in node:
+        over["batch_size"] = max(1, int(cfg.batch if batch is None else batch))
+    if name == "partitioned":
         p = cfg.get("partitioned", {}) or {}
-        return PartitionedRetriever(kg, n_partitions=int(p.get("n_partitions", 8)),
-                                    cache_size=int(p.get("cache_size", 2)), **kw)
-    else:
-        raise ValueError(f"unknown backend {name!r}; expected one of scipy numba torch torch_cuda "
-                         "networkx igraph partitioned")
-    return C(kg, **kw)
+        over.update(n_partitions=int(p.get("n_partitions", 8)), cache_size=int(p.get("cache_size", 2)))
+    return build_retriever(name, kg, **over)
 
 
 def seed_sets(kg, n: int, lo: int, hi: int, seed: int) -> list[list[int]]:
@@ -82,27 +107,91 @@ def seed_sets(kg, n: int, lo: int, hi: int, seed: int) -> list[list[int]]:
             for _ in range(n)]
 
 
+def pad_kg(kg, factor: int):
+    """``kg`` plus ``factor - 1`` disjoint copies of its triples on fresh entity ids
+    (``copy c`` shifts every id by ``c·n``): a KG ``factor``× the size in entities and triples in
+    which nothing outside the original ids is reachable from them, so seeds drawn from ``kg``
+    have exactly the same neighbourhoods (issue 22: time should follow the work, not the graph)."""
+    from kgreason.kg.store import KG, RangeNames
+
+    factor = int(factor)
+    if factor < 1:
+        raise ValueError(f"scale factors must be integers >= 1, got {factor}")
+    if factor == 1:
+        return kg
+    n, m = kg.n_entities, kg.n_triples
+    if n * factor >= 2**31:
+        raise ValueError(f"scale {factor}: {n * factor} entities do not fit int32 ids")
+    shift = np.repeat(np.arange(factor, dtype=np.int64) * n, m)
+    heads = (np.tile(kg.heads.astype(np.int64), factor) + shift).astype(np.int32)
+    tails = (np.tile(kg.tails.astype(np.int64), factor) + shift).astype(np.int32)
+    del shift
+    rels = np.tile(kg.rels, factor)
+    return KG(heads, rels, tails, RangeNames(n * factor, "p"), list(kg.relation_names),
+              name=f"{kg.name}x{factor}", validate=False)
+
+
 def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
     sa, sb = set(a.tolist()), set(b.tolist())
     return 1.0 if not sa and not sb else len(sa & sb) / len(sa | sb)
 
 
-def _time_queries(ret, sets, k, batch):
-    """Per-query times (ms) and results."""
+def _time_batched(ret, sets, k, batch):
+    """Per-query times (ms, batch time / batch size) and results for a batched label."""
     times, subs = [], []
-    if batch <= 1:
-        for s in sets:
-            t0 = time.perf_counter()
-            subs.append(ret.retrieve(s, k))
-            times.append((time.perf_counter() - t0) * 1000)
-    else:
-        for i in range(0, len(sets), batch):
-            chunk = sets[i:i + batch]
-            t0 = time.perf_counter()
-            subs.extend(ret.retrieve_many(chunk, k))
-            dt = (time.perf_counter() - t0) * 1000 / len(chunk)
-            times.extend([dt] * len(chunk))
+    for i in range(0, len(sets), batch):
+        chunk = sets[i:i + batch]
+        t0 = time.perf_counter()
+        subs.extend(ret.retrieve_many(chunk, k))
+        dt = (time.perf_counter() - t0) * 1000 / len(chunk)
+        times.extend([dt] * len(chunk))
     return times, subs
+
+
+def _time_interleaved(rets: dict, sets, k, repeats: int):
+    """Single-query labels timed side by side: for each query, every label in turn (the order
+    rotates from query to query), ``repeats`` rounds; a query's time is its fastest round.
+    Returns ``{label: (times_ms, subs)}``."""
+    labels = list(rets)
+    times = {lb: [] for lb in labels}
+    subs = {lb: [] for lb in labels}
+    for i, s in enumerate(sets):
+        best = {lb: float("inf") for lb in labels}
+        last = {}
+        for r in range(max(1, repeats)):
+            rot = labels[(i + r) % len(labels):] + labels[:(i + r) % len(labels)]
+            for lb in rot:
+                t0 = time.perf_counter()
+                sub = rets[lb].retrieve(s, k)
+                best[lb] = min(best[lb], (time.perf_counter() - t0) * 1000)
+                last[lb] = sub
+        for lb in labels:
+            times[lb].append(best[lb])
+            subs[lb].append(last[lb])
+    return {lb: (times[lb], subs[lb]) for lb in labels}
+
+
+def activated_triples(kg, sets, k, semantics: str, direction: str, counter=None) -> list[int]:
+    """Triples each query activates over its k hops (the sum of |t^(h)|, identical for every
+    engine), counted untimed with the Numba engine (``counter``: one built for ``kg`` already)."""
+    ret = counter if counter is not None else build_retriever(
+        "numba", kg, semantics=semantics, direction=direction, max_paths=0, return_triples=True, timeout_ms=None)
+    return [int(sum(len(t) for t in ret.retrieve(s, k).triples_by_hop)) for s in sets]
+
+
+def _row(times, subs, activated) -> dict[str, Any]:
+    t = np.asarray(times, dtype=np.float64)
+    ok = np.array([not s.timed_out for s in subs])
+    act = np.asarray(activated, dtype=np.float64)
+    done = float(act[ok].sum())
+    return {
+        "median_ms": float(np.median(t)), "mean_ms": float(np.mean(t)), "p90_ms": float(np.percentile(t, 90)),
+        "timeout_rate": float(1 - ok.mean()) if len(ok) else 0.0, "queries": len(subs),
+        "triples_activated_mean": float(act.mean()) if len(act) else 0.0,
+        "triples_activated_median": float(np.median(act)) if len(act) else 0.0,
+        # total time of the queries that finished / the triples they activated
+        "ns_per_triple": float(t[ok].sum() * 1e6 / done) if done > 0 else None,
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -125,49 +214,81 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def _timeout_ms(cfg, k: int) -> float | None:
+    """``timeout_ms_per_hop · k`` ms, or ``None`` (no limit) when the setting is null."""
+    per_hop = cfg.get("timeout_ms_per_hop")
+    return None if per_hop is None else float(per_hop) * k
+
+
+def _run_scale(kg, cfg, hops, order, labels, sets_by_k) -> tuple[dict, dict, dict]:
+    """Time every label on ``kg``: ``(results, answers, build_s)``."""
+    common = dict(semantics=str(cfg.semantics), direction=str(cfg.direction), max_paths=0,
+                  return_triples=bool(cfg.return_triples))
+    rets, build = {}, {}
+    for name in order:
+        engine, batch = labels[name]
+        t0 = time.perf_counter()
+        rets[name] = make_retriever(engine, kg, cfg, batch=batch, timeout_ms=None, **common)
+        rets[name].retrieve(sets_by_k[hops[0]][0], 1)  # build indexes / JIT (untimed warm-up)
+        build[name] = time.perf_counter() - t0
+        print(f"[bench] {kg.name}: built {name} in {build[name]:.1f} s", file=sys.stderr, flush=True)
+    single = {lb: rets[lb] for lb in order if labels[lb][1] <= 1}
+    counter = build_retriever("numba", kg, semantics=str(cfg.semantics), direction=str(cfg.direction),
+                              max_paths=0, return_triples=True, timeout_ms=None)
+    results: dict[str, dict] = {lb: {} for lb in order}
+    answers: dict[str, dict[int, list]] = {lb: {} for lb in order}
+    for k in hops:
+        sets = sets_by_k[k]
+        for r in rets.values():
+            r.timeout_ms = _timeout_ms(cfg, k)
+        act = activated_triples(kg, sets, k, str(cfg.semantics), str(cfg.direction), counter)
+        timed = _time_interleaved(single, sets, k, int(cfg.get("repeats", 1))) if single else {}
+        for lb in order:
+            if lb not in timed:
+                timed[lb] = _time_batched(rets[lb], sets, k, labels[lb][1])
+            times, subs = timed[lb]
+            answers[lb][k] = [None if s.timed_out else rets[lb].answer_set(s) for s in subs]
+            results[lb][str(k)] = _row(times, subs, act)
+            if hasattr(rets[lb], "stats"):
+                results[lb][str(k)]["cache"] = rets[lb].stats()
+            print(f"[bench] {kg.name} {lb} k={k}: median {np.median(times):.3f} ms, mean {np.mean(times):.3f} ms",
+                  file=sys.stderr, flush=True)
+    del rets, counter
+    return results, answers, build
+
+
 def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
     """Run the benchmark described by ``cfg`` (conf/bench/config.yaml); returns the JSON dict."""
     kg = kg if kg is not None else instantiate(cfg.kg)
     hops = [int(h) for h in cfg.hops]
     backends = list(cfg.backends)
-    sets_by_k = {k: seed_sets(kg, int(cfg.queries), int(cfg.min_seeds), int(cfg.max_seeds), int(cfg.seed) + k)
-                 for k in hops}
-    common = dict(semantics=str(cfg.semantics), direction=str(cfg.direction), max_paths=0,
-                  return_triples=bool(cfg.return_triples))
     ref_name = str(cfg.reference)
     order = [ref_name] + [b for b in backends if b != ref_name]
     labels = {label: parse_backend(label, int(cfg.batch)) for label in order}  # validate all before any timing
-    results: dict[str, dict[str, dict]] = {}
-    answers: dict[str, dict[int, list]] = {}
-    for name in order:
-        engine, batch = labels[name]
-        t0 = time.perf_counter()
-        ret = make_retriever(engine, kg, cfg, batch=batch, timeout_ms=None, **common)
-        ret.retrieve(sets_by_k[hops[0]][0], 1)  # build indexes / JIT (untimed warm-up)
-        build_s = time.perf_counter() - t0
-        answers[name] = {}
-        per_k: dict[str, dict] = {}
-        for k in hops:
-            ret.timeout_ms = float(cfg.timeout_ms_per_hop) * k
-            times, subs = _time_queries(ret, sets_by_k[k], k, batch)
-            answers[name][k] = [None if s.timed_out else ret.answer_set(s) for s in subs]
-            print(f"[bench] {name} k={k}: median {np.median(times):.2f} ms", file=sys.stderr, flush=True)
-            per_k[str(k)] = {
-                "median_ms": float(np.median(times)), "mean_ms": float(np.mean(times)),
-                "timeout_rate": float(np.mean([s.timed_out for s in subs])), "queries": len(subs),
-            }
-            if hasattr(ret, "stats"):
-                per_k[str(k)]["cache"] = ret.stats()
-        per_k_meta = {"build_s": build_s, "batch": batch}
-        if name in backends:
-            results[name] = per_k
-            results[name].update({"_" + key: v for key, v in per_k_meta.items()})
-    for name in backends:
-        for k in hops:
-            pairs = [(a, b) for a, b in zip(answers[name][k], answers[ref_name][k]) if a is not None and b is not None]
-            row = results[name][str(k)]
-            row["jaccard_min"] = min((_jaccard(a, b) for a, b in pairs), default=None)
-            row["jaccard_n"] = len(pairs)
+    for engine, _ in labels.values():
+        retriever_conf(engine)
+    if "logoskg_lib" in [e for e, _ in labels.values()]:
+        from kgreason.retrieval.logoskg_lib import load_library
+
+        load_library()  # no LOGOSKG_SRC: fail before the first query, saying how to get it
+    sets_by_k = {k: seed_sets(kg, int(cfg.queries), int(cfg.min_seeds), int(cfg.max_seeds), int(cfg.seed) + k)
+                 for k in hops}
+    factors = [int(f) for f in (cfg.get("scale") or [1])]
+    by_scale: dict[str, dict] = {}
+    answers: dict[str, dict] = {}
+    for f in factors:
+        big = pad_kg(kg, f)
+        res, ans, build = _run_scale(big, cfg, hops, order, labels, sets_by_k)
+        _jaccards(res, ans, backends, hops, ref_name)
+        for lb in backends:
+            res[lb]["_build_s"] = build[lb]
+            res[lb]["_batch"] = labels[lb][1]
+        by_scale[str(f)] = {"n_entities": big.n_entities, "n_triples": big.n_triples,
+                            "results": {lb: res[lb] for lb in backends}}
+        answers[str(f)] = ans
+        del big
+    first = str(factors[0])
+    results = by_scale[first]["results"]
     out: dict[str, Any] = {
         "kg": {"n_entities": kg.n_entities, "n_triples": kg.n_triples, "name": kg.name},
         "machine": machine(),
@@ -175,6 +296,15 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
         "results": results,
         "speedup_vs": _speedups(results, hops, labels),
     }
+    if len(factors) > 1:
+        out["scale"] = by_scale
+        out["scale_ratio"] = {  # median time at each factor / at the first factor, per backend and k
+            str(f): {lb: {str(k): by_scale[str(f)]["results"][lb][str(k)]["median_ms"]
+                          / max(results[lb][str(k)]["median_ms"], 1e-9) for k in hops} for lb in backends}
+            for f in factors[1:]}
+        out["scale_answers_equal"] = all(
+            _same_answers(answers[str(f)][lb][k], answers[first][lb][k])
+            for f in factors[1:] for lb in backends for k in hops)
     if cfg.get("large"):
         out["large"] = run_large(kg, cfg)
     print(format_table(out, hops))
@@ -186,18 +316,35 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
     return out
 
 
+def _same_answers(a: list, b: list) -> bool:
+    return all(x is None or y is None or np.array_equal(np.sort(x), np.sort(y)) for x, y in zip(a, b))
+
+
+def _jaccards(results, answers, backends, hops, ref_name) -> None:
+    """``jaccard_min`` over queries where neither engine timed out, and ``identical``: every such
+    answer set equals the reference's."""
+    for name in backends:
+        for k in hops:
+            pairs = [(a, b) for a, b in zip(answers[name][k], answers[ref_name][k]) if a is not None and b is not None]
+            row = results[name][str(k)]
+            row["jaccard_min"] = min((_jaccard(a, b) for a, b in pairs), default=None)
+            row["jaccard_n"] = len(pairs)
+            row["identical"] = bool(pairs) and all(np.array_equal(np.sort(a), np.sort(b)) for a, b in pairs)
+
+
 def _speedups(results, hops, labels) -> dict[str, Any]:
     """Median-time ratios per k.
 
-    * ``igraph`` / ``networkx``: baseline / best CPU LogosKG engine (``best_cpu``, chosen at the
-      largest k among the scipy, numba and torch labels).
+    * ``igraph`` / ``networkx`` / ``graphblas`` / ``logoskg_lib``: baseline / best CPU LogosKG
+      engine of kgreason (``best_cpu``, chosen at the largest k among the scipy, numba and torch
+      labels) by median; ``<baseline>_mean``: the same by mean (the paper's QT).
     * ``batched``: for every label timed with batches (``ENGINE@B`` or ``batch`` > 1):
       ``vs_single`` = the same engine with batch 1 / this label, and ``vs_best_cpu_single`` =
       the fastest single-query CPU engine (``best_cpu_single``) / this label; per query, as
       ``median_ms`` is per query for batched labels too.
     """
-    def ratios(num: str, den: str) -> dict[str, float]:
-        return {str(k): results[num][str(k)]["median_ms"] / max(results[den][str(k)]["median_ms"], 1e-9) for k in hops}
+    def ratios(num: str, den: str, key: str = "median_ms") -> dict[str, float]:
+        return {str(k): results[num][str(k)][key] / max(results[den][str(k)][key], 1e-9) for k in hops}
 
     k_last = str(hops[-1])
     cpu = [b for b in results if labels[b][0] in LOGOSKG_CPU]
@@ -205,9 +352,10 @@ def _speedups(results, hops, labels) -> dict[str, Any]:
     if cpu:
         best = min(cpu, key=lambda b: results[b][k_last]["median_ms"])
         sp["best_cpu"] = best
-        for base in ("igraph", "networkx"):
+        for base in BASELINES:
             if base in results:
                 sp[base] = ratios(base, best)
+                sp[f"{base}_mean"] = ratios(base, best, "mean_ms")
     single_cpu = [b for b in cpu if labels[b][1] == 1]
     best_single = min(single_cpu, key=lambda b: results[b][k_last]["median_ms"]) if single_cpu else None
     batched: dict[str, Any] = {}
@@ -231,8 +379,9 @@ def _speedups(results, hops, labels) -> dict[str, Any]:
 
 def run_large(kg, cfg) -> list[dict[str, Any]]:
     """LogosKG-Large sweep (Table 3 shape): hops × batch size × cache size → time, loads, evictions."""
-    from kgreason.retrieval.partitioned import PartitionedRetriever, build_partitions
     import tempfile
+
+    from kgreason.retrieval.partitioned import build_partitions
 
     L = cfg.large_sweep
     rows = []
@@ -243,9 +392,9 @@ def run_large(kg, cfg) -> list[dict[str, Any]]:
             sets = seed_sets(kg, int(L.queries), int(cfg.min_seeds), int(cfg.max_seeds), int(cfg.seed) + 1000 + int(k))
             for b in L.batch_sizes:
                 for c in L.cache_sizes:
-                    ret = PartitionedRetriever(kg, n_partitions=int(L.n_partitions), cache_size=int(c), directory=d,
-                                               semantics=str(cfg.semantics), direction=str(cfg.direction),
-                                               max_paths=0, return_triples=False)
+                    ret = build_retriever("partitioned", kg, n_partitions=int(L.n_partitions), cache_size=int(c),
+                                          directory=d, semantics=str(cfg.semantics), direction=str(cfg.direction),
+                                          max_paths=0, return_triples=False, timeout_ms=None)
                     t0 = time.perf_counter()
                     for i in range(0, len(sets), int(b)):
                         ret.retrieve_many(sets[i:i + int(b)], int(k))
@@ -258,22 +407,28 @@ def run_large(kg, cfg) -> list[dict[str, Any]]:
 def format_table(out, hops) -> str:
     kg = out["kg"]
     lines = [f"KG {kg['name']}: {kg['n_entities']} entities, {kg['n_triples']} triples",
-             f"{'backend':<16}{'k':>3}{'median_ms':>12}{'mean_ms':>12}{'timeout':>9}{'jaccard_min':>13}"]
+             f"{'backend':<16}{'k':>3}{'median_ms':>11}{'mean_ms':>10}{'p90_ms':>10}{'timeout':>8}"
+             f"{'act/query':>11}{'ns/triple':>10}{'jaccard_min':>12}"]
     for name, per_k in out["results"].items():
         for k in hops:
             r = per_k[str(k)]
             jm = "n/a" if r["jaccard_min"] is None else f"{r['jaccard_min']:.3f}"
-            lines.append(f"{name:<16}{k:>3}{r['median_ms']:>12.2f}{r['mean_ms']:>12.2f}{r['timeout_rate']:>9.2f}{jm:>13}")
+            ns = "n/a" if r["ns_per_triple"] is None else f"{r['ns_per_triple']:.1f}"
+            lines.append(f"{name:<16}{k:>3}{r['median_ms']:>11.3f}{r['mean_ms']:>10.3f}{r['p90_ms']:>10.3f}"
+                         f"{r['timeout_rate']:>8.2f}{r['triples_activated_mean']:>11.0f}{ns:>10}{jm:>12}")
     sp = out.get("speedup_vs") or {}
-    for base in ("igraph", "networkx"):
+    for base in BASELINES:
         if base in sp:
-            lines.append(f"speedup {sp['best_cpu']} vs {base}: " +
+            lines.append(f"speedup {sp['best_cpu']} vs {base} (median): " +
                          ", ".join(f"k={k}: {v:.1f}x" for k, v in sp[base].items()))
     for label, row in (sp.get("batched") or {}).items():
         for key, ref in (("vs_single", row.get("single")), ("vs_best_cpu_single", sp.get("best_cpu_single"))):
             if key in row:
                 lines.append(f"speedup {label} (per query) vs {ref}: " +
                              ", ".join(f"k={k}: {v:.1f}x" for k, v in row[key].items()))
+    for f, per in (out.get("scale_ratio") or {}).items():
+        for lb, row in per.items():
+            lines.append(f"scale x{f} / x1 median, {lb}: " + ", ".join(f"k={k}: {v:.2f}" for k, v in row.items()))
     for row in out.get("large", []):
         lines.append("large " + " ".join(f"{a}={v:.2f}" if isinstance(v, float) else f"{a}={v}" for a, v in row.items()))
     return "\n".join(lines)

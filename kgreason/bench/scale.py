@@ -109,11 +109,11 @@ def phase_partition(a: dict) -> dict:
 
 
 def _retriever(kg, a: dict, cache_size: int):
-    from kgreason.retrieval.partitioned import PartitionedRetriever
+    from kgreason.bench.retrieval import build_retriever
 
-    return PartitionedRetriever(kg, n_partitions=a["n_partitions"], cache_size=cache_size, directory=a["part_dir"],
-                                semantics="within", direction="out", max_paths=0, return_triples=False,
-                                timeout_ms=a.get("timeout_ms"))
+    return build_retriever("partitioned", kg, n_partitions=a["n_partitions"], cache_size=cache_size,
+                           directory=a["part_dir"], load=a.get("load", "mmap"), semantics="within",
+                           direction="out", max_paths=0, return_triples=False, timeout_ms=a.get("timeout_ms"))
 
 
 def _sets_by_k(ret, a: dict) -> dict[int, list[list[int]]]:
@@ -153,15 +153,14 @@ def phase_query(a: dict) -> dict:
 
 def phase_check(a: dict) -> dict:
     """Partitioned answers vs the in-memory Numba and SciPy engines on the query-phase seed sets."""
+    from kgreason.bench.retrieval import build_retriever
     from kgreason.kg.store import KG
-    from kgreason.retrieval.numba_engine import NumbaRetriever
-    from kgreason.retrieval.scipy_engine import ScipyRetriever
 
     kg = KG.load(a["kg_dir"], mmap=False)
     ret = _retriever(kg, {**a, "timeout_ms": None}, a["cache_size"])
     sets = _sets_by_k(ret, a)
-    kw = dict(semantics="within", direction="out", max_paths=0, return_triples=True)
-    refs = {"numba": NumbaRetriever(kg, **kw), "scipy": ScipyRetriever(kg, **kw)}
+    kw = dict(semantics="within", direction="out", max_paths=0, return_triples=True, timeout_ms=None)
+    refs = {name: build_retriever(name, kg, **kw) for name in ("numba", "scipy")}
     ret.return_triples = True
     n, mismatches = 0, []
     for k, ss in sets.items():
@@ -182,8 +181,8 @@ def phase_check(a: dict) -> dict:
 
 def phase_sweep(a: dict) -> dict:
     """Table-3-shaped sweep: hops × batch × cache size × backend → ms/query, loads, hits, evictions."""
+    from kgreason.bench.retrieval import build_retriever
     from kgreason.kg.store import KG
-    from kgreason.retrieval.numba_engine import NumbaRetriever
 
     kg = KG.load(a["kg_dir"])
     rows = []
@@ -203,7 +202,8 @@ def phase_sweep(a: dict) -> dict:
                 print(f"[sweep] {rows[-1]}", file=sys.stderr, flush=True)
     if "numba" in a["sweep_backends"]:
         t0 = time.perf_counter()
-        eng = NumbaRetriever(kg, semantics="within", direction="out", max_paths=0, return_triples=False)
+        eng = build_retriever("numba", kg, semantics="within", direction="out", max_paths=0, return_triples=False,
+                              timeout_ms=None)
         eng.retrieve(sets[a["hops"][0]][0], 1)  # CSR build + JIT
         build_s = time.perf_counter() - t0
         for k in a["hops"]:
@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--min-seeds", type=int, default=1)
     ap.add_argument("--max-seeds", type=int, default=5)
     ap.add_argument("--timeout-ms", type=float, default=None, help="per-query limit (None = none)")
+    ap.add_argument("--load", choices=["mmap", "read"], default="mmap",
+                    help="how a cache load brings a partition in: map it (default) or read it whole")
     ap.add_argument("--check-max-scale", type=float, default=None,
                     help="compare with in-memory engines at scales <= this (default: the smallest scale)")
     ap.add_argument("--sweep-scale", type=float, default=None, help="run the Table-3 sweep at this scale")
@@ -326,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         a = {"scale": s, "n_entities": n, "n_triples": m, "kg_dir": str(sd / "kg"), "part_dir": str(sd / "parts"),
              "n_relations": o.n_relations, "alpha": o.alpha, "seed": o.seed, "chunk": o.chunk,
              "n_partitions": o.n_partitions, "cache_size": o.cache_size, "hops": o.hops, "queries": o.queries,
-             "min_seeds": o.min_seeds, "max_seeds": o.max_seeds, "timeout_ms": o.timeout_ms,
+             "min_seeds": o.min_seeds, "max_seeds": o.max_seeds, "timeout_ms": o.timeout_ms, "load": o.load,
              "sweep_queries": o.sweep_queries, "batch_sizes": o.batch_sizes,
              "sweep_cache_sizes": [c for c in o.sweep_cache_sizes if c <= o.n_partitions],
              "sweep_backends": o.sweep_backends}

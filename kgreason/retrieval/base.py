@@ -22,6 +22,7 @@ relation ``r - n_relations`` traversed backwards (tail→head).
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -118,8 +119,10 @@ class GraphRetriever(ABC):
         layers: list[np.ndarray] = []
         tids_by_hop: list[np.ndarray] = []
         active = seeds_arr
-        visited = np.zeros(self.kg.n_entities, dtype=bool)
-        visited[seeds_arr] = True
+        # visited = entities stamped with this query's generation in the thread's stamp array
+        # (allocated once per thread; nothing graph-sized is cleared or allocated per query)
+        visited, gen = self._visited_stamps()
+        visited[seeds_arr] = gen
         timed_out = False
         try:
             for _ in range(hops):
@@ -129,8 +132,8 @@ class GraphRetriever(ABC):
                 if self.semantics is Semantics.WALK:
                     new = reached
                 else:
-                    new = reached[~visited[reached]]
-                    visited[new] = True
+                    new = reached[visited[reached] != gen]
+                    visited[new] = gen
                 layers.append(new.astype(np.int32, copy=False))
                 tids_by_hop.append(tids)
                 active = new
@@ -163,6 +166,22 @@ class GraphRetriever(ABC):
         return np.asarray(sub.entities_by_hop[-1], dtype=np.int32)
 
     # ------------------------------------------------------------------ helpers
+    def _visited_stamps(self) -> tuple[np.ndarray, int]:
+        """This thread's ``(n,)`` int32 visited-stamp array and a fresh generation number for
+        one query (the array is re-zeroed only when the int32 generations run out)."""
+        tls = self.__dict__.get("_tls")
+        if tls is None:
+            tls = self.__dict__.setdefault("_tls", threading.local())
+        arr = getattr(tls, "visited", None)
+        if arr is None:
+            arr = tls.visited = np.zeros(self.kg.n_entities, dtype=np.int32)
+            tls.gen = 0
+        tls.gen += 1
+        if tls.gen >= 2**31 - 1:
+            arr[:] = 0
+            tls.gen = 1
+        return arr, tls.gen
+
     def _rel_mask(self, relations: Sequence[int] | None) -> np.ndarray | None:
         if relations is None:
             return None

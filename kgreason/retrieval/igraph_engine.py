@@ -67,12 +67,10 @@ class IgraphRetriever(GraphRetriever):
         if len(tids) == 0:
             return tids, np.zeros(0, dtype=np.int32)
         kg = self.kg
-        act = np.zeros(kg.n_entities, dtype=bool)
-        act[active] = True
         h, t = kg.heads[tids], kg.tails[tids]
         parts = []
         if self.direction in (Direction.OUT, Direction.BOTH):
-            parts.append(t[act[h]])
+            parts.append(t[np.isin(h, active)])
         if self.direction in (Direction.IN, Direction.BOTH):
-            parts.append(h[act[t]])
+            parts.append(h[np.isin(t, active)])
         return tids, np.unique(np.concatenate(parts)).astype(np.int32)

@@ -23,8 +23,10 @@
 from __future__ import annotations
 
 import json
+import struct
 import tempfile
 import time
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
@@ -176,6 +178,54 @@ def _scatter_parts(ent_part, pptr, out):  # pragma: no cover - jitted
             pos[p] += 1
 
 
+_NPZ_LAYOUTS: dict[tuple, list] = {}   # (path, size, mtime) -> [(key, offset, dtype, shape, order)]
+
+
+def _npz_layout(path: Path) -> list:
+    """Where each member's array data sits inside an uncompressed ``.npz`` (parsed once per file
+    version: partitions do not change after they are written)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key in _NPZ_LAYOUTS:
+        return _NPZ_LAYOUTS[key]
+    layout = []
+    with zipfile.ZipFile(path) as zf, open(path, "rb") as f:
+        for info in zf.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"{path}: member {info.filename} is compressed; partitions must be "
+                                 "written with np.savez (stored), not np.savez_compressed")
+            f.seek(info.header_offset)
+            name_len, extra_len = struct.unpack("<HH", f.read(30)[26:30])
+            f.seek(info.header_offset + 30 + name_len + extra_len)
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            layout.append((name, f.tell(), dtype, shape, "F" if fortran else "C"))
+    _NPZ_LAYOUTS[key] = layout
+    return layout
+
+
+def map_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Memory-map every array of an uncompressed ``.npz`` (what :func:`numpy.savez` writes).
+
+    ``np.load(..., mmap_mode=...)`` reads ``.npz`` members eagerly; here the file is mapped once
+    read-only and each member is a view at its ``.npy`` payload (located from the zip's local
+    headers, parsed once per file), so opening a partition costs one ``mmap`` and a hop reads
+    only the pages it touches. A compressed member is an error naming the file.
+    """
+    path = Path(path)
+    layout = _npz_layout(path)
+    buf = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
+    out: dict[str, np.ndarray] = {}
+    for name, offset, dtype, shape, order in layout:
+        if int(np.prod(shape)) == 0:
+            out[name] = np.zeros(shape, dtype=dtype)
+        else:
+            out[name] = np.ndarray(shape, dtype=dtype, buffer=buf, offset=offset, order=order)
+    return out
+
+
 class LRUCache:
     """Fixed-capacity least-recently-used cache of loaded partitions (§3.4).
 
@@ -222,6 +272,8 @@ class PartitionedRetriever(GraphRetriever):
         kg: the KG (used to build partitions when ``directory`` has none, and for triple rows).
         n_partitions: M, number of subgraphs.
         cache_size: n, partitions held in memory.
+        load: ``mmap`` (default): a cache load maps the partition's arrays and a hop reads only
+            the pages it touches; ``read``: a load reads the whole partition into memory.
         directory: where partitions live; ``None`` = a fresh temporary directory.
         (others): see :class:`~kgreason.retrieval.base.GraphRetriever`. All directions are
             supported (``in``/``both`` use the object-keyed layout, see the module docstring).
@@ -230,8 +282,11 @@ class PartitionedRetriever(GraphRetriever):
     name = "partitioned"
 
     def __init__(self, kg: KG, *, n_partitions: int = 8, cache_size: int = 2,
-                 directory: str | None = None, **kw) -> None:
+                 directory: str | None = None, load: str = "mmap", **kw) -> None:
         super().__init__(kg, **kw)
+        if load not in ("mmap", "read"):
+            raise ValueError(f"PartitionedRetriever: load must be 'mmap' or 'read', got {load!r}")
+        self.load = load
         self.n_partitions = int(n_partitions)
         if directory is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kgreason-parts-")
@@ -255,8 +310,13 @@ class PartitionedRetriever(GraphRetriever):
                 Direction.BOTH: ["by_head", "by_tail"]}[self.direction]
 
     def _load(self, key):
+        """Bring partition ``key`` into the cache: ``read`` copies its arrays into memory,
+        ``mmap`` maps them (the OS pages in what the hops touch)."""
         layout, p = key
-        with np.load(self.directory / layout / f"part_{p:05d}.npz") as z:
+        path = self.directory / layout / f"part_{p:05d}.npz"
+        if self.load == "mmap":
+            return map_npz(path)
+        with np.load(path) as z:
             return {k: z[k] for k in z.files}
 
     @property
@@ -276,9 +336,9 @@ class PartitionedRetriever(GraphRetriever):
                 "cache_size": self.cache.capacity, "n_partitions": self.n_partitions}
 
     def _hop(self, active, rel_mask, deadline):
-        kg = self.kg
-        tmask = np.zeros(kg.n_triples, dtype=bool)   # merged global t^(h) (boolean)
-        emask = np.zeros(kg.n_entities, dtype=bool)  # merged global q^(h+1) (Alg. 1, line 7)
+        # merged global t^(h) and q^(h+1) (Alg. 1, line 7): the partitions' local results are
+        # concatenated and de-duplicated, so the cost follows the activated triples, not n or m
+        tparts, eparts = [], []
         for layout in self._layouts():
             part_of = self.entity_partition[layout][active]
             ok = part_of >= 0
@@ -293,9 +353,12 @@ class PartitionedRetriever(GraphRetriever):
                 idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
                 if rel_mask is not None:
                     idx = idx[rel_mask[part["rels"][idx]]]
-                tmask[part["tids"][idx]] = True
-                emask[(part["tails"] if layout == "by_head" else part["heads"])[idx]] = True
-        return np.flatnonzero(tmask).astype(np.int64), np.flatnonzero(emask).astype(np.int32)
+                tparts.append(part["tids"][idx])
+                eparts.append((part["tails"] if layout == "by_head" else part["heads"])[idx])
+        if not tparts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        return (np.unique(np.concatenate(tparts)).astype(np.int64, copy=False),
+                np.unique(np.concatenate(eparts)).astype(np.int32, copy=False))
 
     def retrieve_many(self, seed_sets: Sequence[Sequence[int]], hops: int,
                       relations: Sequence[int] | None = None) -> list[Subgraph]:

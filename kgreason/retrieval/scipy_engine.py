@@ -1,5 +1,6 @@
 """SciPy backend of the LogosKG engine: one hop is ``t = q·SUB`` then ``q' = t·OBJ`` on CSR
-matrices (logoskg.txt §3.3, Eq. 4–5). For ``in`` the transposes swap roles; ``both`` is the
+matrices (logoskg.txt §3.3, Eq. 4–5), each product done as a row selection (cost ∝ the
+activated triples, see :meth:`ScipyRetriever._one`). For ``in`` the transposes swap roles; ``both`` is the
 union of the two."""
 
 from __future__ import annotations
@@ -25,24 +26,26 @@ class ScipyRetriever(GraphRetriever):
 
     @cached_property
     def _mats(self):
+        """Per direction ``(START, END)`` as CSR: ``START`` (n × m) maps an entity to the triples
+        it starts, ``END`` (m × n) a triple to the entity it reaches (SUB/OBJ for ``out``, their
+        roles swapped for ``in``)."""
         kg = self.kg
-        sub, obj = kg.SUB.tocsr(), kg.OBJ.tocsc()
-        # for "in", the tail is the subject of the traversal and the head its object
+        sub, obj = kg.SUB.tocsr(), kg.OBJ.tocsr()
         return {
             Direction.OUT: (sub, obj),
-            Direction.IN: (obj.T.tocsr(), sub.T.tocsc()),
+            Direction.IN: (obj.T.tocsr(), sub.T.tocsr()),
         }
 
     def _one(self, d: Direction, active: np.ndarray, rel_mask):
+        """``t = q·START`` and ``q' = t·END`` for a 0/1 vector ``q``: a boolean product with a 0/1
+        vector is the union of the selected rows, so both are CSR row selections, whose cost is
+        the rows' nonzeros (a general sparse product allocates a work array as wide as the
+        matrix, i.e. ``m`` or ``n`` slots per call)."""
         start, end = self._mats[d]
-        n = self.kg.n_entities
-        q = sp.csr_matrix((np.ones(len(active), dtype=np.float32), (np.zeros(len(active), dtype=np.int32), active)), shape=(1, n))
-        t = q @ start  # (1, m) activated triples
-        tids = np.sort(t.indices.astype(np.int64))
+        tids = np.unique(start[active].indices).astype(np.int64, copy=False)
         if rel_mask is not None:
             tids = tids[rel_mask[self.kg.rels[tids]]]
-        tv = sp.csr_matrix((np.ones(len(tids), dtype=np.float32), (np.zeros(len(tids), dtype=np.int32), tids)), shape=(1, self.kg.n_triples))
-        reached = (tv @ end).indices
+        reached = end[tids].indices
         return tids, np.unique(reached).astype(np.int32)
 
     def _hop(self, active, rel_mask, deadline):

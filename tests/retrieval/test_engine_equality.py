@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kgreason.kg.store import KG
+from kgreason.retrieval.graphblas_engine import GraphBLASRetriever
 from kgreason.retrieval.igraph_engine import IgraphRetriever
 from kgreason.retrieval.networkx_engine import NetworkXRetriever
 from kgreason.retrieval.numba_engine import NumbaRetriever
@@ -22,6 +23,7 @@ ENGINES = {
     "numba": lambda kg, **kw: NumbaRetriever(kg, **kw),
     "torch": lambda kg, **kw: TorchRetriever(kg, device="cpu", **kw),
     "igraph": lambda kg, **kw: IgraphRetriever(kg, **kw),
+    "graphblas": lambda kg, **kw: GraphBLASRetriever(kg, **kw),
     "partitioned": lambda kg, **kw: PartitionedRetriever(kg, n_partitions=3, cache_size=1, **kw),
 }
 SEMANTICS = ["within", "exact", "walk"]
