@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kgreason.kg.linking import link_example
+from kgreason.kg.source import prefetch
 from kgreason.llm.parsing import ParseResult, parse_yes_no
 from kgreason.reasoners.base import Trace, load_prompt, render
 from kgreason.reasoners.cot import parse_answers
@@ -107,8 +108,15 @@ class ReKnoS:
         self.sr: SuperRelations = build_superrelations(
             kg, superrel_source, map_file=superrel_map, n_clusters=n_clusters, seed=seed, embedder=embedder)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("score", "decide", "answer", "fewshot")}
-        # relation → group as an array lookup over triples: (m,) int32
-        self._tgroup = self.sr.group_of[kg.rels]
+        # relation → group as an array lookup over triples: (m,) int32 (see _tgroup)
+        self._tgroup_cache = self.sr.group_of[kg.rels]
+
+    @property
+    def _tgroup(self) -> np.ndarray:
+        """Group of every triple; recomputed when a SPARQL KG has fetched more facts."""
+        if len(self._tgroup_cache) != self.kg.n_triples:
+            self._tgroup_cache = self.sr.group_of[self.kg.rels]
+        return self._tgroup_cache
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -122,6 +130,7 @@ class ReKnoS:
     def candidates(self, entities: np.ndarray) -> list[tuple[int, bool]]:
         """Super-relations attached to ``entities``: forward (entity = head) first, then backward
         (entity = tail); each in group-id order."""
+        prefetch(self.kg, entities)  # a SPARQL KG fetches the facts it is about to scan
         mask = np.zeros(self.kg.n_entities, dtype=bool)
         mask[entities] = True
         out = [(int(g), False) for g in np.unique(self._tgroup[mask[self.kg.heads]])]
@@ -134,6 +143,7 @@ class ReKnoS:
         through a relation of ``cand``'s group in its direction."""
         g, back = cand
         kg = self.kg
+        prefetch(kg, entities)
         mask = np.zeros(kg.n_entities, dtype=bool)
         mask[entities] = True
         src, dst = (kg.tails, kg.heads) if back else (kg.heads, kg.tails)
