@@ -129,13 +129,18 @@ class ReKnoS:
 
     def candidates(self, entities: np.ndarray) -> list[tuple[int, bool]]:
         """Super-relations attached to ``entities``: forward (entity = head) first, then backward
-        (entity = tail); each in group-id order."""
+        (entity = tail); each in super-relation name order (not group-id order, which follows the
+        KG's relation order: the in-memory store and a SPARQL endpoint list relations differently)."""
         prefetch(self.kg, entities)  # a SPARQL KG fetches the facts it is about to scan
         mask = np.zeros(self.kg.n_entities, dtype=bool)
         mask[entities] = True
-        out = [(int(g), False) for g in np.unique(self._tgroup[mask[self.kg.heads]])]
+
+        def named(groups: np.ndarray) -> list[int]:
+            return sorted((int(g) for g in np.unique(groups)), key=lambda g: self.sr.names[g])
+
+        out = [(g, False) for g in named(self._tgroup[mask[self.kg.heads]])]
         if self.use_backward:
-            out += [(int(g), True) for g in np.unique(self._tgroup[mask[self.kg.tails]])]
+            out += [(g, True) for g in named(self._tgroup[mask[self.kg.tails]])]
         return out
 
     def extract(self, entities: np.ndarray, cand: tuple[int, bool]) -> tuple[np.ndarray, np.ndarray]:

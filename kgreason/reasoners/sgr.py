@@ -197,6 +197,10 @@ class SGR(LazyEmbedder):
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
         self._embedder = embedder
         self.db: GraphDB | None = None
+        if self.use_cypher and graphdb is None:
+            from kgreason.kg.source import require_in_memory
+
+            require_in_memory(kg, "SGR's Cypher database export (reasoner.cypher=true; cypher=false runs on SPARQL)")
         if self.use_cypher:
             # opened (and the KG exported) up front: an unavailable engine fails the run at build
             self.db = graphdb if graphdb is not None else open_graphdb(

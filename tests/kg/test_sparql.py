@@ -250,3 +250,12 @@ def test_reasoners_run_unchanged_on_either_source(toy, server, tmp_path):
     assert outs[0] == outs[1]
     assert "Michael Mann" in outs[1]["ro"][0]
     json.dumps(outs)
+
+
+def test_sgr_cypher_export_needs_an_in_memory_kg(server, tmp_path):
+    from kgreason.llm.scripted import ScriptedLLM
+    from kgreason.reasoners.sgr import SGR
+
+    kg = _kg(server.url, tmp_path)
+    with pytest.raises(NeedsInMemoryKG, match="SGR's Cypher database export"):
+        SGR(kg=kg, retriever=SparqlRetriever(kg), llm=ScriptedLLM(), cypher=True)
