@@ -22,9 +22,11 @@ How it works
 * **Identifiers are validated, never trusted.** A MID reaching a query must match
   :data:`MID_RE` (``m.``/``g.`` ids), a relation :data:`RELATION_RE`; names an LLM writes
   (``find_entity``) only reach a query as an escaped string literal.
-* **Cache.** Every response is stored in SQLite (``<cache_dir>/sparql_calls.sqlite``, the LLM
-  call cache's store) keyed by sha256 of (endpoint, default graph, query), so a sweep asks each
-  fact once and a re-run asks nothing.
+* **Cache.** Responses are stored in SQLite (``<cache_dir>/sparql_calls.sqlite``, the LLM call
+  cache's store) keyed by sha256 of (endpoint, default graph, query text). A batched answer is
+  also split and stored per entity under the text of the single-entity query, and an expansion
+  asks the endpoint only for the entities not stored yet: a sweep asks each entity's facts once,
+  whatever blocks its frontiers form, and a re-run asks nothing.
 * **Failures are loud.** A down, slow (past ``timeout_s``) or erroring endpoint is retried
   ``retries`` times with exponential backoff (each retry counted in ``stats``); then
   :class:`SparqlError` names the endpoint, the query kind and the cause. A malformed response
@@ -204,6 +206,21 @@ class SparqlEndpoint:
         if self.store is not None:
             self.store.put(k, res, backend="sparql", model=self.url, method=kind)
         return res
+
+    def cached(self, query: str) -> dict | None:
+        """The stored response of ``query`` without asking the endpoint (``None`` = not stored)."""
+        if self.store is None:
+            return None
+        hit = self.store.get(self.key(query))
+        if hit is not None:
+            self._count("queries")
+            self._count("cache_hits")
+        return hit
+
+    def remember(self, kind: str, query: str, result: dict) -> None:
+        """Store ``result`` as the response of ``query`` (a per-entity share of a batched answer)."""
+        if self.store is not None:
+            self.store.put(self.key(query), result, backend="sparql", model=self.url, method=kind)
 
     def select(self, kind: str, query: str) -> list[dict[str, dict]]:
         res = self.query(kind, query)
@@ -442,16 +459,16 @@ class SparqlKG:
 
     def prefetch(self, entities: Iterable[int]) -> None:
         """Expand every entity of ``entities`` not expanded yet: one query per direction per
-        ``batch_size`` block, then the names of the entities that appeared."""
+        ``batch_size`` block of entities whose facts are not cached, then the names of the
+        entities that appeared."""
         with self._lock:
             todo = sorted({int(e) for e in np.asarray(list(entities), dtype=np.int64).ravel().tolist()}
                           - self._expanded.keys())
             if not todo:
                 return
             mids = [check_mid(self.entity_names[e]) for e in todo]
-            blocks = [mids[i:i + self.batch_size] for i in range(0, len(mids), self.batch_size)]
             before = self.n_entities
-            rows = self._expand_blocks(blocks)
+            rows = self._expand(mids)
             rows.sort()
             for s, p, o in rows:
                 self._add(self._intern(s), p, self._intern(o))
@@ -468,37 +485,79 @@ class SparqlKG:
         key = sorted(range(len(arr)), key=lambda k: (int(self._r[arr[k]]), self.entity_names[int(other[arr[k]])]))
         return arr[key]
 
-    def _expand_blocks(self, blocks: list[list[str]]) -> list[tuple[str, int, str]]:
-        out: list[tuple[str, int, str]] = []
-        queries = []
-        for block in blocks:
-            vals = " ".join(self._iri(m) for m in block)
-            lim = f" LIMIT {self.max_rows}" if self.max_rows else ""
-            queries.append(("out", f"SELECT ?s ?p ?o WHERE {{ VALUES ?s {{ {vals} }} ?s ?p ?o . "
-                                   f"FILTER(isIRI(?o) && STRSTARTS(STR(?o), \"{self.prefix}\")) }}{lim}", block))
-            queries.append(("in", f"SELECT ?s ?p ?o WHERE {{ VALUES ?o {{ {vals} }} ?s ?p ?o . "
-                                  f"FILTER(isIRI(?s) && STRSTARTS(STR(?s), \"{self.prefix}\")) }}{lim}", block))
-        results = self.endpoint.select_many("neighbourhood", [q for _, q, _ in queries])
-        for (direction, _, block), rows in zip(queries, results):
-            if self.max_rows and len(rows) >= self.max_rows:
+    # The disk cache holds one entry per (entity, direction) and per entity name, stored under the
+    # text of the single-entity query, although the endpoint is asked in VALUES blocks: a later
+    # run, whatever blocks its frontiers form, finds every fact already asked for.
+    def _query(self, direction: str, mids: Sequence[str], limit: bool = True) -> str:
+        vals = " ".join(self._iri(check_mid(m)) for m in mids)
+        lim = f" LIMIT {self.max_rows}" if (self.max_rows and limit) else ""
+        if direction == "out":
+            return (f"SELECT ?s ?p ?o WHERE {{ VALUES ?s {{ {vals} }} ?s ?p ?o . "
+                    f"FILTER(isIRI(?o) && STRSTARTS(STR(?o), \"{self.prefix}\")) }}{lim}")
+        return (f"SELECT ?s ?p ?o WHERE {{ VALUES ?o {{ {vals} }} ?s ?p ?o . "
+                f"FILTER(isIRI(?s) && STRSTARTS(STR(?s), \"{self.prefix}\")) }}{lim}")
+
+    def _expand(self, mids: Sequence[str]) -> list[tuple[str, int, str]]:
+        rows: list[dict] = []
+        todo: list[tuple[str, list[str]]] = []
+        for direction in ("out", "in"):
+            missing = []
+            for m in mids:
+                hit = self.endpoint.cached(self._query(direction, [m], limit=False))
+                if hit is None:
+                    missing.append(m)
+                else:
+                    rows.extend(self._bindings(hit, "neighbourhood"))
+            todo += [(direction, missing[i:i + self.batch_size]) for i in range(0, len(missing), self.batch_size)]
+        rows.extend(self._ask_blocks(todo))
+        return self._facts_of(rows)
+
+    def _ask_blocks(self, todo: list[tuple[str, list[str]]]) -> list[dict]:
+        if not todo:
+            return []
+        results = self.endpoint.select_many("neighbourhood", [self._query(d, b) for d, b in todo])
+        rows: list[dict] = []
+        for (direction, block), res in zip(todo, results):
+            if self.max_rows and len(res) >= self.max_rows:
                 if len(block) > 1:
-                    out.extend(self._expand_blocks([[m] for m in block]))
+                    rows.extend(self._ask_blocks([(direction, [m]) for m in block]))
                     continue
                 raise SparqlError(f"SPARQL endpoint {self.endpoint_url}: neighbourhood query for {block[0]} "
                                   f"({direction}) hit kg.max_rows={self.max_rows}; raise it rather than "
                                   f"truncate the neighbourhood")
-            for row in rows:
-                try:
-                    s, p, o = row["s"]["value"], row["p"]["value"], row["o"]["value"]
-                except (KeyError, TypeError):
-                    raise SparqlError(f"SPARQL endpoint {self.endpoint_url}: neighbourhood query returned a "
-                                      f"row without ?s ?p ?o: {row!r}") from None
-                r = self._rel_by_iri.get(p)
-                if r is None:
-                    continue
-                sm, om = s[len(self.prefix):], o[len(self.prefix):]
-                if s.startswith(self.prefix) and o.startswith(self.prefix) and MID_RE.match(sm) and MID_RE.match(om):
-                    out.append((sm, r, om))
+            var = "s" if direction == "out" else "o"
+            per: dict[str, list[dict]] = {m: [] for m in block}
+            for row in res:
+                v = row.get(var, {}).get("value", "") if isinstance(row, dict) else ""
+                if v.startswith(self.prefix) and v[len(self.prefix):] in per:
+                    per[v[len(self.prefix):]].append(row)
+            for m, mine in per.items():
+                self.endpoint.remember("neighbourhood", self._query(direction, [m], limit=False),
+                                       {"results": {"bindings": mine}})
+            rows.extend(res)
+        return rows
+
+    def _bindings(self, res: dict, kind: str) -> list[dict]:
+        try:
+            rows = res["results"]["bindings"]
+        except (KeyError, TypeError):
+            raise SparqlError(f"SPARQL endpoint {self.endpoint_url}: cached {kind} response is malformed") from None
+        return rows
+
+    def _facts_of(self, rows: list[dict]) -> list[tuple[str, int, str]]:
+        out: list[tuple[str, int, str]] = []
+        for row in rows:
+            try:
+                s, p, o = row["s"]["value"], row["p"]["value"], row["o"]["value"]
+            except (KeyError, TypeError):
+                raise SparqlError(f"SPARQL endpoint {self.endpoint_url}: neighbourhood query returned a "
+                                  f"row without ?s ?p ?o: {row!r}") from None
+            r = self._rel_by_iri.get(p)
+            if r is None:
+                continue
+            sm, om = s[len(self.prefix):], o[len(self.prefix):]
+            if s.startswith(self.prefix) and o.startswith(self.prefix) and MID_RE.match(sm) and MID_RE.match(om):
+                out.append((sm, r, om))
         return out
 
     def _add(self, h: int, r: int, t: int) -> None:
@@ -526,24 +585,42 @@ class SparqlKG:
             self.labels.append(None)
         return i
 
+    def _name_query(self, mids: Sequence[str]) -> str:
+        vals = " ".join(self._iri(check_mid(m)) for m in mids)
+        return f"SELECT ?e ?n WHERE {{ VALUES ?e {{ {vals} }} ?e {self._iri(NAME_PREDICATE)} ?n . }}"
+
     def _fetch_labels(self, ids: Sequence[int]) -> None:
         ids = [int(i) for i in ids if self.labels[int(i)] is None]
         if not ids:
             return
-        blocks = [ids[k:k + self.batch_size] for k in range(0, len(ids), self.batch_size)]
-        queries = [f"SELECT ?e ?n WHERE {{ VALUES ?e {{ {' '.join(self._iri(check_mid(self.entity_names[i])) for i in b)} }} "
-                   f"?e {self._iri(NAME_PREDICATE)} ?n . }}" for b in blocks]
-        found: dict[str, tuple[int, str]] = {}
-        for rows in self.endpoint.select_many("names", queries):
-            for row in rows:
+        rows: list[dict] = []
+        missing = []
+        for i in ids:
+            hit = self.endpoint.cached(self._name_query([self.entity_names[i]]))
+            if hit is None:
+                missing.append(self.entity_names[i])
+            else:
+                rows.extend(self._bindings(hit, "names"))
+        blocks = [missing[k:k + self.batch_size] for k in range(0, len(missing), self.batch_size)]
+        for block, res in zip(blocks, self.endpoint.select_many("names", [self._name_query(b) for b in blocks])):
+            per: dict[str, list[dict]] = {m: [] for m in block}
+            for row in res:
                 mid = self._mid_of(row, "e")
-                n = row.get("n", {})
-                if mid is None or not isinstance(n.get("value"), str):
-                    continue
-                lang = n.get("xml:lang", "")
-                rank = 0 if lang == self.language else (1 if not lang else 2)
-                if rank < 2 and (mid not in found or (rank, n["value"]) < found[mid]):
-                    found[mid] = (rank, n["value"])
+                if mid in per:
+                    per[mid].append(row)
+            for m, mine in per.items():
+                self.endpoint.remember("names", self._name_query([m]), {"results": {"bindings": mine}})
+            rows.extend(res)
+        found: dict[str, tuple[int, str]] = {}
+        for row in rows:
+            mid = self._mid_of(row, "e")
+            n = row.get("n", {})
+            if mid is None or not isinstance(n.get("value"), str):
+                continue
+            lang = n.get("xml:lang", "")
+            rank = 0 if lang == self.language else (1 if not lang else 2)
+            if rank < 2 and (mid not in found or (rank, n["value"]) < found[mid]):
+                found[mid] = (rank, n["value"])
         for i in ids:
             self.labels[i] = found.get(self.entity_names[i], (0, ""))[1]
 

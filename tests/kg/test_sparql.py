@@ -215,6 +215,14 @@ def test_disk_cache_keyed_by_endpoint_and_query(toy, server, tmp_path):
     SparqlRetriever(kg2, direction="both").retrieve([kg2.find_entity("m.0f1")], 2)
     assert server.requests == sent and kg2.endpoint.stats["requests"] == 0
     assert kg2.endpoint.stats["cache_hits"] == kg2.endpoint.stats["queries"] > 0
+    # stored per entity: a new frontier {cached, new} asks only for the new entity, in one block
+    kg3 = _kg(server.url, tmp_path, batch_size=10)
+    kg3.prefetch([kg3._intern("m.0f1"), kg3._intern("m.0x1")])
+    assert kg3.endpoint.stats["by_kind"]["neighbourhood"] == 2  # m.0x1 out + in; m.0f1 from the cache
+    q = server.requests
+    kg4 = _kg(server.url, tmp_path)
+    kg4.prefetch([kg4._intern("m.0x1")])
+    assert server.requests == q and kg4.endpoint.stats["requests"] == 0
     a, b = SparqlEndpoint("http://a.example/sparql"), SparqlEndpoint("http://b.example/sparql")
     assert a.key("ASK {}") != b.key("ASK {}") and a.key("ASK {}") != a.key("ASK { ?s ?p ?o }")
 
