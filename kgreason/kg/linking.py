@@ -40,6 +40,9 @@ class EmbeddingLinker:
 
     def __init__(self, kg: KG, embedder=None, entity_type: str | None = None,
                  cache_dir: str | None = None) -> None:
+        from kgreason.kg.source import require_in_memory
+
+        require_in_memory(kg, "EmbeddingLinker (every entity label is a candidate)")
         if embedder is None:
             from kgreason.retrieval.dense import Embedder
 

@@ -267,3 +267,13 @@ def test_sgr_cypher_export_needs_an_in_memory_kg(server, tmp_path):
     kg = _kg(server.url, tmp_path)
     with pytest.raises(NeedsInMemoryKG, match="SGR's Cypher database export"):
         SGR(kg=kg, retriever=SparqlRetriever(kg), llm=ScriptedLLM(), cypher=True)
+
+
+def test_whole_graph_steps_stop_at_construction(server, tmp_path):
+    from kgreason.kg.linking import EmbeddingLinker
+
+    kg = _kg(server.url, tmp_path)
+    with pytest.raises(NeedsInMemoryKG, match="EmbeddingLinker"):
+        EmbeddingLinker(kg, embedder=object())
+    with pytest.raises(NeedsInMemoryKG, match="entities_of_type"):
+        kg.entities_of_type("people.person")
