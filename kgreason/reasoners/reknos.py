@@ -153,11 +153,23 @@ class ReKnoS:
         mask[entities] = True
         src, dst = (kg.tails, kg.heads) if back else (kg.heads, kg.tails)
         tids = np.flatnonzero(mask[src] & (self._tgroup == g))
-        ents = np.unique(dst[tids]).astype(np.int32)
+        # entities by name and facts by (relation, source, target) name: the cap and the example
+        # facts of the prompts do not depend on the KG's storage order (in memory vs SPARQL)
+        names = kg.entity_names
+        tids = tids[np.asarray(sorted(range(len(tids)), key=lambda k: (
+            kg.relation_names[int(kg.rels[tids[k]])], names[int(src[tids[k]])], names[int(dst[tids[k]])])),
+            dtype=np.int64)] if len(tids) else tids
+        ents = self._by_name(np.unique(dst[tids]).astype(np.int32))
         if len(ents) > self.max_entities:
             ents = ents[: self.max_entities]
             tids = tids[np.isin(dst[tids], ents)]
         return ents, tids
+
+    def _by_name(self, ents: np.ndarray) -> np.ndarray:
+        """``ents`` ordered by entity name."""
+        if len(ents) < 2:
+            return ents
+        return ents[np.argsort(np.asarray([self.kg.entity_names[int(e)] for e in ents]), kind="stable")]
 
     def _call(self, t: Trace, step: str, text: str, parser, n_calls: list[int]) -> ParseResult:
         n_calls[0] += 1
@@ -202,7 +214,7 @@ class ReKnoS:
                 break
             names = [self.name(c) for c in cands]
             listing = "\n".join(f"{i}. {n}: {self.sr.describe(kg, c[0])}" for i, (n, c) in enumerate(zip(names, cands), 1))
-            ents_txt = ", ".join(kg.entity_label(int(e)) for e in current[:20])
+            ents_txt = ", ".join(kg.entity_label(int(e)) for e in self._by_name(current)[:20])
             prompt = render(self.prompts["score"], question=q, entities=ents_txt, candidates=listing,
                             examples=self.prompts["fewshot"] if self.few_shot else "")
             res = self._call(t, "score", prompt, lambda x: parse_candidate_scores(x, names), n_calls)

@@ -23,7 +23,8 @@ from tests.conftest import compose_cfg
 pytestmark = pytest.mark.slow
 
 N_QUESTIONS = 8
-COMMON = ["dataset=cwq", f"dataset.limit={N_QUESTIONS}", "tracking=none", "llm=scripted"]
+# llm_cache off: the second run must not count the first run's calls as cache hits
+COMMON = ["dataset=cwq", f"dataset.limit={N_QUESTIONS}", "tracking=none", "llm=scripted", "llm_cache.mode=off"]
 REASONERS = {
     # the hop-distribution report (2 hops) once, with the reasoner that needs no LLM
     "retrieval_only": ["reasoner=retrieval_only", "reasoner.hops=1", "reports.max_hops=2"],
