@@ -21,7 +21,12 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	$(PY) -m kgreason $(ARGS)
 
+# The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py): install Debian's
+# virtuoso-opensource when virtuoso-t is missing and apt-get is usable (root); otherwise they skip.
 test: setup
+	@command -v virtuoso-t >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq virtuoso-opensource) >/dev/null 2>&1 ; } || \
+	  echo "virtuoso-t not installed: the Virtuoso tests will skip"
 	$(PY) -m pytest --slow -q $(ARGS)
 
 test-fast: setup

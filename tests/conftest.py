@@ -102,3 +102,25 @@ def compose_cfg(overrides: list[str], out_dir: Path):
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         return compose(config_name="config", overrides=list(overrides) + [f"hydra.run.dir={out_dir}"])
+
+
+@pytest.fixture(scope="session")
+def virtuoso_freebase(shared_data, tmp_path_factory):
+    """A private Virtuoso 7 on loopback (own database directory, free ports) holding the FB15k-237
+    slice converted to N-Triples in the Freebase namespace; yields ``{"url", "server", "nt"}`` and
+    shuts the server down at the end of the session. Skips without ``virtuoso-t`` or shared data."""
+    from kgreason.kg.sparql_local import VirtuosoServer, virtuoso_available
+
+    if not virtuoso_available():
+        pytest.skip("virtuoso-t not installed (apt-get install -y virtuoso-opensource; `make test` does it as root)")
+    src = shared_data / "freebase_fb15k237"
+    if not (src / "train.txt.gz").exists():
+        pytest.skip(f"FB15k-237 slice not found under {src}")
+    from kgreason.kg.sparql import fb15k237_to_ntriples
+
+    d = tmp_path_factory.mktemp("virtuoso")
+    nt = d / "load" / "fb15k237.nt.gz"
+    fb15k237_to_ntriples([str(src / f"{s}.txt.gz") for s in ("train", "valid", "test")], nt,
+                         names=str(src / "entity2text.txt"), aliases=str(src / "FB15k_mid2name.txt"))
+    with VirtuosoServer(d / "db", [nt]) as server:
+        yield {"url": server.url, "server": server, "nt": nt}

@@ -38,6 +38,9 @@ class EmbeddingLinker:
     """
 
     def __init__(self, kg: KG, embedder, entity_type: str | None = None) -> None:
+        from kgreason.kg.source import require_in_memory
+
+        require_in_memory(kg, "EmbeddingLinker (every entity label is a candidate)")
         self.kg = kg
         self.embedder = embedder
         if entity_type is not None:

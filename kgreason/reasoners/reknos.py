@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kgreason.kg.linking import link_example
+from kgreason.kg.source import prefetch
 from kgreason.llm.parsing import ParseResult, parse_answers, parse_candidate_scores, parse_yes_no
 from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
 from kgreason.reasoners.superrel import SuperRelations, build_superrelations
@@ -108,8 +109,15 @@ class ReKnoS(BaseReasoner):
         self.sr: SuperRelations = build_superrelations(
             kg, superrel_source, map_file=superrel_map, n_clusters=n_clusters, seed=seed, embedder=embedder)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("score", "decide", "answer", "fewshot")}
-        # relation → group as an array lookup over triples: (m,) int32
-        self._tgroup = self.sr.group_of[kg.rels]
+        # relation → group as an array lookup over triples: (m,) int32 (see _tgroup)
+        self._tgroup_cache = self.sr.group_of[kg.rels]
+
+    @property
+    def _tgroup(self) -> np.ndarray:
+        """Group of every triple; recomputed when a SPARQL KG has fetched more facts."""
+        if len(self._tgroup_cache) != self.kg.n_triples:
+            self._tgroup_cache = self.sr.group_of[self.kg.rels]
+        return self._tgroup_cache
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -122,12 +130,18 @@ class ReKnoS(BaseReasoner):
 
     def candidates(self, entities: np.ndarray) -> list[tuple[int, bool]]:
         """Super-relations attached to ``entities``: forward (entity = head) first, then backward
-        (entity = tail); each in group-id order."""
+        (entity = tail); each in super-relation name order (not group-id order, which follows the
+        KG's relation order: the in-memory store and a SPARQL endpoint list relations differently)."""
+        prefetch(self.kg, entities)  # a SPARQL KG fetches the facts it is about to scan
         mask = np.zeros(self.kg.n_entities, dtype=bool)
         mask[entities] = True
-        out = [(int(g), False) for g in np.unique(self._tgroup[mask[self.kg.heads]])]
+
+        def named(groups: np.ndarray) -> list[int]:
+            return sorted((int(g) for g in np.unique(groups)), key=lambda g: self.sr.names[g])
+
+        out = [(g, False) for g in named(self._tgroup[mask[self.kg.heads]])]
         if self.use_backward:
-            out += [(int(g), True) for g in np.unique(self._tgroup[mask[self.kg.tails]])]
+            out += [(g, True) for g in named(self._tgroup[mask[self.kg.tails]])]
         return out
 
     def extract(self, entities: np.ndarray, cand: tuple[int, bool]) -> tuple[np.ndarray, np.ndarray]:
@@ -135,15 +149,28 @@ class ReKnoS(BaseReasoner):
         through a relation of ``cand``'s group in its direction."""
         g, back = cand
         kg = self.kg
+        prefetch(kg, entities)
         mask = np.zeros(kg.n_entities, dtype=bool)
         mask[entities] = True
         src, dst = (kg.tails, kg.heads) if back else (kg.heads, kg.tails)
         tids = np.flatnonzero(mask[src] & (self._tgroup == g))
-        ents = np.unique(dst[tids]).astype(np.int32)
+        # entities by name and facts by (relation, source, target) name: the cap and the example
+        # facts of the prompts do not depend on the KG's storage order (in memory vs SPARQL)
+        names = kg.entity_names
+        tids = tids[np.asarray(sorted(range(len(tids)), key=lambda k: (
+            kg.relation_names[int(kg.rels[tids[k]])], names[int(src[tids[k]])], names[int(dst[tids[k]])])),
+            dtype=np.int64)] if len(tids) else tids
+        ents = self._by_name(np.unique(dst[tids]).astype(np.int32))
         if len(ents) > self.max_entities:
             ents = ents[: self.max_entities]
             tids = tids[np.isin(dst[tids], ents)]
         return ents, tids
+
+    def _by_name(self, ents: np.ndarray) -> np.ndarray:
+        """``ents`` ordered by entity name."""
+        if len(ents) < 2:
+            return ents
+        return ents[np.argsort(np.asarray([self.kg.entity_names[int(e)] for e in ents]), kind="stable")]
 
     def _call(self, t: Trace, step: str, text: str, parser, n_calls: list[int]) -> ParseResult:
         n_calls[0] += 1
@@ -185,7 +212,7 @@ class ReKnoS(BaseReasoner):
                 break
             names = [self.name(c) for c in cands]
             listing = "\n".join(f"{i}. {n}: {self.sr.describe(kg, c[0])}" for i, (n, c) in enumerate(zip(names, cands), 1))
-            ents_txt = ", ".join(kg.entity_label(int(e)) for e in current[:20])
+            ents_txt = ", ".join(kg.entity_label(int(e)) for e in self._by_name(current)[:20])
             prompt = render(self.prompts["score"], question=q, entities=ents_txt, candidates=listing,
                             examples=self.prompts["fewshot"] if self.few_shot else "")
             res = self._call(t, "score", prompt, lambda x: parse_candidate_scores(x, names), n_calls)

@@ -66,7 +66,8 @@ class RetrievalOnly(BaseReasoner):
             rels = p[1::2]
             score[p[-1]] += 1.0 + sum(len(qwords & self._rel_words[r]) for r in rels)
         cset = set(cands.tolist())
-        ranked = sorted(cset, key=lambda e: (-score.get(e, 0.0), e))
+        # ties by entity name (the MID), not by internal id: the same ranking on any KG source
+        ranked = sorted(cset, key=lambda e: (-score.get(e, 0.0), self.kg.entity_names[e]))
         names = [self.kg.entity_label(e) for e in ranked]
         t.add("rank", "path_support", top=[(n, score.get(e, 0.0)) for n, e in zip(names[:10], ranked[:10])])
         return t.finish(

@@ -151,6 +151,10 @@ class SGR(BaseReasoner):
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
         self.embedder = embedder if embedder is not None else Embedder()
         self.db: GraphDB | None = None
+        if self.use_cypher and graphdb is None:
+            from kgreason.kg.source import require_in_memory
+
+            require_in_memory(kg, "SGR's Cypher database export (reasoner.cypher=true; cypher=false runs on SPARQL)")
         if self.use_cypher:
             if graphdb is None:
                 raise ValueError("SGR with cypher=true needs a graph database: set graphdb=kuzu|falkordb|neo4j "

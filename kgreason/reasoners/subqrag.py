@@ -135,6 +135,10 @@ class SubQRAG(BaseReasoner):
             raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
         if kg_source == "index" and not index_dir:
             raise ValueError("SubQRAG: kg_source=index needs index_dir")
+        if kg_source == "injected" and kg is not None:
+            from kgreason.kg.source import require_in_memory
+
+            require_in_memory(kg, "SubQRAG with kg_source=injected (embeds every KG triple)")
         self.llm = llm
         self.top_k, self.passage_top_k, self.extract_passages = top_k, passage_top_k, extract_passages
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update

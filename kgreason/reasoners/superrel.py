@@ -63,7 +63,8 @@ class SuperRelations:
 
     def describe(self, kg: KG, g: int, max_members: int = 4) -> str:
         """``"film.film: directed_by, genre, ..."``: the name and a few member relations."""
-        rels = [kg.relation_names[r] for r in self.members[g][:max_members]]
+        # members by name, not by relation id (ids follow the KG's storage order)
+        rels = sorted(kg.relation_names[r] for r in self.members[g])[:max_members]
         short = [r[len(self.names[g]) + 1 :] if r.startswith(self.names[g] + ".") else r for r in rels]
         more = ", ..." if len(self.members[g]) > max_members else ""
         return f"{', '.join(short)}{more}"

@@ -8,14 +8,15 @@ entities):
    directions (``rel`` = entity is head, ``rel (backward)`` = entity is tail);
 2. **relation pruning** to the ``W`` best by the pruning backend;
 3. **entity exploration**: follow the kept relations (at most ``max_entities_per_relation``
-   neighbours each, in KG order; ToG samples them at random);
+   neighbours each, in entity-name (MID) order; ToG samples them at random);
 4. **entity pruning** to the ``W`` best entities (each keeps the first path that reached it);
 5. **reasoning**: the LLM says whether the paths suffice (yes/no); yes → answer from the paths,
    no → next depth; at ``D`` answer from the paths.
 
 Pruning backends (``prune``): ``llm`` (one call scoring all candidates, as ToG), ``bm25``
 (rank_bm25 over candidate text vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine). Scores
-ties keep candidate order, so every backend is deterministic.
+ties keep candidate order (relations by name, neighbours by MID: not the KG's storage order, so
+the in-memory store and a SPARQL endpoint agree), so every backend is deterministic.
 
 Per-example extra: ``beam_sizes`` (per depth, always ≤ W), ``retrieved`` (every entity that
 entered the beam → answer_coverage), ``search_space`` (distinct triples encountered),
@@ -177,7 +178,8 @@ class ToG(BaseReasoner):
 
     def explore_relations(self, beam: list[_Path]) -> list[tuple[int, bool]]:
         """Step 1, relation exploration: ``(relation, backward)`` attached to the beam's tail
-        entities, outgoing (entity = head) then incoming, in first-seen order."""
+        entities, in (relation name, forward first) order, not the KG's storage order, so
+        pruning ties resolve alike on the in-memory store and a SPARQL endpoint."""
         kg = self.kg
         cands: dict[tuple[int, bool], None] = {}
         for p in beam:
@@ -185,7 +187,7 @@ class ToG(BaseReasoner):
                 cands[(int(kg.rels[tid]), False)] = None
             for tid in kg.in_triples(p.entity):
                 cands[(int(kg.rels[tid]), True)] = None
-        return list(cands)
+        return sorted(cands, key=lambda rb: (kg.relation_names[rb[0]], rb[1]))
 
     def prune_relations(self, t: Trace, q: str, d: int, rel_list: list[tuple[int, bool]]) -> list[tuple[int, bool]]:
         """Step 2, relation pruning: the ``W`` best candidates by the pruning backend."""
@@ -202,7 +204,7 @@ class ToG(BaseReasoner):
 
     def explore_entities(self, s: "_Search", kept_rels: list[tuple[int, bool]]) -> tuple[dict[int, _Path], dict[int, list[str]]]:
         """Step 3, entity exploration: follow each kept relation from each beam entity (at most
-        ``max_entities_per_relation`` neighbours, KG order). Returns the first path reaching
+        ``max_entities_per_relation`` neighbours, in name (MID) order). Returns the first path reaching
         each new entity and the ``"relation entity"`` texts the pruner scores."""
         kg = self.kg
         ent_paths: dict[int, _Path] = {}
@@ -210,7 +212,9 @@ class ToG(BaseReasoner):
         for p in s.beam:
             for r, back in kept_rels:
                 tids = kg.in_triples(p.entity) if back else kg.out_triples(p.entity)
-                tids = [int(x) for x in tids if kg.rels[x] == r][: self.max_per_rel]
+                tids = [int(x) for x in tids if kg.rels[x] == r]
+                nb_of = kg.heads if back else kg.tails  # neighbours in name (MID) order
+                tids = sorted(tids, key=lambda x: kg.entity_names[int(nb_of[x])])[: self.max_per_rel]
                 for tid in tids:
                     s.seen_triples.add(tid)
                     h, tl = int(kg.heads[tid]), int(kg.tails[tid])

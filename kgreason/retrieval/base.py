@@ -77,6 +77,9 @@ class GraphRetriever(ABC):
     """
 
     name = "base"
+    #: serves a KG fetched as it is walked (kgreason.kg.sparql.SparqlKG); the matrix engines need
+    #: every fact in memory and refuse one at construction, i.e. before the first example
+    remote_ok = False
 
     def __init__(
         self,
@@ -88,6 +91,10 @@ class GraphRetriever(ABC):
         timeout_ms: float | None = None,
         return_triples: bool = True,
     ) -> None:
+        if getattr(kg, "remote", False) and not self.remote_ok:
+            from kgreason.kg.source import require_in_memory
+
+            require_in_memory(kg, f"retriever {type(self).__name__}")
         self.kg = kg
         self.semantics = Semantics(semantics)
         self.direction = Direction(direction)
