@@ -165,9 +165,9 @@ class SparqlEndpoint:
                                           seconds=0.0, by_kind={})
         self.store = None
         if cache_dir is not None and cache_mode != "off":
-            from kgreason.llm.cache import CallStore
+            from kgreason.callstore import KeyValueStore
 
-            self.store = CallStore(Path(str(cache_dir)).expanduser() / "sparql_calls.sqlite", mode=cache_mode)
+            self.store = KeyValueStore(Path(str(cache_dir)).expanduser() / "sparql_calls.sqlite", mode=cache_mode)
 
     def _count(self, key: str, n: float = 1) -> None:
         with self._lock:

@@ -30,12 +30,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
-import threading
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from kgreason.callstore import KeyValueStore, StoreCorrupt
 from kgreason.llm.accounting import mark_score_cached
 from kgreason.llm.base import CacheMiss
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
@@ -74,72 +72,32 @@ def cache_key(backend: str, model: str, method: str, request: Any, settings: Any
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-class CallStore:
-    """Key → JSON value in ``<dir>/llm_calls.sqlite`` (WAL, safe for several processes)."""
+class CallStore(KeyValueStore):
+    """Key → JSON value in ``<dir>/llm_calls.sqlite`` (WAL, safe for several processes); a
+    ``readonly`` store without a file raises :class:`~kgreason.llm.base.CacheMiss`."""
 
-    def __init__(self, path: str | Path | None, mode: str = "readwrite", busy_timeout_ms: int = 30_000) -> None:
-        if mode not in MODES:
-            raise ValueError(f"llm_cache.mode must be one of {MODES}, got {mode!r}")
-        self.mode, self.path = mode, (Path(path) if path is not None else None)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        if mode == "off":
-            return
-        if self.path is None:
-            raise ValueError("CallStore needs a path unless mode='off'")
-        if mode == "readonly" and not self.path.exists():
-            raise CacheMiss(f"llm_cache.mode=readonly but no cache file at {self.path}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000, check_same_thread=False,
-                                     isolation_level=None)
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        if mode == "readwrite":
-            self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
-            self._retry(lambda: self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, backend TEXT, model TEXT, "
-                "method TEXT, value TEXT NOT NULL, created REAL)"))
+    missing_error = CacheMiss
 
     @classmethod
     def open(cls, dir: str | Path, mode: str = "readwrite") -> "CallStore":
         """The store file ``<dir>/llm_calls.sqlite`` (``dir`` = ``llm_cache.dir``)."""
         return cls(Path(os.path.expanduser(str(dir))) / DB_NAME, mode=mode)
 
-    @staticmethod
-    def _retry(fn, tries: int = 50):
-        for i in range(tries):
-            try:
-                return fn()
-            except sqlite3.OperationalError as e:  # "database is locked" beyond busy_timeout
-                if "locked" not in str(e) or i == tries - 1:
-                    raise
-                time.sleep(0.05 * (i + 1))
 
-    def get(self, key: str) -> Any | None:
-        if self._conn is None:
-            return None
-        with self._lock:
-            row = self._retry(lambda: self._conn.execute("SELECT value FROM calls WHERE key=?", (key,)).fetchone())
-        return None if row is None else json.loads(row[0])
+def _is_generate_entry(v: Any) -> bool:
+    """A stored ``generate`` reply has a list of strings under ``texts`` (and optional usage)."""
+    return (isinstance(v, dict) and isinstance(v.get("texts"), list) and all(isinstance(x, str) for x in v["texts"])
+            and isinstance(v.get("usage", {}), dict))
 
-    def put(self, key: str, value: Any, *, backend: str = "", model: str = "", method: str = "") -> None:
-        if self._conn is None or self.mode != "readwrite":
-            return
-        blob = json.dumps(to_jsonable(value), ensure_ascii=False)
-        with self._lock:
-            self._retry(lambda: self._conn.execute(
-                "INSERT OR IGNORE INTO calls(key, backend, model, method, value, created) VALUES (?,?,?,?,?,?)",
-                (key, backend, model, method, blob, time.time())))
 
-    def __len__(self) -> int:
-        if self._conn is None:
-            return 0
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+def check_cache(cache_cfg: Any) -> None:
+    """Open the run's call cache once at start-up, so a damaged file stops the run before the
+    first example with the file named (:class:`~kgreason.callstore.StoreCorrupt`), instead of
+    failing every example on its own."""
+    if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
+        return
+    store = CallStore.open(cache_cfg.get("dir"), mode=str(cache_cfg.get("mode")))
+    store.close()
 
 
 def _hit_usage(stored: dict[str, Any]) -> Usage:
@@ -172,7 +130,7 @@ class CachedLLM:
         miss: list[int] = []
         for i, k in enumerate(keys):
             v = self.store.get(k)
-            if v is None:
+            if not _is_generate_entry(v):  # absent, or of another shape: never used as a reply
                 miss.append(i)
                 continue
             lp = v.get("token_logprobs")
@@ -205,7 +163,9 @@ class CachedLLM:
         req = {"messages": [{"role": m.role, "content": m.content} for m in prompt], "candidates": list(candidates)}
         key = self._key("score", req)
         v = self.store.get(key)
-        if v is not None:
+        ok = (isinstance(v, dict) and isinstance(v.get("scores"), list) and len(v["scores"]) == len(candidates)
+              and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v["scores"]))
+        if ok:
             mark_score_cached()  # the metering layer counts this call as a cache hit
             return [float(x) for x in v["scores"]]
         if self.store.mode == "readonly":

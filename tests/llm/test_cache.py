@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 
 import pytest
@@ -173,3 +174,37 @@ def test_scripted_rule_tables_never_share_an_entry(tmp_path, change):
     second = ScriptedLLM(**other)
     out = CachedLLM(second, store).generate(req)
     assert not out[0].cached and len(second.calls) == 1
+
+
+# ---------------------------------------------------------------- damaged caches (issue 18)
+
+
+def test_a_file_that_is_not_a_cache_is_named_once_at_start_up(tmp_path):
+    from omegaconf import OmegaConf
+
+    from kgreason.callstore import StoreCorrupt
+    from kgreason.llm.cache import check_cache
+
+    (tmp_path / "llm_calls.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreCorrupt, match=r"llm_calls\.sqlite: not a usable cache file"):
+        check_cache(OmegaConf.create({"dir": str(tmp_path), "mode": "readwrite"}))
+    check_cache(OmegaConf.create({"dir": str(tmp_path), "mode": "off"}))  # off: never opened
+
+
+def test_an_entry_of_the_wrong_shape_is_never_a_reply(tmp_path):
+    from kgreason.llm.scripted import ScriptedLLM
+
+    store = CallStore.open(tmp_path, "readwrite")
+    inner = ScriptedLLM(rules=[{"pattern": "q", "reply": "fresh"}])
+    llm = CachedLLM(inner, store)
+    req = ChatRequest.of("q")
+    key = llm._key("generate", request_json(req))
+    for bad in ({"texts": "not a list"}, {"texts": [None]}, ["x"], {"usage": {}}):
+        store._conn.execute("INSERT OR REPLACE INTO calls(key, value) VALUES (?, ?)", (key, json.dumps(bad)))
+        first = llm.generate([req])[0]
+        assert first.texts == ("fresh",) and not first.cached, bad
+        assert llm.generate([req])[0].cached  # the fresh reply replaced the bad entry
+    store._conn.execute("INSERT OR REPLACE INTO calls(key, value) VALUES (?, ?)", (key, "{not json"))
+    out = llm.generate([req])[0]
+    assert out.texts == ("fresh",) and not out.cached
+    assert llm.generate([req])[0].cached  # the damaged entry was replaced by the fresh reply
