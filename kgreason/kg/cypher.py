@@ -49,6 +49,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kgreason import progress
 from kgreason.kg.cypher_guard import CypherRejected, check_read_only, enforce_limit
 from kgreason.kg.store import KG
 
@@ -165,7 +166,8 @@ class GraphDB(ABC):
             (names[en[int(kg.heads[t])]], names[en[int(kg.tails[t])]], rn[int(kg.rels[t])], next_rid + j)
             for j, t in enumerate(sel.tolist())
         ]
-        self._load(new_nodes, edges)
+        with progress.stage(f"exporting KG to {self.engine}: {len(new_nodes)} nodes, {len(edges)} edges"):
+            self._load(new_nodes, edges)
         all_keys = np.union1d(old_keys, keys[sel]).astype(np.uint64)
         self._save_state({"hash": digest, "names": names, "keys": all_keys, "next_rid": next_rid + len(edges)})
         n, m = self.counts()

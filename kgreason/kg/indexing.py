@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from kgreason import progress
 from kgreason.kg.store import KG
 from kgreason.llm.parsing import parse_json
 from kgreason.types import ChatRequest, Completion, Usage, to_jsonable
@@ -179,7 +180,8 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
             done[rec["id"]] = rec
     cached = sum(1 for i in ids if i in done)
     made = 0
-    with log.open("a") as f:
+    with log.open("a") as f, progress.bar(len(rows), "SubQRAG indexing", "passage", initial=cached,
+                                          show_llm=True) as bar:
         for pid, title, text in rows:
             if pid in done:
                 continue
@@ -190,6 +192,7 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
             f.flush()
             done[pid] = rec
             made += 1
+            bar.update(1, rejected=bad)
     usage, rejected = Usage(), 0
     seen: dict[tuple[str, str, str], Triple] = {}
     prov: dict[Triple, list[str]] = {}
