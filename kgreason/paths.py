@@ -110,9 +110,10 @@ def explain_missing(cfg: Any, message: str) -> str | None:
     except Exception:  # noqa: BLE001 - best effort: the original error is still raised
         return None
     roots = plain.get("paths") or {}
-    for key, value in _string_leaves({k: v for k, v in plain.items() if k not in ("paths", "hydra")}):
-        if len(value) < 2 or value not in message:
-            continue
+    leaves = _string_leaves({k: v for k, v in plain.items() if k not in ("paths", "hydra")})
+    # path-like settings named in the message, the most specific (longest) first
+    hits = sorted(((k, v) for k, v in leaves if "/" in v and v in message), key=lambda kv: -len(kv[1]))
+    for key, value in hits:
         for name in ("data", "cache", "models"):
             base = str(roots.get(name) or "")
             if base and value.startswith(base):
