@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast bench notebook clean
 
 setup: $(VENV)/.installed
 
@@ -29,6 +29,15 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m kgreason.bench $(ARGS)
+
+# Re-execute notebooks/analysis.ipynb in place on a small embedded sweep (its committed outputs).
+notebook: setup
+	rm -rf outputs/multirun/notebook-demo
+	KGREASON_PROGRESS=off $(PY) -m kgreason --multirun tracking=none dataset.sample=40 'reasoner.hops=1,2' 'seed=0,1' \
+	  hydra.sweep.dir=outputs/multirun/notebook-demo
+	$(PY) -c "import nbformat, nbclient; nb = nbformat.read('notebooks/analysis.ipynb', as_version=4); \
+	  nbclient.NotebookClient(nb, timeout=600, kernel_name='python3', resources={'metadata': {'path': 'notebooks'}}).execute(); \
+	  nbformat.write(nb, 'notebooks/analysis.ipynb')"
 
 clean:
 	rm -rf $(VENV) .pytest_cache
