@@ -1,5 +1,5 @@
 # Two commands on a fresh machine:  `make run` (main job, embedded default)  and  `make test`.
-# Set-up is idempotent: the venv is rebuilt only when pyproject.toml changes.
+# Set-up is idempotent: the venv is rebuilt only when pyproject.toml or setup.py changes.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
@@ -8,7 +8,7 @@ PYTHON ?= python3
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# CPU build of torch first; an unpinned torch would pull a multi-GB CUDA build.
