@@ -52,6 +52,7 @@ import numpy as np
 from kgreason import progress
 from kgreason.kg.cypher_guard import CypherRejected, check_read_only, enforce_limit
 from kgreason.kg.store import KG
+from kgreason.paths import resolve as resolve_path
 
 
 class GraphDBUnavailable(RuntimeError):
@@ -569,7 +570,7 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
         raise ValueError(f"unknown Cypher engine {engine!r}; expected one of {sorted(ENGINES)}")
     opts = dict(options)
     if engine == "kuzu" and "path" not in opts:
-        base = Path(cache_dir or Path(os.environ.get("KGREASON_CACHE_DIR", ".cache/kgreason")) / "cypher")
+        base = Path(cache_dir or Path(resolve_path("cache")) / "cypher")
         key = f"{kg.name}-{kg_content_hash(kg)[:12]}" if kg is not None else "empty"
         opts["path"] = base / "kuzu" / key
     if engine == "neo4j":
