@@ -200,3 +200,22 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == f"{len(list((REPO / 'conf' / 'experiment').glob('*.yaml')))} presets"
     assert sorted(p.name for p in empty.iterdir()) == ["outputs"]  # nothing else written to the cwd
+
+
+# ----------------------------------------------------------------------------- small things
+def test_hops_figure_has_integer_ticks_and_the_given_title():
+    from kgreason.tables import hops_figure
+
+    fig = hops_figure({"1": 3, "2": 1, "3": 0, "unreachable": 2}, "hop distribution: embedded-kgqa on KG embedded")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert ax.get_title() == "hop distribution: embedded-kgqa on KG embedded"
+
+
+def test_run_log_is_named_run_log():
+    from omegaconf import OmegaConf
+
+    hydra_cfg = OmegaConf.load(REPO / "conf" / "hydra" / "default.yaml")
+    assert hydra_cfg.job.name == "run"  # Hydra names the log <job.name>.log
