@@ -19,6 +19,8 @@ from kgreason.paths import config_dir, explain_missing
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+#: Hub variables the user set before starting kgreason: these always win over set_hub_mode
+_USER_HUB_ENV = {v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if v in os.environ}
 
 
 def hub_online(cfg: DictConfig) -> bool:
@@ -33,8 +35,9 @@ def set_hub_mode(cfg: DictConfig) -> None:
     ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` in the environment always wins. Must run before
     ``huggingface_hub`` is imported (it reads the variables at import time)."""
     flag = "0" if hub_online(cfg) else "1"
-    os.environ.setdefault("HF_HUB_OFFLINE", flag)
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", flag)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if var not in _USER_HUB_ENV:  # per job, so a sweep over source=local,hub gets each right
+            os.environ[var] = flag
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")

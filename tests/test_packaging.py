@@ -100,18 +100,26 @@ def test_missing_data_file_names_the_setting_and_the_variable(tmp_path, monkeypa
 def test_hub_offline_unless_source_hub(monkeypatch):
     from omegaconf import OmegaConf
 
-    from kgreason.__main__ import set_hub_mode
+    import kgreason.__main__ as app
 
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
-    set_hub_mode(OmegaConf.create({"dataset": {"source": "hub"}}))
-    assert os.environ["HF_HUB_OFFLINE"] == "0"
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    set_hub_mode(OmegaConf.create({"dataset": {"_target_": "x"}}))
+    monkeypatch.setattr(app, "_USER_HUB_ENV", set())
+    app.set_hub_mode(OmegaConf.create({"dataset": {"source": "hub"}}))
+    assert os.environ["HF_HUB_OFFLINE"] == "0" and os.environ["TRANSFORMERS_OFFLINE"] == "0"
+    app.set_hub_mode(OmegaConf.create({"dataset": {"_target_": "x"}}))  # next sweep job: offline again
     assert os.environ["HF_HUB_OFFLINE"] == "1"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the user's explicit choice wins
-    set_hub_mode(OmegaConf.create({"dataset": {"source": "hub"}}))
-    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setattr(app, "_USER_HUB_ENV", {"HF_HUB_OFFLINE"})  # the user's explicit choice wins
+    app.set_hub_mode(OmegaConf.create({"dataset": {"source": "hub"}}))
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "0"
+
+
+def test_importing_the_app_leaves_the_hub_setting_alone():
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    r = subprocess.run([sys.executable, "-c", "import os, kgreason.__main__, kgreason.cli; "
+                        "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('TRANSFORMERS_OFFLINE'))"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "None None", r.stdout + r.stderr[-500:]
 
 
 # ----------------------------------------------------------------------------- the wheel
