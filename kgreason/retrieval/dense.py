@@ -109,9 +109,15 @@ class Embedder:
     def _forward(self, texts: list[str]) -> np.ndarray:
         import torch
 
+        from kgreason.progress import Progress
+
         tok, model = self._load()
         chunks = []
+        # a bar only for big jobs (e.g. SubQRAG's dense index over a KG's triples), not per query
+        bar = Progress(len(texts), "embedding texts", "text") if len(texts) > 8 * self.batch_size else None
         for s in range(0, len(texts), self.batch_size):
+            if bar is not None and s:
+                bar.update(self.batch_size)
             batch = tok(texts[s : s + self.batch_size], padding=True, truncation=True,
                         max_length=self.max_length, return_tensors="pt").to(self.device)
             with torch.inference_mode():
@@ -120,6 +126,9 @@ class Embedder:
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
             chunks.append(pooled.cpu().numpy())
+        if bar is not None:
+            bar.update(len(texts) - bar.n)
+            bar.close()
         return np.concatenate(chunks).astype(np.float32)
 
     def similarity(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
