@@ -1,14 +1,14 @@
 # Two commands on a fresh machine:  `make run` (main job, embedded default)  and  `make test`.
-# Set-up is idempotent: the venv is rebuilt only when pyproject.toml changes.
+# Set-up is idempotent: the venv is rebuilt only when pyproject.toml or setup.py changes.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast bench notebook clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# CPU build of torch first; an unpinned torch would pull a multi-GB CUDA build.
@@ -34,6 +34,15 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m kgreason.bench $(ARGS)
+
+# Re-execute notebooks/analysis.ipynb in place on a small embedded sweep (its committed outputs).
+notebook: setup
+	rm -rf outputs/multirun/notebook-demo
+	KGREASON_PROGRESS=off $(PY) -m kgreason --multirun tracking=none dataset.sample=40 'reasoner.hops=1,2' 'seed=0,1' \
+	  hydra.sweep.dir=outputs/multirun/notebook-demo
+	$(PY) -c "import nbformat, nbclient; nb = nbformat.read('notebooks/analysis.ipynb', as_version=4); \
+	  nbclient.NotebookClient(nb, timeout=600, kernel_name='python3', resources={'metadata': {'path': 'notebooks'}}).execute(); \
+	  nbformat.write(nb, 'notebooks/analysis.ipynb')"
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -239,6 +239,35 @@ def _chunks(pending: list[Example], retriever, reasoner, size: int | None = None
         yield chunk
 
 
+class _ExampleProgress:
+    """The example loop's progress (kgreason/progress.py): done/total with ETA, errors so far,
+    the running headline metric (the dataset's first) and LLM calls in flight."""
+
+    def __init__(self, total: int, done_before: int, headline: Metric | None) -> None:
+        from kgreason import progress
+
+        self.headline, self.vals, self.errors, self._t = headline, [], 0, 0.0
+        self.p = progress.bar(total, "examples", "ex", initial=done_before, show_llm=True)
+
+    def update(self, row: Mapping[str, Any]) -> None:
+        self.errors += bool(row.get("error"))
+        figures: dict[str, Any] = {"errors": self.errors}
+        if self.headline is not None:
+            v = row["metrics"].get(self.headline.name)
+            if v is not None:
+                self.vals.append(v)
+            now = time.monotonic()
+            if self.vals and now - self._t > 0.5:  # aggregate at most twice a second
+                self._t = now
+                figures[self.headline.name] = float(self.headline.aggregate(self.vals))
+        self.p.update(1, **figures)
+
+    def close(self) -> None:
+        if self.headline is not None and self.vals:
+            self.p.postfix[self.headline.name] = float(self.headline.aggregate(self.vals))
+        self.p.close()
+
+
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -260,6 +289,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
             raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
                              "in order (shared state); set example_workers=1")
         pool = ThreadPoolExecutor(workers, thread_name_prefix="example") if workers > 1 else None
+        bar = _ExampleProgress(len(examples), done_before, c.metrics[0] if c.metrics else None)
         try:
             for chunk in _chunks(pending, c.retriever, c.reasoner):
                 # with workers, examples run concurrently (their LLM calls overlap at the server);
@@ -268,11 +298,11 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
                     (answer_and_score(c, ex) for ex in chunk)
                 for row in rows_iter:
                     store.append(row)
-                    if len(store) % 50 == 0:
-                        log.info("%d/%d examples", len(store), len(examples))
+                    bar.update(row)
                 if hasattr(c.retriever, "clear"):
                     c.retriever.clear()
         finally:
+            bar.close()
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
         ids = {ex.id for ex in examples}
@@ -288,7 +318,8 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
         if hasattr(c.retriever, "stats") and isinstance(c.retriever.stats, dict):
             timing["retrieval_prefetch"] = dict(c.retriever.stats)
         write_json(out_dir / "timing.json", timing)
-        _log_to_tracker(c.tracker, metrics, reports, rows, out_dir)
+        _log_to_tracker(c.tracker, metrics, reports, rows, out_dir,
+                        hop_title=f"{getattr(c.dataset, 'name', '?')} on KG {getattr(c.kg, 'name', '?')}")
         rate, limit = metrics["run/error_rate"], cfg.get("max_error_rate")
         if limit is not None and cfg.get("fail_on_error_rate", True) and rate > float(limit):
             raise RunFailed(f"{metrics['run/errors']} of {len(rows)} examples failed "
@@ -331,7 +362,7 @@ def build_reports(cfg: DictConfig, c: Components, examples: list[Example], rows,
     return reports
 
 
-def _log_to_tracker(tracker, metrics, reports, rows, out_dir: Path) -> None:
+def _log_to_tracker(tracker, metrics, reports, rows, out_dir: Path, hop_title: str = "?") -> None:
     tracker.log_metrics(metrics)
     hop = reports.get("hop_distribution")
     if hop:
@@ -341,7 +372,7 @@ def _log_to_tracker(tracker, metrics, reports, rows, out_dir: Path) -> None:
         try:
             from kgreason.tables import plot_hops
 
-            plot_hops(hop["counts"], png, title="hop distribution")
+            plot_hops(hop["counts"], png, title=f"hop distribution: {hop_title}")
             tracker.log_image("hops/plot", str(png))
         except ImportError:
             pass

@@ -16,7 +16,7 @@
   and bold the best cell per column (per metric) using ``METRICS[m].higher_is_better``.
 * :func:`collect_examples` gives the per-example tidy frame (with the KG hop distance from
   ``hops.json``) used by notebooks/analysis.ipynb.
-* :func:`plot_hops` draws ``hops.json`` counts as a bar chart (matplotlib, Agg backend).
+* :func:`plot_hops` draws ``hops.json`` counts as a bar chart (:func:`hops_figure`: a bare matplotlib Figure, no backend forced).
 """
 
 from __future__ import annotations
@@ -338,32 +338,39 @@ def _drop_constant_empty(df: pd.DataFrame, rows: list[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- plots
-def plot_hops(counts: Mapping[str, int], path: str | Path, title: str = "hop distribution") -> Path:
-    """Bar chart of a hop distribution (``hops.json`` ``counts``) saved to ``path`` (PNG)."""
-    import matplotlib
+def hops_figure(counts: Mapping[str, int], title: str = "hop distribution"):
+    """The hop-distribution bar chart as a matplotlib ``Figure`` (not saved, not shown).
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    A bare ``Figure`` (no pyplot state, no GUI backend needed): safe in a run, a worker thread or
+    a notebook, and nothing forces a backend on the caller. Counts get integer y ticks."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     keys = [str(k) for k in counts]
     vals = [int(counts[k]) for k in counts]
     short = {"unreachable": "unreach.", "unlinked": "unlinked"}
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.9 * len(keys) + 1.5), 3.0))
-    try:
-        colors = ["#4c72b0" if k.isdigit() else "#999999" for k in keys]
-        ax.bar(range(len(keys)), vals, color=colors)
-        ax.set_xticks(range(len(keys)), [short.get(k, k) for k in keys], fontsize=8)
-        ax.set_xlabel("shortest query→answer hops")
-        ax.set_ylabel("examples")
-        ax.set_title(title)
-        for i, v in enumerate(vals):
-            ax.annotate(str(v), (i, v), ha="center", va="bottom", fontsize=8)
-        fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
+    fig = Figure(figsize=(max(4.5, 0.9 * len(keys) + 1.5), 3.0))
+    ax = fig.subplots()
+    colors = ["#4c72b0" if k.isdigit() else "#999999" for k in keys]
+    ax.bar(range(len(keys)), vals, color=colors)
+    ax.set_xticks(range(len(keys)), [short.get(k, k) for k in keys], fontsize=8)
+    ax.set_xlabel("shortest query→answer hops")
+    ax.set_ylabel("examples")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no fractional ticks
+    ax.set_title(title)
+    for i, v in enumerate(vals):
+        ax.annotate(str(v), (i, v), ha="center", va="bottom", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_hops(counts: Mapping[str, int], path: str | Path, title: str = "hop distribution") -> Path:
+    """Bar chart of a hop distribution (``hops.json`` ``counts``) saved to ``path`` (PNG); the
+    run titles it with its dataset and KG (``hop distribution: <dataset> on KG <kg>``)."""
+    fig = hops_figure(counts, title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
     return path
 
 

@@ -99,6 +99,8 @@ def compose_cfg(overrides: list[str], out_dir: Path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    import kgreason  # noqa: F401 - registers the ${kgreason.path:...} resolver conf/paths uses
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         return compose(config_name="config", overrides=list(overrides) + [f"hydra.run.dir={out_dir}"])

@@ -20,15 +20,16 @@ PKG = REPO / "kgreason"
 # bottom → top; a module may import from its own layer or any layer below. The same table is in
 # docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
-    ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.runs"),   # 0 ground floor
+    ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.runs", "kgreason.textio", "kgreason.secrets",
+     "kgreason.callstore", "kgreason.progress", "kgreason.paths", "kgreason.record"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
     ("kgreason.llm",),                                                    # 3 LLM backends, cache, parsing
     ("kgreason.data", "kgreason.metrics"),                                # 4 datasets, scoring
-    ("kgreason.judges", "kgreason.reasoners"),                            # 5 methods
+    ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
     ("kgreason.run",),                                                    # 7 the wiring
-    ("kgreason.__main__", "kgreason.score", "kgreason.bench", "kgreason.eval"),  # 8 entry points
+    ("kgreason.__main__", "kgreason.score", "kgreason.bench", "kgreason.eval", "kgreason.cli"),  # 8 entry points
 ]
 
 # Import cycles tolerated for now (none): each entry must still be a cycle, so the test fails

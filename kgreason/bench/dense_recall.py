@@ -26,6 +26,7 @@ import numpy as np
 
 from kgreason.data.kgqa import read_records
 from kgreason.data.multihop import parse_hotpot, parse_ircot, parse_musique
+from kgreason.paths import resolve as resolve_path
 
 
 @dataclass(frozen=True)
@@ -118,11 +119,11 @@ def recall_at_k(items: list[RecallItem], embedder, ks=(2, 5)) -> dict[str, float
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=os.environ.get("KGREASON_DATA", "../shared/data"))
+    ap.add_argument("--data", default=resolve_path("data"), help="data root (default: paths.data, i.e. $KGREASON_DATA)")
     ap.add_argument("--limit", type=int, default=200, help="questions per dataset (first N)")
     ap.add_argument("--k", type=int, nargs="+", default=[2, 5])
     ap.add_argument("--datasets", nargs="+", default=list(SAMPLES))
-    ap.add_argument("--cache", default=os.path.join(os.environ.get("KGREASON_CACHE_DIR", ".cache/kgreason"), "embeddings"))
+    ap.add_argument("--cache", default=os.path.join(resolve_path("cache"), "embeddings"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     a = ap.parse_args(argv)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 
 from kgreason.data.ddxplus import english_answers, is_default_answer, load_ddxplus_kg, read_evidences, read_patients
 from kgreason.kg.store import KG, normalise_name
+from kgreason.paths import resolve as resolve_path
 from kgreason.types import Example
 
 SAMPLE_FILE = "patients_val_sample588_karishmagrana.csv"
@@ -176,7 +176,7 @@ def measure(data_dir: str | Path, max_hops: int = 5) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default=os.environ.get("KGREASON_DATA", "../shared/data"))
+    ap.add_argument("--data", default=resolve_path("data"), help="data root (default: paths.data, i.e. $KGREASON_DATA)")
     ap.add_argument("--max-hops", type=int, default=5)
     ap.add_argument("--json", default=None, help="write the result here too")
     a = ap.parse_args(argv)

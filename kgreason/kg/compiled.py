@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from kgreason import progress
 from kgreason.kg.store import KG
 
 CACHE_VERSION = 1
@@ -105,7 +106,8 @@ def load_cached(loader: Callable[..., KG] | str, path: Any, cache_dir: str | Pat
     target = root / f"{fn.__name__}-{key[:24]}"
     if (target / "vocab.json").exists():
         return KG.load(target, mmap=True)
-    kg = fn(path, **kw)
+    with progress.stage(f"compiling KG ({fn.__name__}) into {target}"):
+        kg = fn(path, **kw)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
     try:

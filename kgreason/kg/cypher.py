@@ -50,8 +50,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kgreason import progress
 from kgreason.kg.cypher_guard import CypherRejected, check_read_only, enforce_limit
 from kgreason.kg.store import KG
+from kgreason.paths import resolve as resolve_path
 
 
 class GraphDBUnavailable(RuntimeError):
@@ -170,7 +172,8 @@ class GraphDB(ABC):
             (names[en[int(kg.heads[t])]], names[en[int(kg.tails[t])]], rn[int(kg.rels[t])], next_rid + j)
             for j, t in enumerate(sel.tolist())
         ]
-        self._load(new_nodes, edges)
+        with progress.stage(f"exporting KG to {self.engine}: {len(new_nodes)} nodes, {len(edges)} edges"):
+            self._load(new_nodes, edges)
         all_keys = np.union1d(old_keys, keys[sel]).astype(np.uint64)
         self._save_state({"hash": digest, "names": names, "keys": all_keys, "next_rid": next_rid + len(edges)})
         n, m = self.counts()
@@ -629,7 +632,7 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
         raise ValueError(f"unknown Cypher engine {engine!r}; expected one of {sorted(ENGINES)}")
     opts = dict(options)
     if engine == "kuzu" and "path" not in opts:
-        base = Path(cache_dir or Path(os.environ.get("KGREASON_CACHE_DIR", ".cache/kgreason")) / "cypher")
+        base = Path(cache_dir or Path(resolve_path("cache")) / "cypher")
         key = f"{kg.name}-{kg_content_hash(kg)[:12]}" if kg is not None else "empty"
         opts["path"] = base / "kuzu" / key
     if engine == "neo4j":

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from hydra.utils import instantiate
 
+from kgreason import progress
 from kgreason.llm.cache import CachedLLM, CallStore
 
 
@@ -55,10 +56,14 @@ class LazyLLM:
         return self._llm is not None
 
     def generate(self, requests):
-        return self.get().generate(requests)
+        llm = self.get()
+        with progress.llm_calls(len(requests)):  # shown as llm_in_flight by the example progress
+            return llm.generate(requests)
 
     def score(self, prompt, candidates):
-        return self.get().score(prompt, candidates)
+        llm = self.get()
+        with progress.llm_calls(1):
+            return llm.score(prompt, candidates)
 
     def close(self) -> None:
         """Close the built LLM (its call-cache SQLite connection, the backend); idempotent."""

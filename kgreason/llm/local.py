@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from kgreason import progress
 from kgreason.llm.accounting import call_usage
 from kgreason.types import ChatRequest, Completion, Message
 
@@ -71,23 +72,24 @@ def load_transformers(gguf: Path, cache_dir: str | Path | None) -> tuple[Any, An
         model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
         return model, tok, {"load_s": time.perf_counter() - t0, "converted": 0.0}
     log.info("LocalLLM: dequantising %s once (slow); saving to %s", gguf.name, out)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    load_s = time.perf_counter() - t0
-    # weights are already dequantised: drop the GGUF "quantizer" so save_pretrained accepts them
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        delattr(model.config, "quantization_config")
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(tmp))
-    tok.save_pretrained(str(tmp))
-    try:
-        os.replace(tmp, out)  # atomic: a concurrent process either sees all of it or none
-    except OSError:  # another process won the race
-        import shutil
+    with progress.stage(f"converting {gguf.name} to a transformers copy (once)"):
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        load_s = time.perf_counter() - t0
+        # weights are already dequantised: drop the GGUF "quantizer" so save_pretrained accepts them
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            delattr(model.config, "quantization_config")
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        try:
+            os.replace(tmp, out)  # atomic: a concurrent process either sees all of it or none
+        except OSError:  # another process won the race
+            import shutil
 
-        shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
     return model, tok, {"load_s": load_s, "converted": 1.0}
 
 

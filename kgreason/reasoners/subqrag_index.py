@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from kgreason import progress
 from kgreason.kg.store import KG
 from kgreason.llm.parsing import parse_json
 from kgreason.reasoners.base import load_prompt, render
@@ -160,7 +161,8 @@ def _read_extractions(log: Path) -> dict[str, dict]:
 def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: bool, max_tokens: int) -> int:
     """Extract the passages not in ``done`` (appending each to the log as it finishes)."""
     made = 0
-    with log.open("a", encoding="utf-8") as f:
+    with log.open("a", encoding="utf-8") as f, progress.bar(len(rows), "SubQRAG indexing", "passage",
+                                                            initial=len(done), show_llm=True) as bar:
         for pid, title, text in rows:
             if pid in done:
                 continue
@@ -171,6 +173,7 @@ def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: b
             f.flush()
             done[pid] = rec
             made += 1
+            bar.update(1, rejected=bad)
     return made
 
 

@@ -1,0 +1,200 @@
+"""The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
+
+* ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.__main__`);
+* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``score``, ``bench``, ``index``, ``sync``.
+
+The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
+``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
+groups users choose from (internal groups such as ``bench`` and ``pairing`` are left out) and the
+tools; ``kgreason TOOL --help`` shows that tool's options after an example. Hydra's own flags
+(``--cfg job``, ``--multirun``, ``--hydra-help``, ...) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kgreason.paths import config_dir
+
+#: config groups that are wiring, not choices: composed automatically, hidden from ``--help``
+HIDDEN_GROUPS = {"bench", "pairing", "hydra", "local", "paths"}
+
+
+@dataclass(frozen=True)
+class Tool:
+    summary: str
+    example: str
+    run: Callable[[list[str]], int]
+
+
+def _module_main(module: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        rc = importlib.import_module(module).main(argv)
+        return rc if isinstance(rc, int) else 0
+
+    return run
+
+
+def _bench(argv: list[str]) -> int:
+    """A named sub-bench (``kgreason bench scale ...``) or the retrieval bench (Hydra overrides)."""
+    from kgreason.bench import __main__ as bench
+
+    if argv and argv[0] == "retrieval":
+        argv = argv[1:]
+    else:
+        rc = bench.dispatch(["kgreason bench", *argv])
+        if rc is not None:
+            return rc
+    # the Hydra bench reads conf/bench/config.yaml: point it at this install's config dir
+    sys.argv = ["kgreason bench", *argv, f"--config-path={config_dir()}"]
+    bench.main()
+    return 0
+
+
+def offline_runs(sweep_dir: str | Path) -> list[Path]:
+    """Every W&B offline run under a run or sweep dir (``**/wandb/offline-run-*``), sorted."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: not a directory (give a run dir or a sweep dir under outputs/)")
+    return sorted(p for p in root.rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb")
+
+
+def sync_main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="kgreason sync",
+                                 description="Upload a run's or a sweep's offline W&B runs (wandb sync).")
+    ap.add_argument("dir", help="a run dir or a multirun (sweep) dir")
+    ap.add_argument("--dry-run", action="store_true", help="list the offline runs, upload nothing")
+    ap.add_argument("--project", default=None, help="upload into this W&B project (default: the run's own)")
+    args = ap.parse_args(argv)
+    try:
+        runs = offline_runs(args.dir)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not runs:
+        print(f"error: no W&B offline runs under {args.dir} (runs with tracking=wandb write "
+              "<run dir>/wandb/offline-run-*)", file=sys.stderr)
+        return 2
+    for r in runs:
+        print(r)
+    if args.dry_run:
+        print(f"{len(runs)} offline run(s); --dry-run: nothing uploaded")
+        return 0
+    cmd = [sys.executable, "-m", "wandb", "sync", *(["--project", args.project] if args.project else []),
+           *map(str, runs)]
+    return subprocess.call(cmd)
+
+
+TOOLS: dict[str, Tool] = {
+    "tables": Tool("paper-style tables (Markdown, CSV, LaTeX) from a run or sweep dir",
+                   "kgreason tables outputs/multirun/2026-01-31/12-00-00 --rows reasoner --cols dataset,metric",
+                   _module_main("kgreason.tables")),
+    "score": Tool("score a predictions JSONL (id, prediction, answers) without running a model",
+                  "kgreason score outputs/runs/2026-01-31/12-00-00_embedded_rag/predictions.jsonl --metrics hits_at_1,f1",
+                  _module_main("kgreason.score")),
+    "bench": Tool("benchmarks: the retrieval bench (Hydra overrides) or a named sub-bench",
+                  "kgreason bench kg=embedded 'backends=[scipy,numba]' 'hops=[1,2]'     |     kgreason bench scale --help",
+                  _bench),
+    "index": Tool("build a SubQRAG triple index for a corpus with an LLM backend",
+                  "kgreason index corpus.jsonl .cache/kgreason/subqrag_index "
+                  "--llm kgreason.llm.openai_http:OpenAIChat --model gpt-4o-mini",
+                  _module_main("kgreason.kg.indexing")),
+    "sync": Tool("upload a run's or a sweep's offline W&B runs",
+                 "kgreason sync outputs/multirun/2026-01-31/12-00-00 [--dry-run]",
+                 sync_main),
+}
+
+
+def groups(conf: Path | None = None) -> dict[str, list[str]]:
+    """User-facing config groups and their options, read from the config dir."""
+    conf = conf or config_dir()
+    out = {}
+    for d in sorted(p for p in conf.iterdir() if p.is_dir()):
+        if d.name in HIDDEN_GROUPS:
+            continue
+        opts = sorted(p.stem for p in d.glob("*.yaml"))
+        if opts:
+            out[d.name] = opts
+    return out
+
+
+def help_text() -> str:
+    lines = [
+        "kgreason: LLM reasoning over knowledge graphs (a Hydra app)",
+        "",
+        "usage:",
+        "  kgreason [group=option ...] [key=value ...]     run one evaluation (defaults: the embedded world, offline)",
+        "  kgreason --multirun group=a,b seed=0,1            a sweep (one run dir per job)",
+        "  kgreason TOOL [args ...]                          a tool; `kgreason TOOL --help` shows an example",
+        "",
+        "examples:",
+        "  kgreason dataset.limit=20",
+        "  kgreason reasoner=rag llm=openai llm.model=gpt-4o-mini",
+        "  kgreason experiment=sgr_table1",
+        "",
+        "tools:",
+    ]
+    lines += [f"  {name:<8} {t.summary}" for name, t in TOOLS.items()]
+    lines += ["", f"config groups (from {config_dir()}):"]
+    for g, opts in groups().items():
+        lines.append(f"  {g:<11} {', '.join(opts)}")
+    lines += [
+        "",
+        "paths: paths.data (KGREASON_DATA), paths.cache (KGREASON_CACHE_DIR), paths.models (KGREASON_MODEL_DIR),",
+        "       paths.output (KGREASON_OUTPUT); `kgreason --cfg job` prints the composed config,",
+        "       `kgreason --hydra-help` lists Hydra's own flags.",
+    ]
+    return "\n".join(lines)
+
+
+def tool_help(name: str) -> str:
+    t = TOOLS[name]
+    return f"kgreason {name}: {t.summary}\n\nexample:\n  {t.example}\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int | None:
+    """Entry point of the ``kgreason`` console script (and ``python -m kgreason``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in TOOLS:
+        name, rest = args[0], args[1:]
+        if any(a in ("-h", "--help") for a in rest) and name in ("bench",):
+            # the bench's Hydra help would list every group; show the example and the sub-benches
+            from kgreason.bench.__main__ import subcommands
+
+            if not rest or rest[0] in ("-h", "--help"):
+                print(tool_help(name) + "\nsub-benches: " + ", ".join(subcommands())
+                      + "\n`kgreason bench NAME --help` shows a sub-bench's options; the retrieval bench's"
+                      + " overrides are in conf/bench/config.yaml (`kgreason bench --cfg job`).")
+                return _exit(0, argv)
+        elif any(a in ("-h", "--help") for a in rest):
+            print(tool_help(name))
+        return _exit(TOOLS[name].run(rest), argv)
+    if args and not args[0].startswith(("-", "+", "~")) and "=" not in args[0]:
+        print(f"kgreason: {args[0]!r} is neither a tool ({', '.join(TOOLS)}) nor a Hydra override "
+              "(group=option, key=value); see `kgreason --help`", file=sys.stderr)
+        return _exit(2, argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(help_text())
+        return _exit(0, argv)
+    from kgreason.__main__ import main as app
+
+    sys.argv = [sys.argv[0] if argv is None else "kgreason", *args]
+    app()
+    return None
+
+
+def _exit(rc: int, argv) -> int:
+    if argv is None:  # console script: exit with the tool's status
+        sys.exit(rc)
+    return rc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Where kgreason looks for its configs, data, caches and models (the ``paths`` config group).
+
+Ground floor: imports nothing from kgreason. Two layouts are told apart by where this file is:
+
+* a **clone** (``<root>/kgreason/paths.py`` next to ``<root>/conf/config.yaml``): configs are the
+  clone's ``conf/``; data defaults to ``<root>/../shared/data``; caches to ``<root>/.cache/kgreason``;
+* an **installed** package (``site-packages/kgreason``): configs are the copy of ``conf/`` shipped
+  in the wheel as ``kgreason/conf``; data defaults to ``$XDG_DATA_HOME/kgreason/data``
+  (``~/.local/share/kgreason/data``); caches to ``$XDG_CACHE_HOME/kgreason`` (``~/.cache/kgreason``).
+
+Environment variables win over both defaults: ``KGREASON_DATA``, ``KGREASON_CACHE_DIR``,
+``KGREASON_MODEL_DIR``, ``KGREASON_OUTPUT``. Nothing here depends on the working directory except
+the output root, which follows Hydra's convention (runs are written where you start them).
+
+``conf/paths/default.yaml`` reads these through the ``${kgreason.path:NAME}`` resolver, which
+importing :mod:`kgreason` registers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+#: environment variable → (paths.<key>, what it points at)
+ENV = {
+    "data": "KGREASON_DATA",
+    "cache": "KGREASON_CACHE_DIR",
+    "models": "KGREASON_MODEL_DIR",
+    "output": "KGREASON_OUTPUT",
+}
+
+
+def repo_root() -> Path | None:
+    """The clone's root when running from a checkout (or an editable install), else ``None``."""
+    root = PACKAGE_DIR.parent
+    if (root / "conf" / "config.yaml").is_file() and (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def config_dir() -> Path:
+    """The primary Hydra config directory: the clone's ``conf/``, else the packaged copy."""
+    root = repo_root()
+    if root is not None:
+        return root / "conf"
+    packaged = PACKAGE_DIR / "conf"
+    if (packaged / "config.yaml").is_file():
+        return packaged
+    raise FileNotFoundError(
+        f"no kgreason configs found: neither {PACKAGE_DIR.parent / 'conf'} (a clone) nor {packaged} "
+        "(an installed wheel) holds config.yaml; reinstall the package (pip install kgreason)")
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    return Path(os.environ.get(var) or Path.home() / fallback)
+
+
+def default(name: str) -> str:
+    """The default for ``paths.<name>`` when its environment variable is unset."""
+    root = repo_root()
+    if name == "root":
+        return str(root) if root is not None else str(PACKAGE_DIR)
+    if name == "data":
+        return str(root.parent / "shared" / "data") if root else str(_xdg("XDG_DATA_HOME", ".local/share") / "kgreason" / "data")
+    if name == "cache":
+        return str(root / ".cache" / "kgreason") if root else str(_xdg("XDG_CACHE_HOME", ".cache") / "kgreason")
+    if name == "models":
+        return str(_xdg("XDG_CACHE_HOME", ".cache") / "kgreason" / "models")
+    if name == "output":
+        return "outputs"
+    raise KeyError(f"${{kgreason.path:{name}}}: expected one of root, data, cache, models, output")
+
+
+def resolve(name: str) -> str:
+    """``paths.<name>``: its environment variable if set, else :func:`default`."""
+    var = ENV.get(name)
+    return (os.environ.get(var) if var else None) or default(name)
+
+
+def register_resolvers() -> None:
+    """Register ``${kgreason.path:NAME}`` with OmegaConf (idempotent)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("kgreason.path"):
+        OmegaConf.register_new_resolver("kgreason.path", resolve)
+
+
+def _string_leaves(node: Any, prefix: str = ""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _string_leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            yield from _string_leaves(v, f"{prefix}[{i}]")
+    elif isinstance(node, str):
+        yield prefix, node
+
+
+def explain_missing(cfg: Any, message: str) -> str | None:
+    """For an error about a missing file, say which setting holds that path and which
+    ``paths.*`` entry and environment variable it is built from. ``None`` when the message
+    names no configured path."""
+    from omegaconf import OmegaConf
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - best effort: the original error is still raised
+        return None
+    roots = plain.get("paths") or {}
+    leaves = _string_leaves({k: v for k, v in plain.items() if k not in ("paths", "hydra")})
+    # path-like settings named in the message, the most specific (longest) first
+    hits = sorted(((k, v) for k, v in leaves if "/" in v and v in message), key=lambda kv: -len(kv[1]))
+    for key, value in hits:
+        for name in ("data", "cache", "models"):
+            base = str(roots.get(name) or "")
+            if base and value.startswith(base):
+                var = ENV[name]
+                how = f"{var}={os.environ[var]}" if os.environ.get(var) else f"{var} is unset, so the default {default(name)}"
+                return (f"{value} (setting `{key}`) is under paths.{name} = {base} ({how}). "
+                        f"Point {var} at the directory that holds it (export {var}=/path/to/{name}) "
+                        f"or override paths.{name}=... / {key}=... on the command line; see docs/data.md.")
+        return f"{value} comes from the setting `{key}`; override it on the command line ({key}=...)."
+    return None

@@ -1,0 +1,216 @@
+"""Progress for long steps: a tqdm bar on a terminal, a periodic log line otherwise (CI, files).
+
+Ground floor: imports nothing from kgreason. Two shapes:
+
+* :class:`Progress` (``with progress.bar(total, "examples") as p: ... p.update(errors=0, hits_at_1=0.5)``)
+  for counted work: examples, KG edges, corpus passages; shows done/total, rate, ETA and the
+  caller's running figures (errors so far, the headline metric);
+* :func:`stage` (``with progress.stage("converting SmolLM2 GGUF"): ...``) for one long call with no
+  count (model conversion, a bulk graph-database load): a start line, a heartbeat every interval
+  while it runs, and the elapsed time at the end.
+
+LLM calls in flight are counted with :func:`llm_calls` (the LLM wrapper enters it around each
+batch); every bar and heartbeat shows the current count, so a run stuck on a slow endpoint says so.
+
+Nothing is printed per item. A ticker thread refreshes the bar (and writes the periodic log line)
+even while no item finishes, so a 4-minute LLM call is visible as it happens. Settings (environment):
+``KGREASON_PROGRESS`` = ``auto`` (bar on a TTY, log lines otherwise; the default) | ``bar`` |
+``log`` | ``off``; ``KGREASON_PROGRESS_INTERVAL`` = seconds between log lines (default 30).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+log = logging.getLogger("kgreason.progress")
+
+_inflight = 0
+_inflight_lock = threading.Lock()
+
+
+def in_flight() -> int:
+    """LLM calls currently waiting for a reply (all threads)."""
+    return _inflight
+
+
+@contextmanager
+def llm_calls(n: int = 1) -> Iterator[None]:
+    """Count ``n`` LLM calls as in flight for the duration of the block."""
+    global _inflight
+    with _inflight_lock:
+        _inflight += n
+    try:
+        yield
+    finally:
+        with _inflight_lock:
+            _inflight -= n
+
+
+def mode() -> str:
+    """``bar``, ``log`` or ``off`` for this process (see the module docstring)."""
+    m = os.environ.get("KGREASON_PROGRESS", "auto").strip().lower()
+    if m in ("bar", "log", "off"):
+        return m
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return "log"
+    return "bar" if sys.stderr.isatty() else "log"
+
+
+def interval() -> float:
+    try:
+        return max(0.01, float(os.environ.get("KGREASON_PROGRESS_INTERVAL", "30")))
+    except ValueError:
+        return 30.0
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None or s != s or s == float("inf"):
+        return "?"
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+def _fmt_v(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+class Progress:
+    """Counted progress; see the module docstring. Thread-safe ``update``."""
+
+    def __init__(self, total: int | None, desc: str, unit: str = "it", *, initial: int = 0,
+                 show_llm: bool = False) -> None:
+        self.total, self.desc, self.unit = total, desc, unit
+        self.n = initial
+        self.initial = initial
+        self.show_llm = show_llm
+        self.postfix: dict[str, Any] = {}
+        self.mode = mode()
+        self.t0 = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._bar = None
+        self._thread: threading.Thread | None = None
+        if self.mode == "bar":
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit=unit, initial=initial, dynamic_ncols=True, leave=True)
+        if self.mode != "off":
+            self._thread = threading.Thread(target=self._tick, name=f"progress-{desc}", daemon=True)
+            self._thread.start()
+
+    # -- reporting
+    def _figures(self) -> dict[str, Any]:
+        out = dict(self.postfix)
+        if self.show_llm:
+            out["llm_in_flight"] = in_flight()
+        return out
+
+    def line(self) -> str:
+        """The log line for the current state (also what the bar's postfix shows)."""
+        elapsed = time.monotonic() - self.t0
+        done = self.n - self.initial
+        rate = done / elapsed if elapsed > 0 else 0.0
+        if self.total:
+            left = self.total - self.n
+            eta = left / rate if rate > 0 else None
+            head = f"{self.desc}: {self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%)"
+            tail = f", elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta) if left else '0s'}"
+        else:
+            head, tail = f"{self.desc}: {self.n} {self.unit}", f", elapsed {_fmt_s(elapsed)}"
+        figs = self._figures()
+        extra = " | " + " ".join(f"{k}={_fmt_v(v)}" for k, v in figs.items()) if figs else ""
+        return f"{head}, {rate:.2f} {self.unit}/s{tail}{extra}"
+
+    def _tick(self) -> None:
+        wait = 1.0 if self.mode == "bar" else interval()
+        while not self._stop.wait(wait):
+            with self._lock:
+                if self._bar is not None:
+                    self._bar.set_postfix({k: _fmt_v(v) for k, v in self._figures().items()}, refresh=True)
+                else:
+                    log.info(self.line())
+
+    def update(self, n: int = 1, **figures: Any) -> None:
+        """``n`` more items done; ``figures`` (e.g. ``errors=2, hits_at_1=0.61``) replace the shown ones."""
+        with self._lock:
+            self.n += n
+            self.postfix.update(figures)
+            if self._bar is not None:
+                self._bar.set_postfix({k: _fmt_v(v) for k, v in self._figures().items()}, refresh=False)
+                self._bar.update(n)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+            elif self.mode == "log":
+                log.info(self.line() + " (done)")
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def bar(total: int | None, desc: str, unit: str = "it", **kw: Any) -> Progress:
+    return Progress(total, desc, unit, **kw)
+
+
+def iterate(items, desc: str, total: int | None = None, unit: str = "it"):
+    """Yield from ``items`` with a :class:`Progress` (``total`` from ``len(items)`` when possible)."""
+    if total is None:
+        try:
+            total = len(items)
+        except TypeError:
+            total = None
+    with Progress(total, desc, unit) as p:
+        for x in items:
+            yield x
+            p.update()
+
+
+@contextmanager
+def stage(desc: str) -> Iterator[None]:
+    """One long uncounted step: a start line, a heartbeat each interval, the elapsed time at the end."""
+    m = mode()
+    if m == "off":
+        yield
+        return
+    t0 = time.monotonic()
+    stop = threading.Event()
+    log.info("%s ...", desc)
+
+    def beat() -> None:
+        while not stop.wait(interval() if m == "log" else 10.0):
+            n = in_flight()
+            log.info("%s: still running after %s%s", desc, _fmt_s(time.monotonic() - t0),
+                     f" ({n} LLM calls in flight)" if n else "")
+
+    t = threading.Thread(target=beat, name=f"stage-{desc}", daemon=True)
+    t.start()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        log.info("%s: %s after %s", desc, "done" if ok else "failed", _fmt_s(time.monotonic() - t0))
+
+
+__all__ = ["Progress", "bar", "iterate", "stage", "llm_calls", "in_flight", "mode", "interval"]
