@@ -1,6 +1,6 @@
 """The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
 
-* ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.__main__`);
+* ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
 * ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``score``, ``bench``, ``index``, ``sync``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int | None:
     if any(a in ("-h", "--help") for a in args):
         print(help_text())
         return _exit(0, argv)
-    from kgreason.__main__ import main as app
+    from kgreason.app import main as app
 
     sys.argv = [sys.argv[0] if argv is None else "kgreason", *args]
     app()

@@ -29,7 +29,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
     ("kgreason.run",),                                                    # 7 the wiring
-    ("kgreason.__main__", "kgreason.score", "kgreason.bench", "kgreason.eval", "kgreason.cli"),  # 8 entry points
+    ("kgreason.app", "kgreason.score", "kgreason.bench", "kgreason.eval"),  # 8 the app and tools
+    ("kgreason.cli",),                                                    # 9 the command
+    ("kgreason.__main__",),                                               # 10 python -m kgreason
 ]
 
 # Import cycles tolerated for now (none): each entry must still be a cycle, so the test fails

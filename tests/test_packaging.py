@@ -100,7 +100,7 @@ def test_missing_data_file_names_the_setting_and_the_variable(tmp_path, monkeypa
 def test_hub_offline_unless_source_hub(monkeypatch):
     from omegaconf import OmegaConf
 
-    import kgreason.__main__ as app
+    import kgreason.app as app
 
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
@@ -116,7 +116,7 @@ def test_hub_offline_unless_source_hub(monkeypatch):
 
 def test_importing_the_app_leaves_the_hub_setting_alone():
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    r = subprocess.run([sys.executable, "-c", "import os, kgreason.__main__, kgreason.cli; "
+    r = subprocess.run([sys.executable, "-c", "import os, kgreason.app, kgreason.cli; "
                         "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('TRANSFORMERS_OFFLINE'))"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "None None", r.stdout + r.stderr[-500:]
