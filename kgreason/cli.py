@@ -103,9 +103,8 @@ TOOLS: dict[str, Tool] = {
                   "kgreason bench kg=embedded 'backends=[scipy,numba]' 'hops=[1,2]'     |     kgreason bench scale --help",
                   _bench),
     "index": Tool("build a SubQRAG triple index for a corpus with an LLM backend",
-                  "kgreason index corpus.jsonl .cache/kgreason/subqrag_index "
-                  "--llm kgreason.llm.openai_http:OpenAIChat --model gpt-4o-mini",
-                  _module_main("kgreason.kg.indexing")),
+                  "kgreason index corpus.jsonl .cache/kgreason/subqrag_index llm=openai llm.model=gpt-4o-mini",
+                  _module_main("kgreason.reasoners.subqrag_index")),
     "sync": Tool("upload a run's or a sweep's offline W&B runs",
                  "kgreason sync outputs/multirun/2026-01-31/12-00-00 [--dry-run]",
                  sync_main),

@@ -19,11 +19,11 @@ class SlowScriptedLLM(ScriptedLLM):
     """The scripted test double, plus a fixed delay per batch (a slow endpoint or local model).
     Records when each batch returned, so the test can tell "during the run" from "after"."""
 
-    delay_s = 0.25
+    slow_s = 0.25  # (not delay_s: ScriptedLLM has its own delay_s setting, 0 by default)
     returned: list[float] = []
 
     def generate(self, requests):
-        time.sleep(self.delay_s)
+        time.sleep(self.slow_s)
         out = super().generate(requests)
         SlowScriptedLLM.returned.append(time.time())  # the clock LogRecord.created uses
         return out

@@ -259,8 +259,9 @@ def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - thin 
         if "text" not in r or "title" not in r:
             raise ValueError(f"{a.corpus}:{ln}: expected fields 'title' and 'text'")
         rows.append((str(r.get("id", r["title"])), r["title"], r["text"]))
-    conf_dir = Path(__file__).resolve().parents[2] / "conf"
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+    from kgreason.paths import config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=list(a.overrides))
     llm = build_llm(cfg.llm, cfg.get("llm_cache"))
     try:
