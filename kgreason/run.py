@@ -54,10 +54,11 @@ class LazyLLM:
     """Builds the configured LLM on first use, so runs whose reasoner never calls an LLM
     (retrieval_only, kg_dx) do not load a model."""
 
-    def __init__(self, cfg: DictConfig, cache_cfg: DictConfig | None) -> None:
+    def __init__(self, cfg: DictConfig, cache_cfg: DictConfig | None, example_workers: int = 1) -> None:
         import threading
 
         self._cfg, self._cache_cfg, self._llm = cfg, cache_cfg, None
+        self._workers = int(example_workers or 1)
         self._lock = threading.Lock()  # example_workers > 1: build once
         self.backend = str(cfg.get("backend", cfg.get("_target_", "?")))
         self.model = str(cfg.get("model", "?"))
@@ -66,7 +67,12 @@ class LazyLLM:
         if self._llm is None:
             with self._lock:
                 if self._llm is None:
-                    self._llm = wrap_with_cache(instantiate(self._cfg), self._cache_cfg)
+                    from kgreason.llm.batching import maybe_batching
+
+                    # example_workers > 1 on an in-process model (local, hf): concurrent examples'
+                    # requests are merged into left-padded batches (cache hits never wait)
+                    inner = maybe_batching(instantiate(self._cfg), self._workers)
+                    self._llm = wrap_with_cache(inner, self._cache_cfg)
         return self._llm
 
     @property
@@ -105,7 +111,7 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         from kgreason.retrieval.prefetch import PrefetchingRetriever
 
         retriever = PrefetchingRetriever(retriever, chunk_size=int(cfg.retrieval_batch))
-    llm = LazyLLM(cfg.llm, cfg.get("llm_cache"))
+    llm = LazyLLM(cfg.llm, cfg.get("llm_cache"), example_workers=int(cfg.get("example_workers") or 1))
     reasoner = instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm)
     dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
     names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
