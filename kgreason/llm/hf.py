@@ -53,7 +53,7 @@ def apply_dtype(net: Any, dtype: str) -> Any:
 
         with warnings.catch_warnings():  # torch marks the eager API deprecated; it still works in 2.x
             warnings.simplefilter("ignore")
-            return quantize_dynamic(net.float(), {torch.nn.Linear}, dtype=torch.qint8)
+            return quantize_dynamic(net.float(), {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     return net.to(getattr(torch, dtype))
 
 
