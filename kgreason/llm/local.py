@@ -111,8 +111,9 @@ class LocalLLM:
         n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
             the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
         model: a name from :data:`kgreason.llm.models.MODELS` (the GGUF is assembled from its
-            PyPI parts; ``package``/``gguf_path`` are then ignored), or any other string, which
-            only names the model (cache key, logs); ``None`` = the GGUF's file stem.
+            PyPI parts; ``package``/``gguf_path`` are then ignored); with ``gguf_path`` any
+            string, which only names that file (cache key, logs); ``None`` = the GGUF's file stem.
+            An unknown name without ``gguf_path`` is an error (it would otherwise run SmolLM2).
         sha256: the pinned SHA-256 of a named model's GGUF (config value; overrides the registry's).
         dtype: ``auto`` | ``float32`` | ``bfloat16`` | ``float16`` | ``int8`` (transformers route).
     """
@@ -126,9 +127,16 @@ class LocalLLM:
         # n_threads also sets torch's CPU threads on the transformers route
         from kgreason.llm.models import MODELS, assemble
 
+        from kgreason.llm.hf import DTYPES
+
         spec = MODELS.get(model) if model else None
         if route not in ("transformers", "llamacpp"):
             raise ValueError(f"llm.route must be 'transformers' or 'llamacpp', got {route!r}")
+        if model and spec is None and not gguf_path:  # would silently run SmolLM2 under another name
+            raise ValueError(f"llm.model={model!r} is not a named local model (known: {sorted(MODELS)}); "
+                             "for another GGUF set llm.gguf_path=<file> (llm.model then only names it)")
+        if dtype not in DTYPES:  # checked before any assembly or conversion
+            raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
         if spec is not None:
             if sha256 and sha256 != spec.sha256:
                 import dataclasses
@@ -145,10 +153,8 @@ class LocalLLM:
                                                   else f"@{self.dtype}")
         t0 = time.perf_counter()
         if route == "transformers":
-            from kgreason.llm.hf import DTYPES, HFCausalLM
+            from kgreason.llm.hf import HFCausalLM
 
-            if self.dtype not in DTYPES:
-                raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
             net, tok, self.load_info = load_transformers(self.gguf, cache_dir, self.dtype)
             self.impl: Any = HFCausalLM(str(self.gguf), device=device, dtype=self.dtype, batch_size=batch_size,
                                         model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)

@@ -97,6 +97,17 @@ def test_local_llm_with_a_named_model_whose_parts_are_missing(monkeypatch, tmp_p
         LocalLLM(model="ghost", cache_dir=str(tmp_path))
 
 
+def test_unknown_model_name_and_bad_dtype_fail_before_loading(tmp_path):
+    from kgreason.llm.local import LocalLLM
+
+    with pytest.raises(ValueError, match=r"llm.model='qwen-72b' is not a named local model.*gguf_path"):
+        LocalLLM(model="qwen-72b", cache_dir=str(tmp_path))
+    fake = tmp_path / "m.gguf"
+    fake.write_bytes(b"GGUF")
+    with pytest.raises(ValueError, match="llm.dtype"):
+        LocalLLM(gguf_path=str(fake), dtype="int4")
+
+
 def test_registry_pins_match_the_config():
     """conf/llm/qwen_coder_1_5b.yaml and the registry pin the same file."""
     from pathlib import Path
