@@ -111,7 +111,9 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         embedder = _owned(stack, instantiate(cfg.embedder)) if _configured(cfg.get("embedder")) else None
         graphdb = _owned(stack, instantiate(cfg.graphdb, kg=kg)) if _configured(cfg.get("graphdb")) else None
         # every LLM handed out is metered: its calls land in the current example's ledger (issue 16)
-        llm = _owned(stack, MeteredLLM(LazyLLM(cfg.llm, cfg.get("llm_cache")), purpose="answer"))
+        workers = int(cfg.get("example_workers") or 1)  # local/hf models batch across concurrent examples
+        llm = _owned(stack, MeteredLLM(LazyLLM(cfg.llm, cfg.get("llm_cache"), example_workers=workers),
+                                       purpose="answer"))
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
         dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))

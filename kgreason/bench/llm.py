@@ -7,6 +7,14 @@
   ``max_concurrency=16`` vs ``1`` on the same requests → requests/s, tokens/s and the ratio;
 * ``hf``: :class:`~kgreason.llm.hf.HFCausalLM` on a tiny random-weight Llama built locally
   (nothing downloaded): one left-padded batch vs one request at a time.
+* ``dtypes``: a real local model (``--model``, default the Qwen2.5-Coder-1.5B parts) in float32,
+  bfloat16 and int8 (dynamic quantisation): greedy tokens/s on the same prompts, one request
+  at a time, the dtypes alternating prompt by prompt (fair on a shared CPU), and whether each
+  dtype's greedy reply equals float32's.
+* ``workers``: a whole run (``kgreason.run.run``, ``reasoner=io`` on MetaQA 2-hop, call cache
+  off) with ``example_workers=1`` and ``=8`` on the same questions → examples per minute and
+  the ratio (8 workers → the local model's requests are merged by
+  :class:`~kgreason.llm.batching.BatchingLLM`).
 
 Speed is never asserted in tests; this prints a table (and ``--json PATH`` writes one).
 
@@ -225,25 +233,122 @@ def bench_hf(n: int = 16, max_tokens: int = 16, batch_size: int = 16, repeats: i
     return out
 
 
+DTYPE_PROMPTS = ("What is the capital of France? Answer in one word.",
+                 "Which film did Peter Bogdanovich direct in 1971? Reply with a JSON list of titles.",
+                 "Write a Python function that returns the square of a number.")
+
+
+def bench_dtypes(model: str | None = "qwen2.5-coder-1.5b-instruct", dtypes: tuple[str, ...] = ("float32", "bfloat16", "int8"),
+                 max_tokens: int = 32, rounds: int = 1, prompts: tuple[str, ...] = DTYPE_PROMPTS,
+                 n_threads: int | None = None) -> dict[str, Any]:
+    """Greedy decode speed of one local model per dtype (one request at a time, alternating)."""
+    import os
+
+    from kgreason.llm.local import LocalLLM
+    from kgreason.types import ChatRequest
+
+    out: dict[str, Any] = {"backend": f"local {model or 'smollm2'} (greedy, 1 request at a time)",
+                           "max_tokens": max_tokens, "rounds": rounds, "load_avg_start": os.getloadavg()[0]}
+    out["n_threads"] = n_threads
+    llms = {d: LocalLLM(model=model, dtype=d, n_threads=n_threads) for d in dtypes}
+    for llm in llms.values():  # warm-up
+        llm.generate([ChatRequest.of("Hi", max_tokens=2)])
+    secs = {d: 0.0 for d in dtypes}
+    toks = {d: 0 for d in dtypes}
+    texts: dict[str, list[str]] = {d: [] for d in dtypes}
+    for r in range(max(1, rounds)):
+        for q in prompts:
+            order = dtypes if r % 2 == 0 else tuple(reversed(dtypes))
+            for d in order:
+                t0 = time.perf_counter()
+                (c,) = llms[d].generate([ChatRequest.of(q, max_tokens=max_tokens)])
+                secs[d] += time.perf_counter() - t0
+                toks[d] += c.usage.completion_tokens
+                print(f"  {d:9s} {c.usage.completion_tokens:3d} tokens {time.perf_counter() - t0:7.1f}s  {c.text[:60]!r}",
+                      flush=True)
+                if r == 0:
+                    texts[d].append(c.text)
+    ref = dtypes[0]
+    for d in dtypes:
+        out[d] = {"tok_per_s": round(toks[d] / secs[d], 2), "s": round(secs[d], 1), "tokens": toks[d],
+                  "same_greedy_as_" + ref: [a == b for a, b in zip(texts[d], texts[ref])], "texts": texts[d]}
+        out[d]["ratio_vs_" + ref] = round(out[d]["tok_per_s"] / out[ref]["tok_per_s"], 2)
+    out["load_avg_end"] = os.getloadavg()[0]
+    return out
+
+
+def bench_workers(llm_overrides: tuple[str, ...] = ("llm=qwen_coder_1_5b",), n: int = 16, workers: int = 8,
+                  max_tokens: int | None = None) -> dict[str, Any]:
+    """Examples per minute of one real run at 1 worker and at ``workers`` (same questions)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from kgreason.run import run
+
+    conf = str(Path(__file__).resolve().parents[2] / "conf")
+    out: dict[str, Any] = {"backend": f"run reasoner=io metaqa {' '.join(llm_overrides)}", "n": n,
+                           "load_avg_start": os.getloadavg()[0]}
+    for w in (1, workers):
+        ov = ["reasoner=io", "dataset=metaqa", "kg=metaqa", f"dataset.limit={n}", "tracking=none",
+              "llm_cache.mode=off", f"example_workers={w}", *llm_overrides]
+        if max_tokens:
+            ov.append(f"reasoner.max_tokens={max_tokens}")
+        with initialize_config_dir(config_dir=conf, version_base=None):
+            cfg = compose("config", overrides=ov)
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            res = run(cfg, d)
+            dt = time.perf_counter() - t0
+        out[f"workers_{w}"] = {"s": round(dt, 1), "examples_per_min": round(n / dt * 60, 2),
+                               "hits_at_1": res.metrics.get("metric/hits_at_1"),
+                               "completion_tokens": res.metrics.get("llm/completion_tokens"),
+                               "calls": res.metrics.get("llm/calls")}
+    out["ratio"] = round(out[f"workers_{workers}"]["examples_per_min"] / out["workers_1"]["examples_per_min"], 2)
+    out["load_avg_end"] = os.getloadavg()[0]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kgreason.bench.llm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf")
+    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf, dtypes, workers")
     p.add_argument("--n", type=int, default=64, help="requests per measurement")
     p.add_argument("--latency-ms", type=float, default=50.0, help="fake server latency per request")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5, help="hf: timings per mode (median reported)")
     p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct",
+                   help="dtypes: named local model ('smollm2' = the embedded default)")
+    p.add_argument("--max-tokens", type=int, default=32, help="dtypes: new tokens per prompt; workers: reasoner.max_tokens")
+    p.add_argument("--llm", default="llm=qwen_coder_1_5b", help="workers: space-separated llm overrides")
+    p.add_argument("--workers", type=int, default=8, help="workers: the concurrent run's example_workers")
+    p.add_argument("--threads", type=int, default=None, help="dtypes: torch CPU threads (1 on a busy shared box)")
     a = p.parse_args(argv)
     results = []
     for which in [w.strip() for w in a.which.split(",") if w.strip()]:
+        if which == "dtypes":
+            r = bench_dtypes(None if a.model == "smollm2" else a.model, max_tokens=a.max_tokens,
+                             rounds=max(1, min(a.repeats, 2)), n_threads=a.threads)
+            print(json.dumps(r, indent=1))
+            results.append(r)
+            continue
+        if which == "workers":
+            r = bench_workers(tuple(a.llm.split()), n=min(a.n, 64), workers=a.workers, max_tokens=a.max_tokens)
+            print(json.dumps(r, indent=1))
+            results.append(r)
+            continue
         if which == "openai":
             results.append(bench_openai(a.n, a.latency_ms / 1000, a.concurrency))
         elif which == "hf":
             results.append(bench_hf(min(a.n, 16), batch_size=a.concurrency, repeats=a.repeats))
         else:
-            p.error(f"unknown --which item {which!r} (openai, hf)")
+            p.error(f"unknown --which item {which!r} (openai, hf, dtypes, workers)")
     print(f"{'backend':26s} {'mode':11s} {'req/s':>8s} {'tok/s':>9s}")
     for r in results:
+        if "sequential" not in r:
+            continue
         for mode in ("sequential", "batched"):
             print(f"{r['backend']:26s} {mode:11s} {r[mode]['req_per_s']:8.2f} {r[mode]['tok_per_s']:9.1f}")
         print(f"{r['backend']:26s} {'ratio':11s} {r['ratio']:8.2f}x")

@@ -30,6 +30,33 @@ from kgreason.types import ChatRequest, Completion, Message, Usage
 log = logging.getLogger("kgreason.llm")
 
 
+DTYPES = ("float32", "bfloat16", "float16", "int8", "auto")
+
+
+def apply_dtype(net: Any, dtype: str) -> Any:
+    """Cast a loaded (float32) model for CPU/GPU inference.
+
+    ``bfloat16`` / ``float16``: ``net.to(dtype)``. ``int8``: dynamic quantisation of every
+    ``nn.Linear`` (int8 weights, activations quantised per batch at run time;
+    ``torch.ao.quantization.quantize_dynamic``, CPU only). ``float32`` / ``auto``: unchanged.
+    """
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
+    if dtype in ("float32", "auto"):
+        return net
+    if dtype == "int8":
+        import warnings
+
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():  # torch marks the eager API deprecated; it still works in 2.x
+            warnings.simplefilter("ignore")
+            return quantize_dynamic(net.float(), {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return net.to(getattr(torch, dtype))
+
+
 def _truncate(text: str, stop: Sequence[str]) -> str:
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
     return text if cut < 0 else text[:cut]
@@ -39,7 +66,8 @@ class HFCausalLM:
     """Args:
         model: local directory (or anything ``from_pretrained`` accepts offline).
         device: ``cpu``, ``cuda``, ``cuda:1``, ``mps`` or ``auto`` (cuda when available).
-        dtype: ``float32`` | ``bfloat16`` | ``float16`` | ``auto``.
+        dtype: ``float32`` | ``bfloat16`` | ``float16`` | ``int8`` (dynamic quantisation, CPU) |
+            ``auto`` (checkpoint dtype). With ``model_obj`` the object is cast by :func:`apply_dtype`.
         batch_size: requests per forward batch.
         max_input_tokens: prompts longer than this are left-truncated (keeps the question end).
         model_obj / tokenizer_obj: already-loaded objects (LocalLLM passes them).
@@ -71,9 +99,13 @@ class HFCausalLM:
             if not Path(model).exists() and not gguf_file:
                 log.info("HFCausalLM: %s is not a local path; loading from the HF cache (offline)", model)
             tokenizer_obj = AutoTokenizer.from_pretrained(model, **kw)
+        if dtype not in DTYPES:
+            raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
         if model_obj is None:
-            torch_dtype = "auto" if dtype == "auto" else getattr(torch, str(dtype))
-            model_obj = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, **kw)
+            load_dtype = {"auto": "auto", "int8": torch.float32}.get(dtype) or getattr(torch, str(dtype))
+            model_obj = AutoModelForCausalLM.from_pretrained(model, dtype=load_dtype, **kw)
+        model_obj = apply_dtype(model_obj, dtype)
+        self.dtype = dtype
         self.tok = tokenizer_obj
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token

@@ -18,10 +18,14 @@ from kgreason import progress
 from kgreason.llm.cache import CachedLLM, CallStore
 
 
-def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None):
+def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1):
     """Instantiate ``cfg`` (a ``conf/llm/*.yaml`` node) and wrap it in the persistent call cache
-    unless ``cache_cfg`` is null or ``cache_cfg.mode`` is ``off``."""
-    llm = instantiate(cfg)
+    unless ``cache_cfg`` is null or ``cache_cfg.mode`` is ``off``. With ``example_workers > 1``
+    an in-process model (local, hf) is put behind the cross-example batcher
+    (:mod:`kgreason.llm.batching`), under the cache, so cache hits never wait for a batch."""
+    from kgreason.llm.batching import maybe_batching
+
+    llm = maybe_batching(instantiate(cfg), int(example_workers or 1))
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return llm
     return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])))
@@ -35,8 +39,9 @@ class LazyLLM:
         cache_cfg: the ``llm_cache`` node (``dir``, ``mode``) or None.
     """
 
-    def __init__(self, cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None) -> None:
+    def __init__(self, cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1) -> None:
         self._cfg, self._cache_cfg, self._llm = cfg, cache_cfg, None
+        self._workers = int(example_workers or 1)
         self._lock = threading.Lock()  # example_workers > 1: build once
         self._closed = False
         self.backend = str(cfg.get("backend", cfg.get("_target_", "?")))
@@ -48,7 +53,7 @@ class LazyLLM:
                 if self._closed:
                     raise RuntimeError(f"LLM {self.model} was used after the run closed it")
                 if self._llm is None:
-                    self._llm = build_llm(self._cfg, self._cache_cfg)
+                    self._llm = build_llm(self._cfg, self._cache_cfg, self._workers)
         return self._llm
 
     @property

