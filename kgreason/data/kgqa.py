@@ -107,16 +107,17 @@ _JSON_TYPE = {type(None): "null", dict: "an object", list: "a list", bool: "a bo
 def answer_strings(value: Any, where: str, field: str, *, single: bool = False) -> list[str]:
     """Gold answers from a record field: a string or (unless ``single``) a list of strings.
 
-    Anything else — null, a number, an object, a nested list, an empty string — is a
+    Anything else — null, a number, an object, a nested list, an empty string (empty items of a
+    list are dropped; a record left with no answer fails where it is parsed) — is a
     :class:`DataError` naming the record, the field and the item, never a gold string such as
     ``"None"`` or ``"{'a': 1}"`` that no prediction can match.
     """
-    def one(v: Any, name: str) -> str:
+    def one(v: Any, name: str, in_list: bool = False) -> str:
         if not isinstance(v, str):
             got = _JSON_TYPE.get(type(v), type(v).__name__)
             raise DataError(f"{where}: field {name} is {got}; expected a string "
                             "(write numbers and dates as strings, e.g. \"1994\")")
-        if not v.strip():
+        if not v.strip() and not in_list:  # an empty item of a list is dropped (WebQuestions has some)
             raise DataError(f"{where}: field {name} is an empty string; expected an answer")
         for ch, what in (("\ufeff", "a byte-order mark (U+FEFF)"), ("\x00", "a NUL character")):
             if ch in v:
@@ -129,7 +130,7 @@ def answer_strings(value: Any, where: str, field: str, *, single: bool = False) 
         got = _JSON_TYPE.get(type(value), type(value).__name__)
         want = "a string" if single else "a string or a list of strings"
         raise DataError(f"{where}: field {field!r} is {got}; expected {want}")
-    return [one(v, f"{field!r}[{j}]") for j, v in enumerate(value)]
+    return [a for j, v in enumerate(value) if (a := one(v, f"{field!r}[{j}]", in_list=True)).strip()]
 
 
 def uniq(items: Iterable[str]) -> tuple[str, ...]:
