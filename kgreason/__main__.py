@@ -18,6 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from kgreason.run import run
+    from kgreason.secrets import scrub_std_streams
+
+    scrub_std_streams()  # Hydra prints a failed job's overrides to stderr, secrets included
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     result = run(cfg, out_dir)

@@ -21,7 +21,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from kgreason.metrics import METRICS, Metric
-from kgreason.runs import PredictionStore, scrub_secrets, write_json
+from kgreason.runs import PredictionStore, protect_run_dir, scrub_secrets, write_json
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
 log = logging.getLogger("kgreason")
@@ -236,6 +236,7 @@ def _chunks(pending: list[Example], retriever, reasoner, size: int | None = None
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
     hop_engine = str((cfg.get("reports") or {}).get("engine", "auto"))
     if hop_engine not in ("auto", "run", "scipy"):  # checked before any example is paid for
