@@ -218,7 +218,8 @@ class KuzuDB(GraphDB):
 
     engine = "kuzu"
 
-    def __init__(self, path: str | Path, **kw: Any) -> None:
+    def __init__(self, path: str | Path, sandbox: bool = True, sandbox_memory_mb: int = 2048,
+                 max_output_bytes: int = 4_000_000, **kw: Any) -> None:
         super().__init__(**kw)
         try:
             import kuzu  # noqa: F401
@@ -227,6 +228,11 @@ class KuzuDB(GraphDB):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._ro = None  # (Database, Connection)
+        # LLM-written queries run in a child process (kgreason.kg.sandbox): a query that crashes
+        # or exhausts kuzu fails alone instead of taking the run down
+        self.sandbox = bool(sandbox)
+        self.sandbox_memory_mb, self.max_output_bytes = int(sandbox_memory_mb), int(max_output_bytes)
+        self._sandbox = None
 
     @property
     def _db_file(self) -> Path:
@@ -259,6 +265,9 @@ class KuzuDB(GraphDB):
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _close_ro(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
         if self._ro is not None:
             self._ro[1].close()
             self._ro[0].close()
@@ -302,6 +311,18 @@ class KuzuDB(GraphDB):
         return self._conn().execute(query)
 
     def _execute_read(self, query, params, limit, timeout_ms):
+        if self.sandbox:
+            from kgreason.kg.sandbox import CypherSandbox, SandboxError
+
+            if self._sandbox is None:
+                if not self._db_file.exists():
+                    raise GraphDBUnavailable(f"{self._db_file}: no kuzu database yet (export a KG first)")
+                self._sandbox = CypherSandbox(self._db_file, memory_mb=self.sandbox_memory_mb,
+                                              max_output_bytes=self.max_output_bytes)
+            try:
+                return self._sandbox.query(query, params, limit, timeout_ms)
+            except SandboxError as e:
+                raise CypherError(str(e)) from None
         conn = self._conn()
         conn.set_query_timeout(int(timeout_ms))
         try:
