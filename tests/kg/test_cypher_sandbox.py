@@ -85,3 +85,53 @@ def test_close_stops_the_worker(db):
     sb.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+# ---------------------------------------------------------------- atomic export (issue 18)
+
+
+def _export_then_kill(path, n, delay):
+    """A child process exports an n-triple KG into ``path``; the parent SIGKILLs it mid-way."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys; from kgreason.kg.store import KG; from kgreason.kg.cypher import KuzuDB\n"
+            f"kg = KG.from_triples([(f'e{{i}}', f'r{{i % 7}}', f'e{{(i * 7919) % {n}}}') for i in range({n})], name='big')\n"
+            f"db = KuzuDB({str(path)!r}); print('go', flush=True); db.export(kg); print('done', flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "go"
+    time.sleep(delay)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.8])
+def test_export_killed_at_any_moment_leaves_no_cache_or_a_complete_one(tmp_path, delay):
+    n = 60_000
+    _export_then_kill(tmp_path / "db", n, delay)
+    kg = KG.from_triples([(f"e{i}", f"r{i % 7}", f"e{(i * 7919) % n}") for i in range(n)], name="big")
+    db = KuzuDB(tmp_path / "db", sandbox=False)
+    try:
+        stats = db.export(kg)  # used to fail with "duplicated primary key" after a kill mid-copy
+        assert (stats.n_nodes, stats.n_edges) == (kg.n_entities, kg.n_triples)
+        assert db.counts() == (kg.n_entities, kg.n_triples)
+        assert [p.name for p in (tmp_path / "db").glob("v-*")] == [db._db_file.resolve().parent.name]
+    finally:
+        db.close()
+
+
+def test_incremental_export_commits_a_new_version(tmp_path):
+    a = KG.from_triples([("a", "r", "b")], name="a")
+    ab = KG.from_triples([("a", "r", "b"), ("b", "r", "c")], name="ab")
+    db = KuzuDB(tmp_path / "db", sandbox=False)
+    try:
+        db.export(a)
+        first = db._db_file.resolve()
+        assert db.export(a).skipped
+        st = db.export(ab)
+        assert (st.nodes_added, st.edges_added, db.counts()) == (1, 1, (3, 2))
+        assert db._db_file.resolve() != first and not first.exists()  # the old version is gone
+    finally:
+        db.close()
