@@ -103,6 +103,8 @@ def test_dead_endpoint_is_found_by_one_probe(monkeypatch):
         llm = OpenAIChat(model="m", base_url=url, api_key_env="KGREASON_PROBE_KEY", max_retries=5, sleep=lambda s: None)
         probe_llm(llm, "llm=openai")  # alive: passes, one request
         assert len(srv.requests) == 1
+    # a fresh client: the old one's pooled keep-alive connection can outlive the server's shutdown
+    dead = OpenAIChat(model="m", base_url=url, api_key_env="KGREASON_PROBE_KEY", max_retries=5, sleep=lambda s: None)
     with pytest.raises(PreflightError, match=r"the LLM endpoint http://127\.0\.0\.1:\d+/v1 \(llm=openai\) did not answer"):
-        probe_llm(llm, "llm=openai")
-    assert llm.max_retries == 5
+        probe_llm(dead, "llm=openai")
+    assert dead.max_retries == 5
