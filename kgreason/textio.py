@@ -19,11 +19,29 @@ gzip too), so one set of rules holds for every input:
 from __future__ import annotations
 
 import gzip
+import hashlib
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
 _BOM = "\ufeff"
+_READ: dict[str, dict] = {}  # every input file read in this process: {path: {sha256, bytes}}
+_READ_LOCK = threading.Lock()
+
+
+def note_file(path: str | Path, sha256: str, size: int) -> None:
+    """Record that ``path`` (with this content hash) was read; see :func:`files_read`."""
+    with _READ_LOCK:
+        _READ[str(Path(path).resolve())] = {"sha256": sha256, "bytes": int(size)}
+
+
+def files_read() -> dict[str, dict]:
+    """``{absolute path: {"sha256", "bytes"}}`` of every data file read through this module (or
+    hashed by the compiled-KG cache) in this process: the run record lists them, so two runs on
+    files that differ in one byte are told apart."""
+    with _READ_LOCK:
+        return dict(_READ)
 _BOM_BYTES = b"\xef\xbb\xbf"
 
 
@@ -82,7 +100,9 @@ def read_text(path: str | Path) -> str:
     p = Path(path)
     if not p.is_file():
         raise InputFileError(p, None, "file not found" if not p.exists() else "expected a file, got a directory")
-    data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+    raw = p.read_bytes()
+    note_file(p, hashlib.sha256(raw).hexdigest(), len(raw))
+    data = gzip.decompress(raw) if p.suffix == ".gz" else raw
     return decode(p, data)
 
 
@@ -111,6 +131,15 @@ def iter_lines(path: str | Path) -> Iterator[Iterator[str]]:
         yield _lines(p, f)
     finally:
         f.close()
+    note_file(p, _sha256_file(p), p.stat().st_size)
 
 
-__all__ = ["InputFileError", "check_line", "decode", "read_text", "iter_lines"]
+def _sha256_file(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+__all__ = ["note_file", "files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]
