@@ -44,6 +44,9 @@ def set_hub_mode(cfg: DictConfig) -> None:
 def main(cfg: DictConfig) -> float | None:
     set_hub_mode(cfg)
     from kgreason.run import run
+    from kgreason.secrets import scrub_std_streams
+
+    scrub_std_streams()  # Hydra prints a failed job's overrides to stderr, secrets included
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:

@@ -31,7 +31,7 @@ from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric
-from kgreason.runs import PredictionStore, gold_fields, scrub_secrets, write_json
+from kgreason.runs import PredictionStore, gold_fields, protect_run_dir, scrub_secrets, write_json
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
 log = logging.getLogger("kgreason")
@@ -273,6 +273,7 @@ class _ExampleProgress:
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
     hop_engine = str((cfg.get("reports") or {}).get("engine", "auto"))
     if hop_engine not in ("auto", "run", "scipy"):  # checked before any example is paid for

@@ -9,14 +9,14 @@ resumes from the last complete example.
 from __future__ import annotations
 
 import json
+import math
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-SECRET_KEYS = re.compile(r"(api[_-]?key|password|secret|token)$", re.I)
+from kgreason.secrets import REDACTED, SECRET_KEY as SECRET_KEYS, register, register_from_config, scrub
 
 
 class PredictionStore:
@@ -55,12 +55,25 @@ class PredictionStore:
         return iter(self.rows.values())
 
     def append(self, row: Mapping[str, Any]) -> None:
-        line = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+        raw = json.dumps(row, ensure_ascii=False, sort_keys=True)
+        line = scrub(raw) + "\n"  # a server error can quote the key back
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
-        self.rows[row["id"]] = dict(row)
+        self.rows[row["id"]] = dict(row) if line[:-1] == raw else json.loads(line)
+
+
+def json_safe(obj: Any) -> Any:
+    """A copy with every NaN or infinity replaced by ``None``: JSON has no NaN, and a bare ``NaN``
+    token makes the file unreadable to strict parsers (``jq``, JavaScript, W&B's importer)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def gold_fields(example: Any) -> dict[str, Any]:
@@ -76,23 +89,64 @@ def gold_fields(example: Any) -> dict[str, Any]:
 
 
 def write_json(path: str | Path, obj: Any) -> None:
-    """Atomic JSON write (temp file + rename), keys sorted for byte-stable output."""
+    """Atomic JSON write (temp file + rename), keys sorted for byte-stable output; valid JSON
+    always (non-finite numbers become ``null``) and scrubbed of registered secrets."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    text = json.dumps(json_safe(obj), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    tmp.write_text(scrub(text) + "\n")
     tmp.replace(path)
 
 
+def scrub_file(path: str | Path) -> bool:
+    """Rewrite a text file the run did not write itself (Hydra's ``.hydra/*.yaml``, written before
+    any kgreason code runs) with every registered secret removed. Returns whether it changed."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    text = path.read_text(encoding="utf-8", errors="replace")
+    clean = scrub(text)
+    if clean == text:
+        return False
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(clean, encoding="utf-8")
+    tmp.replace(path)
+    return True
+
+
 def scrub_secrets(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """Plain-dict copy of a config with every secret-looking key's value replaced."""
+    """Plain-dict copy of a config with every secret-looking key's value replaced (and every
+    secret value the config holds or names registered, so that :func:`kgreason.secrets.scrub`
+    also removes it from free text)."""
     data = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
+    register_from_config(data)
 
     def walk(x: Any) -> Any:
         if isinstance(x, dict):
-            return {k: ("<redacted>" if SECRET_KEYS.search(str(k)) and v not in (None, "") and not str(k).endswith("_env") else walk(v))
+            return {k: (REDACTED if SECRET_KEYS.search(str(k)) and v not in (None, "") and not str(k).endswith("_env") else walk(v))
                     for k, v in x.items()}
         if isinstance(x, list):
             return [walk(v) for v in x]
-        return x
+        return scrub(x) if isinstance(x, str) else x
 
     return walk(data)
+
+
+def protect_run_dir(cfg: DictConfig | Mapping[str, Any], out_dir: str | Path) -> None:
+    """First thing a run does: learn every secret the config holds or names, refuse a key typed
+    where a variable's name belongs, scrub log records from here on, and scrub what Hydra wrote
+    into the run dir before kgreason got control (``.hydra/*.yaml``; the sweep's ``multirun.yaml``).
+
+    Raises:
+        ValueError: a secret sits where a name belongs (the message names the key, not the value).
+    """
+    from kgreason.secrets import install_log_filter
+
+    data = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
+    problems = register_from_config(data)
+    install_log_filter()
+    out_dir = Path(out_dir)
+    for f in [*sorted((out_dir / ".hydra").glob("*.yaml")), out_dir.parent / "multirun.yaml"]:
+        scrub_file(f)
+    if problems:
+        raise ValueError("; ".join(problems))

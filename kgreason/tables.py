@@ -10,8 +10,10 @@
   ``seed`` and ``hydra.*``), so ``reasoner.hops=1,2`` sweeps stay apart; ``seed`` from the job's
   config. Job dirs without ``metrics.json`` are returned as *missing* with the reason found in
   ``predictions.jsonl`` / the job log.
-* :func:`pivot` averages over seeds: ``mean``, ``std`` (sample std, 0 for one seed) and ``n``
-  per cell.
+* :func:`pivot` averages over seeds only: ``mean``, ``std`` (sample std, 0 for one seed) and
+  ``n`` per cell. Every group choice or override that differs across the sweep is a table axis
+  (:func:`table_axes` adds the ones ``--rows``/``--cols`` do not name to the rows), and numeric
+  values sort as numbers; :func:`caption` says what the ``±`` is over.
 * :func:`render_markdown` / :func:`render_latex` / :func:`render_csv` format ``mean ± std``
   and bold the best cell per column (per metric) using ``METRICS[m].higher_is_better``.
 * :func:`collect_examples` gives the per-example tidy frame (with the KG hop distance from
@@ -79,6 +81,12 @@ def job_info(job: Path, root: Path | None = None) -> dict[str, Any]:
     info = {"job": rel if rel != "." else job.name, "variant": ",".join(sorted(variant)), "seed": seed}
     for g in GROUPS:
         info[g] = None if choices.get(g) is None else str(choices.get(g))
+    # the other config groups a job chose (judge, graphdb, ...): a sweep over them must not be
+    # averaged either; hydra's own groups and the run's bookkeeping are not table axes
+    info["_choices"] = {str(k): str(v) for k, v in choices.items()
+                        if k not in GROUPS and v is not None and not str(k).startswith("hydra")
+                        and k not in ("tracking", "experiment", "local")}
+    info["_params"] = dict(o.split("=", 1) if "=" in o else (o, "") for o in variant)
     return info
 
 
@@ -91,6 +99,17 @@ def _infos(root: Path) -> list[tuple[Path, dict[str, Any]]]:
         common = set.intersection(*sets)
         for (_, info), items in zip(infos, sets):
             info["variant"] = ",".join(sorted(items - common))
+    # one column per override key or extra group that differs across jobs (e.g. reasoner.width),
+    # so that --rows/--cols can name it and no two settings are ever averaged together
+    for kind in ("_params", "_choices"):
+        keys = sorted({k for _, i in infos for k in i[kind]})
+        for k in keys:
+            values = {i[kind].get(k) for _, i in infos}
+            if len(values) > 1:
+                for _, i in infos:
+                    i[k] = i[kind].get(k)
+        for _, i in infos:
+            del i[kind]
     return infos
 
 
@@ -144,7 +163,8 @@ def collect(root: str | Path) -> tuple[pd.DataFrame, list[dict[str, str]]]:
         for k, v in metrics.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 rows.append({**info, "metric": k, "value": float(v)})
-    return pd.DataFrame(rows, columns=TIDY_COLUMNS), missing
+    extra = sorted({k for r in rows for k in r} - set(TIDY_COLUMNS))
+    return pd.DataFrame(rows, columns=TIDY_COLUMNS[:-3] + extra + TIDY_COLUMNS[-3:]), missing
 
 
 def collect_examples(root: str | Path) -> pd.DataFrame:
@@ -192,19 +212,69 @@ def pivot(df: pd.DataFrame, rows: Sequence[str] = ("reasoner", "ablation", "vari
         DataFrame indexed by ``rows``, with a column MultiIndex ``(stat, *cols)`` where stat is
         ``mean`` | ``std`` | ``n``.
     """
-    rows, cols = list(rows), list(cols)
-    bad = [c for c in rows + cols if c not in df.columns]
-    if bad:
-        raise KeyError(f"unknown table axes {bad}; choose from {[c for c in TIDY_COLUMNS if c != 'value']}")
+    rows, cols = table_axes(df, rows, cols)
     d = _metric_filter(df, metrics).copy()
     if d.empty:
         raise ValueError("no metric values to tabulate (check --metrics and that the runs finished)")
+    params = _param_columns(d)
+    if "variant" in rows + cols:  # what no other axis names: the remaining swept overrides
+        rest = [p for p in params if p not in rows + cols]
+        d["variant"] = [",".join(f"{p}={r[p]}" for p in rest if isinstance(r[p], str) and r[p] != "")
+                        for _, r in d[rest].iterrows()] if rest else ""
     for c in rows + cols:
-        d[c] = d[c].fillna("").astype(str)
-    g = d.groupby(rows + cols, sort=True)["value"]
+        d[c] = _ordered(d[c].fillna("").astype(str))
+    g = d.groupby(rows + cols, sort=True, observed=True)["value"]
     stats = pd.DataFrame({"mean": g.mean(), "std": g.std(ddof=1).fillna(0.0), "n": g.count()})
     wide = stats.unstack(cols) if cols else stats
     return wide
+
+
+def _param_columns(df: pd.DataFrame) -> list[str]:
+    """Columns :func:`collect` added for swept overrides and extra groups."""
+    return [c for c in df.columns if c not in TIDY_COLUMNS]
+
+
+def table_axes(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The row and column axes of the table: the ones asked for, plus every axis whose value
+    differs across jobs (a group choice such as ``kg``, or a swept override such as
+    ``reasoner.width``) that neither names, appended to the rows. Cells then average over seeds
+    only, never over two settings (a sweep over two KGs is two rows, not ``mean ± std``)."""
+    rows, cols = list(rows), list(cols)
+    known = [c for c in df.columns if c not in ("value", "job", "seed")]
+    bad = [c for c in rows + cols if c not in known]
+    if bad:
+        raise KeyError(f"unknown table axes {bad}; choose from {known}")
+    placed = set(rows + cols)
+    params = _param_columns(df)
+    covered = set(params) if "variant" in placed else set()
+    for c in [*GROUPS, *params]:
+        if c in placed or c in covered:
+            continue
+        if df[c].fillna("").astype(str).nunique() > 1:
+            rows.append(c)
+    return rows, cols
+
+
+def _ordered(values: pd.Series) -> pd.Series:
+    """A categorical whose order sorts numbers as numbers (``2 < 10``), then text."""
+    def key(v: str):
+        try:
+            return (0, float(v), v)
+        except ValueError:
+            return (1, 0.0, v)
+
+    cats = sorted(set(values), key=key)
+    return pd.Categorical(values, categories=cats, ordered=True)
+
+
+def caption(df: pd.DataFrame, wide: pd.DataFrame) -> str:
+    """What a cell is: the mean over seeds, and what its ``±`` is."""
+    seeds = sorted({int(s) for s in df["seed"].dropna()}) if "seed" in df else []
+    n = wide["n"].max().max() if not wide.empty else 0
+    if n is None or pd.isna(n) or int(n) <= 1:
+        return "Each cell is one run (no ± shown)."
+    return (f"Each cell is the mean over the seeds of one setting ({len(seeds)} seed(s) in the sweep: "
+            f"{', '.join(map(str, seeds))}); ± is the sample standard deviation over those seeds (ddof=1).")
 
 
 def _best_mask(wide: pd.DataFrame, rows: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
@@ -315,10 +385,10 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     df, missing = collect(root)
     out = Path(out_dir) if out_dir else root
     out.mkdir(parents=True, exist_ok=True)
-    rows, cols = _drop_constant_empty(df, list(rows)), list(cols)
+    rows, cols = table_axes(df, _drop_constant_empty(df, list(rows)), list(cols))
     wide = pivot(df, rows, cols, metrics)
     paths = {"md": out / f"{name}.md", "tex": out / f"{name}.tex", "csv": out / f"{name}.csv"}
-    md = render_markdown(wide, rows, cols, digits)
+    md = render_markdown(wide, rows, cols, digits) + "\n" + caption(df, wide) + "\n"
     paths["md"].write_text(md + ("\n" + render_missing(missing) if missing else ""))
     paths["tex"].write_text(render_latex(wide, rows, cols, digits))
     paths["csv"].write_text(render_csv(wide))
@@ -379,7 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kgreason.tables", description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="a run dir or a multirun (sweep) dir")
     ap.add_argument("--rows", default="reasoner,ablation,variant", help="comma-separated row axes")
-    ap.add_argument("--cols", default="dataset,metric", help="comma-separated column axes")
+    ap.add_argument("--cols", default="dataset,metric",
+                    help="comma-separated column axes; a swept override works too, e.g. "
+                         "--rows reasoner.depth --cols reasoner.width,metric for ReKnoS Table 4")
     ap.add_argument("--metrics", default=None, help="metric names (default: every metric/* key)")
     ap.add_argument("--out", default=None, help="output dir (default: the given dir)")
     ap.add_argument("--name", default="results", help="file stem of the written tables")

@@ -112,7 +112,10 @@ def test_write_tables_and_cli(multirun, tmp_path):
                         "--cols", "dataset,metric", "--metrics", "f1", "--out", str(tmp_path / "t")],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "| reasoner | cwq / f1 | webqsp / f1 |" in r.stdout
+    # --rows reasoner alone would average sgr/none with sgr/no_vote: the differing ablation is kept
+    assert "| reasoner | ablation | cwq / f1 | webqsp / f1 |" in r.stdout
+    assert "| sgr | no_vote | **0.100** | – |" not in r.stdout  # best is per column, not per row
+    assert "± is the sample standard deviation over those seeds" in r.stdout
     assert (tmp_path / "t" / "results.tex").exists()
     bad = subprocess.run([sys.executable, "-m", "kgreason.tables", str(tmp_path / "nope")], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
@@ -146,3 +149,47 @@ def pd_isna(x):
     import pandas as pd
 
     return pd.isna(x)
+
+
+def _kg_job(root, num, kg, seed, value, extra=()):
+    d = _job(root, num, "ro", "none", "emb", seed, {"metric/hits_at_1": value}, list(extra))
+    hy = yaml.safe_load((d / ".hydra" / "hydra.yaml").read_text())
+    hy["hydra"]["runtime"]["choices"]["kg"] = kg
+    (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hy))
+    return d
+
+
+def test_sweep_over_kgs_is_never_averaged_as_seeds(tmp_path):
+    """Issue 18: a sweep over two KGs printed one row 0.375 ± 0.530 (0.75 and 0.00 averaged)."""
+    root = tmp_path / "m"
+    _kg_job(root, 0, "metaqa", 0, 0.75)
+    _kg_job(root, 1, "embedded", 0, 0.0)
+    paths = write_tables(root, metrics=["hits_at_1"])
+    md = paths["md"].read_text()
+    assert "0.375" not in md and "±" not in md.split("\n\n")[0]
+    assert "| embedded | 0.000 |" in md.replace("**", "") and "| metaqa | 0.750 |" in md.replace("**", "")
+    assert "Each cell is one run" in md
+
+
+def test_numeric_sweep_values_sort_as_numbers_and_go_on_columns(tmp_path):
+    """ReKnoS Table 4 shape: width on the columns, depth on the rows, 2 seeds per cell."""
+    root = tmp_path / "m"
+    n = 0
+    for w in (3, 10, 5):
+        for dpt in (2, 1):
+            for seed in (0, 1):
+                _job(root, n, "reknos", "none", "cwq", seed, {"metric/hits_at_1": w / 10 + dpt / 100 + seed / 1000},
+                     [f"reasoner.width={w}", f"reasoner.depth={dpt}"])
+                n += 1
+    df, _ = collect(root)
+    wide = pivot(df, rows=["reasoner.depth"], cols=["reasoner.width", "metric"], metrics=["hits_at_1"])
+    assert list(wide["mean"].index) == ["1", "2"]
+    assert [c[0] for c in wide["mean"].columns] == ["3", "5", "10"]  # not "10" < "3"
+    assert wide["mean"].loc["2", ("10", "metric/hits_at_1")] == pytest.approx(1.0 + 0.02 + 0.0005)
+    assert wide["n"].loc["1", ("5", "metric/hits_at_1")] == 2
+    r = subprocess.run([sys.executable, "-m", "kgreason.tables", str(root), "--rows", "reasoner.depth",
+                        "--cols", "reasoner.width,metric", "--metrics", "hits_at_1", "--out", str(tmp_path / "t")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "| reasoner.depth | 3 / hits_at_1 | 5 / hits_at_1 | 10 / hits_at_1 |" in r.stdout
+    assert "2 seed(s) in the sweep: 0, 1" in r.stdout

@@ -45,6 +45,7 @@ class FakeChatServer:
     reply). ``faults`` is a list consumed one per incoming request before normal replies::
 
         ("429", retry_after_or_None) | ("500",) | ("503",) | ("slow", seconds) | ("404",)
+        | ("401-quote",)  (a 401 whose message quotes the key it was sent)
 
     Attributes:
         requests: every request body received (JSON dicts), in arrival order.
@@ -104,6 +105,9 @@ class FakeChatServer:
                     if kind == "429":
                         h = {"Retry-After": str(fault[1])} if len(fault) > 1 and fault[1] is not None else {}
                         return self._send(429, {"error": {"message": "rate limited"}}, h)
+                    if kind == "401-quote":  # as some servers do: the rejected key quoted back
+                        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                        return self._send(401, {"error": {"message": f"Incorrect API key provided: {key}"}})
                     if kind in ("500", "502", "503", "404", "400"):
                         return self._send(int(kind), {"error": {"message": f"injected {kind}"}})
                     if kind == "slow":

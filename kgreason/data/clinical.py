@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kgreason.data.base import DataError, ExampleSet
 from kgreason.data.kgqa import uniq
+from kgreason.textio import InputFileError, iter_lines
 from kgreason.types import Example
 
 PROBSUM_COLUMNS = ("File ID", "Assessment", "Subjective Sections", "Objective Sections", "Summary")
@@ -23,7 +24,14 @@ def _read_csv(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str
     p = Path(path)
     if not p.is_file():
         raise DataError(f"{p}: file not found")
-    with open(p, encoding="utf-8", newline="") as f:
+    try:
+        return _csv_rows(p, required)
+    except InputFileError as e:  # a bad byte, NUL or stray byte-order mark, with file:line
+        raise DataError(str(e)) from None
+
+
+def _csv_rows(p: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    with iter_lines(p) as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
             raise DataError(f"{p}: empty file; expected a CSV header with {list(required)}")

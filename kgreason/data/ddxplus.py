@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from kgreason.textio import InputFileError, iter_lines, read_text
 from kgreason.data.base import DataError, ExampleSet
 from kgreason.data.kgqa import hub_records, uniq
 from kgreason.kg.store import KG
@@ -66,7 +67,10 @@ def _read_json(path: PathLike) -> tuple[Any, str]:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"{p}: file not found")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = read_text(p)  # strict UTF-8; file:line:column on a bad byte (kgreason.textio)
+    except InputFileError as e:
+        raise DataError(str(e)) from None
     if not text.strip():
         raise DataError(f"{p}: empty file; expected a JSON object")
     try:
@@ -171,7 +175,14 @@ def read_patients(path: PathLike) -> list[PatientRow]:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"{p}: file not found")
-    with open(p, encoding="utf-8", newline="") as f:
+    try:
+        return _read_patient_rows(p)
+    except InputFileError as e:  # a bad byte, NUL or stray byte-order mark, with file:line
+        raise DataError(str(e)) from None
+
+
+def _read_patient_rows(p: Path) -> list[PatientRow]:
+    with iter_lines(p) as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
             raise DataError(f"{p}: empty file; expected a CSV header with {list(PATIENT_COLUMNS)}")
@@ -336,7 +347,7 @@ def load_ddxplus_kg(conditions: PathLike, evidences: PathLike, name: str = "ddxp
     ``release_evidences.json`` lacks is an error (dangling reference)."""
     ev = read_evidences(evidences)
     cond = read_conditions(conditions)
-    text = Path(conditions).read_text(encoding="utf-8")
+    text = read_text(conditions)
     triples, types, aliases = [], {}, {}
     for code, rec in ev.items():
         q = rec["question_en"].strip()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from kgreason.data.base import DataError, ExampleSet
+from kgreason.textio import InputFileError, read_text
 from kgreason.types import Example
 
 
@@ -34,9 +35,10 @@ def read_records(path: str | Path) -> list[dict]:
         DataError: missing/empty file, invalid JSON (with line), non-object records.
     """
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: file not found")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = read_text(p)
+    except InputFileError as e:
+        raise DataError(str(e)) from None
     if not text.strip():
         raise DataError(f"{p}: empty file; expected a JSON list or JSON Lines")
     stripped = text.lstrip()
@@ -98,6 +100,39 @@ def need(rec: dict, key: str, where: str, typ: type | tuple = object) -> Any:
     return v
 
 
+_JSON_TYPE = {type(None): "null", dict: "an object", list: "a list", bool: "a boolean", int: "a number",
+              float: "a number"}
+
+
+def answer_strings(value: Any, where: str, field: str, *, single: bool = False) -> list[str]:
+    """Gold answers from a record field: a string or (unless ``single``) a list of strings.
+
+    Anything else — null, a number, an object, a nested list, an empty string (empty items of a
+    list are dropped; a record left with no answer fails where it is parsed) — is a
+    :class:`DataError` naming the record, the field and the item, never a gold string such as
+    ``"None"`` or ``"{'a': 1}"`` that no prediction can match.
+    """
+    def one(v: Any, name: str, in_list: bool = False) -> str:
+        if not isinstance(v, str):
+            got = _JSON_TYPE.get(type(v), type(v).__name__)
+            raise DataError(f"{where}: field {name} is {got}; expected a string "
+                            "(write numbers and dates as strings, e.g. \"1994\")")
+        if not v.strip() and not in_list:  # an empty item of a list is dropped (WebQuestions has some)
+            raise DataError(f"{where}: field {name} is an empty string; expected an answer")
+        for ch, what in (("\ufeff", "a byte-order mark (U+FEFF)"), ("\x00", "a NUL character")):
+            if ch in v:
+                raise DataError(f"{where}: field {name} holds {what}, which no prediction can match")
+        return v
+
+    if isinstance(value, str):
+        return [one(value, repr(field))]
+    if single or not isinstance(value, list):
+        got = _JSON_TYPE.get(type(value), type(value).__name__)
+        want = "a string" if single else "a string or a list of strings"
+        raise DataError(f"{where}: field {field!r} is {got}; expected {want}")
+    return [a for j, v in enumerate(value) if (a := one(v, f"{field!r}[{j}]", in_list=True)).strip()]
+
+
 def uniq(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for s in items if s))
 
@@ -137,8 +172,7 @@ def _topic(rec: dict, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def parse_rog(rec: dict, where: str) -> Example:
     """RoG record: names throughout (``q_entity`` are the topic entity names of its graph)."""
     qid = str(need(rec, "id", where))
-    ans = need(rec, "answer", where, (list, str))
-    ans = [ans] if isinstance(ans, str) else [str(a) for a in ans]
+    ans = answer_strings(need(rec, "answer", where), where, "answer")
     q_ent = [str(e) for e in need(rec, "q_entity", where, list)]
     return Example(id=qid, question=str(need(rec, "question", where, str)), answers=uniq(ans),
                    answer_groups=tuple((a,) for a in uniq(ans)), topic_entities=tuple(q_ent),
@@ -164,23 +198,25 @@ def parse_tog(rec: dict, where: str) -> Example:
     groups: list[tuple[str, ...]] = []
     extra: dict[str, Any] = {}
     if "answers" in rec:
-        a = need(rec, "answers", where, list)
-        groups = [(str(x),) for x in a]
+        groups = [(x,) for x in answer_strings(need(rec, "answers", where, list), where, "answers")]
     elif "answer" in rec:
         a = rec["answer"]
         if isinstance(a, str):
-            groups = [(a,)]
+            groups = [tuple(answer_strings(a, where, "answer"))]
         elif isinstance(a, list):
             for j, x in enumerate(a):
                 if isinstance(x, str):
-                    groups.append((x,))
+                    groups.append(tuple(answer_strings(x, where, f"answer[{j}]", single=True)))
                 elif isinstance(x, dict) and "answer_argument" in x:
-                    groups.append(uniq([str(x.get("entity_name") or ""), str(x["answer_argument"])]))
+                    arg = answer_strings(x["answer_argument"], where, f"answer[{j}].answer_argument", single=True)
+                    name = x.get("entity_name")
+                    names = answer_strings(name, where, f"answer[{j}].entity_name", single=True) if name else []
+                    groups.append(uniq(names + arg))
                 else:
                     raise DataError(f"{where}: answer[{j}]: expected a string or "
                                     "{answer_type, answer_argument, entity_name}")
         else:
-            raise DataError(f"{where}: field 'answer' must be a string or a list")
+            answer_strings(a, where, "answer")  # raises: names what the field holds
         for k in ("level", "function", "num_edge", "compositionality_type", "sparql", "s_expression"):
             if k in rec:
                 extra[k] = rec[k]
@@ -255,5 +291,5 @@ def load_grailqa(path: str | None = None, split: str = "validation", limit: int 
     return _load("grailqa", path, split, limit, sample, seed, source, hub_id, None, parse)
 
 
-__all__ = ["read_records", "hub_records", "load_cwq", "load_webqsp", "load_grailqa", "parse_tog",
+__all__ = ["read_records", "answer_strings", "hub_records", "load_cwq", "load_webqsp", "load_grailqa", "parse_tog",
            "parse_webqsp_official", "parse_rog"]

@@ -17,7 +17,8 @@ import re
 from pathlib import Path
 
 from kgreason.data.base import DataError, ExampleSet
-from kgreason.data.kgqa import read_records, uniq
+from kgreason.data.kgqa import answer_strings, read_records, uniq
+from kgreason.textio import InputFileError, read_text
 from kgreason.types import Example
 
 _BRACKET = re.compile(r"\[([^\[\]]+)\]")
@@ -59,10 +60,10 @@ def load_metaqa(path: str, split: str = "test", hops: int | None = None, limit: 
             q, topic = parse_question(str(rec["question"]), where)
             if rec.get("topic_entity") and rec["topic_entity"] != topic:
                 raise DataError(f"{where}: topic_entity {rec['topic_entity']!r} differs from bracketed {topic!r}")
-            ans = rec["answers"]
-            if isinstance(ans, str):
-                ans = ans.split("|")
-            ans = uniq(str(a).strip() for a in ans)
+            ans = answer_strings(rec["answers"], where, "answers")
+            if len(ans) == 1 and "|" in ans[0]:  # official format's "a|b" kept in one string
+                ans = ans[0].split("|")
+            ans = uniq(a.strip() for a in ans)
             if not ans:
                 raise DataError(f"{where}: no answers")
             items.append(Example(id=str(rec.get("id", f"{h}hop-{split}-{i}")),
@@ -70,7 +71,10 @@ def load_metaqa(path: str, split: str = "test", hops: int | None = None, limit: 
                                  answer_groups=tuple((a,) for a in ans), topic_entities=(topic,),
                                  topic_names=(topic,), hops=h))
     else:
-        text = p.read_text(encoding="utf-8")
+        try:
+            text = read_text(p)
+        except InputFileError as e:
+            raise DataError(str(e)) from None
         if not text.strip():
             raise DataError(f"{p}: empty file; expected 'question<TAB>answer|answer' lines")
         for line_no, line in enumerate(text.splitlines(), 1):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kgreason.data.base import DataError, ExampleSet
-from kgreason.data.kgqa import build_set, hub_records, need, read_records, uniq
+from kgreason.data.kgqa import answer_strings, build_set, hub_records, need, read_records, uniq
 from kgreason.types import Example
 
 
@@ -73,7 +73,7 @@ def parse_ircot(rec: dict, where: str) -> Example:
     for j, ao in enumerate(need(rec, "answers_objects", where, list)):
         if not isinstance(ao, dict) or "spans" not in ao:
             raise DataError(f"{where}: answers_objects[{j}]: expected {{spans: [...]}}")
-        ans += [str(s) for s in ao["spans"]]
+        ans += answer_strings(ao["spans"], where, f"answers_objects[{j}].spans")
         if ao.get("number"):
             ans.append(str(ao["number"]))
     if not uniq(ans):
@@ -96,7 +96,7 @@ def parse_hotpot(rec: dict, where: str) -> Example:
     qid = str(rec.get("_id", rec.get("id", "")) or "")
     if not qid:
         raise DataError(f"{where}: missing field '_id'")
-    answer = need(rec, "answer", where, (str, int, float))
+    answer = answer_strings(need(rec, "answer", where), where, "answer", single=True)[0]
     extra: dict[str, Any] = {k: rec[k] for k in ("type", "level") if k in rec}
     if "evidences" in rec:  # 2Wiki: [subject, relation, object] triples
         extra["evidences"] = [list(e) for e in rec["evidences"]]
@@ -116,8 +116,8 @@ def _musique_hops(qid: str) -> int | None:
 
 def parse_musique(rec: dict, where: str) -> Example:
     qid = str(need(rec, "id", where))
-    answer = str(need(rec, "answer", where))
-    aliases = [str(a) for a in rec.get("answer_aliases") or []]
+    answer = answer_strings(need(rec, "answer", where), where, "answer", single=True)[0]
+    aliases = answer_strings(rec.get("answer_aliases") or [], where, "answer_aliases")
     corpus, supp = [], []
     for j, par in enumerate(need(rec, "paragraphs", where, list)):
         if not isinstance(par, dict) or "title" not in par or "paragraph_text" not in par:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from kgreason import progress
 from kgreason.kg.store import KG
+from kgreason.textio import note_file
 
 CACHE_VERSION = 1
 
@@ -53,10 +54,14 @@ def _plain(v: Any) -> Any:
 
 
 def _hash_file(h: "hashlib._Hash", p: Path) -> None:
-    h.update(str(p.stat().st_size).encode())
+    size = p.stat().st_size
+    h.update(str(size).encode())
+    own = hashlib.sha256()  # the file's own hash, for the run record (kgreason.textio.files_read)
     with open(p, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+            own.update(chunk)
+    note_file(p, own.hexdigest(), size)
 
 
 def _hash_value(h: "hashlib._Hash", v: Any) -> Any:

@@ -226,7 +226,8 @@ class KuzuDB(GraphDB):
 
     engine = "kuzu"
 
-    def __init__(self, path: str | Path, **kw: Any) -> None:
+    def __init__(self, path: str | Path, sandbox: bool = True, sandbox_memory_mb: int = 2048,
+                 max_output_bytes: int = 4_000_000, **kw: Any) -> None:
         super().__init__(**kw)
         try:
             import kuzu  # noqa: F401
@@ -235,38 +236,84 @@ class KuzuDB(GraphDB):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._ro = None  # (Database, Connection)
+        self._staging: Path | None = None  # the version dir an export is building
+        # LLM-written queries run in a child process (kgreason.kg.sandbox): a query that crashes
+        # or exhausts kuzu fails alone instead of taking the run down
+        self.sandbox = bool(sandbox)
+        self.sandbox_memory_mb, self.max_output_bytes = int(sandbox_memory_mb), int(max_output_bytes)
+        self._sandbox = None
+
+    # Layout: <path>/current -> v-XXXX/ (a symlink), each version dir holding graph.kuzu,
+    # export.json and export_keys.npy. An export builds a new version dir beside the current one
+    # and commits it by replacing the symlink (one atomic rename), so a run killed at any moment
+    # leaves either the old complete database or the new complete one, never a half-copied one
+    # that fails every later start ("duplicated primary key").
+
+    @property
+    def _dir(self) -> Path:
+        return self._staging if self._staging is not None else self.path / "current"
 
     @property
     def _db_file(self) -> Path:
-        return self.path / "graph.kuzu"
+        return self._dir / "graph.kuzu"
 
     def _state(self) -> dict[str, Any]:
-        meta = self.path / "export.json"
+        meta = self._dir / "export.json"
         if not meta.exists() or not self._db_file.exists():
             return {}
         st = json.loads(meta.read_text())
-        st["keys"] = np.load(self.path / "export_keys.npy")
+        st["keys"] = np.load(self._dir / "export_keys.npy")
         return st
 
     def _save_state(self, state: dict[str, Any]) -> None:
-        np.save(self.path / "export_keys.npy", state["keys"])
-        tmp = self.path / "export.json.tmp"
+        np.save(self._dir / "export_keys.npy", state["keys"])
+        tmp = self._dir / "export.json.tmp"
         tmp.write_text(json.dumps({k: v for k, v in state.items() if k != "keys"}))
-        tmp.replace(self.path / "export.json")
+        tmp.replace(self._dir / "export.json")
 
     def export(self, kg: KG) -> ExportStats:
         """As :meth:`GraphDB.export`, under an exclusive file lock on the DB dir, so parallel
-        runs (Hydra multirun) sharing a cache export once and never read a half-written DB."""
+        runs (Hydra multirun) sharing a cache export once and never read a half-written DB; and
+        atomic (see the layout note above)."""
         import fcntl
 
         with open(self.path / ".export.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                return super().export(kg)
+                if self._state().get("hash") == kg_content_hash(kg):
+                    return super().export(kg)  # already there: nothing is written
+                current = self.path / "current"
+                keep = current.resolve().name if current.is_symlink() else None
+                for old in self.path.glob("v-*"):  # versions left by a killed export or replaced
+                    if old.name != keep:
+                        shutil.rmtree(old, ignore_errors=True)
+                staging = Path(tempfile.mkdtemp(prefix="v-", dir=self.path))
+                if keep is not None:  # an incremental export starts from a copy of the current one
+                    for f in current.iterdir():
+                        if f.is_file() and not f.name.endswith(".tmp"):
+                            shutil.copy2(f, staging / f.name)
+                self._close_ro()
+                self._staging = staging
+                try:
+                    stats = super().export(kg)
+                finally:
+                    self._close_ro()
+                    self._staging = None
+                link = self.path / f".current-{os.getpid()}"
+                if link.is_symlink() or link.exists():
+                    link.unlink()
+                os.symlink(staging.name, link)
+                os.replace(link, current)  # the commit
+                if keep is not None:
+                    shutil.rmtree(self.path / keep, ignore_errors=True)
+                return stats
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _close_ro(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
         if self._ro is not None:
             self._ro[1].close()
             self._ro[0].close()
@@ -310,6 +357,18 @@ class KuzuDB(GraphDB):
         return self._conn().execute(query)
 
     def _execute_read(self, query, params, limit, timeout_ms):
+        if self.sandbox:
+            from kgreason.kg.sandbox import CypherSandbox, SandboxError
+
+            if self._sandbox is None:
+                if not self._db_file.exists():
+                    raise GraphDBUnavailable(f"{self._db_file}: no kuzu database yet (export a KG first)")
+                self._sandbox = CypherSandbox(self._db_file, memory_mb=self.sandbox_memory_mb,
+                                              max_output_bytes=self.max_output_bytes)
+            try:
+                return self._sandbox.query(query, params, limit, timeout_ms)
+            except SandboxError as e:
+                raise CypherError(str(e)) from None
         conn = self._conn()
         conn.set_query_timeout(int(timeout_ms))
         try:

@@ -5,9 +5,16 @@ The guard is the first of two layers; the second is the engine's own read-only m
 
 What :func:`check_read_only` does, in order:
 
-1. NFKC-normalise the text (full-width ``ＣＲＥＡＴＥ`` becomes ``CREATE``).
-2. Lex it: string literals (``'..'``/``".."`` with backslash escapes), backtick identifiers
+1. Lex it: string literals (``'..'``/``".."`` with backslash escapes), backtick identifiers
    (```a``b```), line and block comments. Unterminated literals/comments are rejected.
+2. NFKC-normalise the code between them (full-width ``ＣＲＥＡＴＥ`` becomes ``CREATE``). String
+   literals and identifiers are data and stay exactly as written (``'8½ Women'`` must still find
+   the entity named so; NFKC would turn it into ``'81⁄2 Women'``). If normalising the code
+   would create a quote, backtick or comment marker that the raw text did not have, the query is
+   rejected rather than re-read.
+0. Before any of this, size limits: at most :data:`MAX_QUERY_CHARS` characters and a bracket
+   nesting depth of :data:`MAX_NESTING` (deeper literals overflow the engine's parser stack; the
+   sandbox of :mod:`kgreason.kg.sandbox` bounds whatever still gets through).
 3. Reject any non-ASCII or control character outside string literals (homoglyphs such as a
    Cyrillic ``С``, zero-width spaces), any ``;`` except one trailing terminator (multiple
    statements), ``CALL {`` subqueries, and ``CALL`` of a procedure outside :data:`READ_PROCEDURES`.
@@ -49,6 +56,9 @@ READ_PROCEDURES = frozenset({
     "show_tables", "table_info", "show_connection", "current_setting", "db_version",
 })
 READ_STARTS = frozenset({"match", "optional", "with", "unwind", "return", "call"})
+
+MAX_QUERY_CHARS = 8000
+MAX_NESTING = 64
 
 _WORD = re.compile(r"[a-z_][a-z0-9_]*")
 _LIMIT_TAIL = re.compile(r"\bLIMIT\s+(\d+|\$\w+)\s*$", re.I)
@@ -149,11 +159,29 @@ def check_read_only(query: str) -> str:
     :class:`CypherRejected` with the reason (see the module docstring for the rules)."""
     if not isinstance(query, str) or not query.strip():
         raise CypherRejected("empty query", str(query))
-    norm = unicodedata.normalize("NFKC", query)
+    if len(query) > MAX_QUERY_CHARS:
+        raise CypherRejected(f"query of {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted", query)
     try:
-        pieces, had_comment = _lex(norm)
+        raw_pieces, had_comment = _lex(query)
     except CypherRejected as e:
         raise CypherRejected(e.reason, query) from None
+    pieces = [(kind, unicodedata.normalize("NFKC", txt) if kind == "code" else txt) for kind, txt in raw_pieces]
+    for (kind, txt), (_, raw) in zip(pieces, raw_pieces):
+        if kind == "code" and any(txt.count(m) != raw.count(m) for m in ("'", '"', "`", "//", "/*")):
+            raise CypherRejected("a character outside string literals normalises to a quote, backtick or "
+                                 "comment marker", query)
+    depth = deepest = 0
+    for kind, txt in pieces:
+        if kind != "code":
+            continue
+        for c in txt:
+            if c in "([{":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif c in ")]}":
+                depth -= 1
+    if deepest > MAX_NESTING:
+        raise CypherRejected(f"brackets nested {deepest} deep; at most {MAX_NESTING} are accepted", query)
     for kind, txt in pieces:
         if kind == "code":
             bad = [c for c in txt if ord(c) > 126 or (ord(c) < 32 and c not in "\t\r\n")]
@@ -212,4 +240,5 @@ def enforce_limit(query: str, limit: int) -> str:
     return f"{query.rstrip()} LIMIT {int(limit)}"
 
 
-__all__ = ["CypherRejected", "check_read_only", "enforce_limit", "WRITE_KEYWORDS", "READ_PROCEDURES"]
+__all__ = ["CypherRejected", "check_read_only", "enforce_limit", "WRITE_KEYWORDS", "READ_PROCEDURES",
+           "MAX_QUERY_CHARS", "MAX_NESTING"]

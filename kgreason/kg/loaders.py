@@ -23,13 +23,13 @@ load_rog_subgraphs     RoG-style JSONL, one question per line with its ``graph``
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from kgreason.kg.store import KG
+from kgreason.textio import InputFileError, iter_lines, read_text
 
 PathLike = str | Path
 
@@ -37,13 +37,8 @@ _DELIMITERS = {"\t": "\t", "tab": "\t", "\\t": "\t", "|": "|", "pipe": "|", ",":
                ";": ";", "semicolon": ";", " ": " ", "space": " "}
 
 
-class KGFormatError(ValueError):
+class KGFormatError(InputFileError):
     """Malformed KG input. The message reads ``<file>:<line>: <what was expected>``."""
-
-    def __init__(self, path: PathLike, line: int | None, message: str) -> None:
-        self.path, self.line = str(path), line
-        where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {message}")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -65,11 +60,22 @@ def _check_file(p: Path) -> None:
         raise KGFormatError(p, None, "expected a file, got a directory")
 
 
-def _open(p: Path) -> io.TextIOBase:
+def _open(p: Path):
+    """``with _open(p) as lines:`` strictly decoded UTF-8 lines (``kgreason.textio``): a bad
+    byte, a NUL or a stray byte-order mark is a :class:`KGFormatError` with file and line."""
     _check_file(p)
-    if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
-    return open(p, encoding="utf-8", newline="")
+    return _checked(p)
+
+
+@contextmanager
+def _checked(p: Path):
+    try:
+        with iter_lines(p) as lines:
+            yield lines
+    except InputFileError as e:
+        if isinstance(e, KGFormatError):
+            raise
+        raise KGFormatError(e.path, e.line, e.message) from None
 
 
 def _delimiter(delimiter: str, p: PathLike = "<config>") -> str:
@@ -288,7 +294,7 @@ def load_primekg(path: PathLike, entity_key: str = "name", relation_column: str 
     """
     p = Path(path)
     with _open(p) as f:
-        head = f.readline()
+        head = next(f, "")
     if not head.strip():
         raise KGFormatError(p, None, "empty file: expected a CSV header")
     cols = next(csv.reader([head]))
@@ -446,7 +452,7 @@ def load_pkg(papers: PathLike, authorship: PathLike | None = None, citations: Pa
     types: dict[str, str] = {}
     triples: list[tuple[str, str, str]] = []
     with _open(pp) as f:
-        has_year = "PubYear" in (f.readline().rstrip("\r\n").split(d))
+        has_year = "PubYear" in (next(f, "").rstrip("\r\n").split(d))
     for _, row in _csv_dicts(pp, ["PMID", "ArticleTitle"], d):
         pid = f"PMID:{row['PMID'].strip()}"
         labels[pid] = row["ArticleTitle"].strip()

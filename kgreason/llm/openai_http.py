@@ -27,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
+from kgreason import secrets
 from kgreason.llm.accounting import PriceTable, call_usage
 from kgreason.llm.base import LLMError, ScoringUnsupported
 from kgreason.types import ChatRequest, Completion, Message
@@ -88,7 +89,13 @@ class OpenAIChat:
         self.model = str(model)
         self.base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
         if api_key_env:
+            if not secrets.ENV_NAME.match(str(api_key_env)):
+                secrets.register(str(api_key_env))  # a key typed where its variable's name belongs
+                raise LLMError("llm.api_key_env must be the NAME of the environment variable holding the key "
+                               "(e.g. OPENAI_API_KEY), but its value looks like a key itself; export the key "
+                               "and pass the variable's name (the value is not repeated here or written anywhere)")
             key = os.environ.get(str(api_key_env))
+            secrets.register(key)  # scrubbed from every file the run writes, server errors included
             if not key:
                 raise LLMError(f"llm.api_key_env={api_key_env!r}: environment variable is not set "
                                f"(export it, or set llm.api_key_env=null for a server without auth)")

@@ -89,7 +89,7 @@ def test_sampling_and_limit(tmp_path):
     ("", "empty file"),
     ("[1, 2]", "record 0: expected a JSON object"),
     ('[{"ID": "a", "question": "q"}]', r"record 0: missing field 'answer'"),
-    ('[{"ID": "a", "question": "q", "answer": 3}]', "field 'answer' must be a string or a list"),
+    ('[{"ID": "a", "question": "q", "answer": 3}]', "field 'answer' is a number; expected a string or a list"),
     ('[{"ID": "a", "question": "q", "answer": "x", "topic_entity": ["m.1"]}]', "'topic_entity' must be an object"),
     ('[{"question": "q", "answer": "x"}]', "expected an id field"),
     ('{"ID": "a"}\n{bad', ":2: expected one JSON object per line"),

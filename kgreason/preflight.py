@@ -1,0 +1,237 @@
+"""Checks that run before the first example is answered (issue 18: no silent failure).
+
+A run that cannot produce a meaningful number stops here, with a message that says why and what
+would fit, instead of answering every example and reporting zeros with ``run/error_rate 0.0``:
+
+* :func:`check_settings`: values that are out of range or of the wrong type (``reasoner.hops``,
+  ``dataset.limit``, ``reports.max_hops``, ``llm_cache.mode``, ...). Each problem names the key,
+  the value and what is allowed.
+* :func:`check_fit`: does the dataset's task suit the reasoner, and do the examples' topic
+  entities link to the KG? The share of linked examples is measured on the run's own examples
+  (all of them, or a seeded sample for large sets) and logged; below ``min_link_rate`` the run
+  stops and the message names the dataset, the KG, the rate and the KG that fits.
+* :func:`probe_llm`: one tiny request to an HTTP endpoint before the run, so a dead server is
+  found in seconds instead of after every example has retried for a quarter of a minute.
+
+Layer: above data/, kg/ and llm/, below run.py (which calls these).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Iterable, Mapping, Sequence
+
+from kgreason.types import ChatRequest, Example
+
+# the KG each dataset is meant to run on (the message a mismatch prints)
+KG_FOR_DATASET = {
+    "embedded": "embedded", "embedded_multihop": "embedded", "embedded_clinical": "embedded",
+    "metaqa": "metaqa", "cwq": "freebase_sparql (full Freebase; freebase_slice links only about half)",
+    "webqsp": "freebase_sparql (full Freebase; freebase_slice links about two thirds)",
+    "grailqa": "freebase_sparql (full Freebase; freebase_slice links under 10 %)",
+    "ddxplus": "ddxplus", "probsum": "umls",
+}
+
+TASKS = ("kgqa", "multihop", "diagnosis")
+CACHE_MODES = ("readwrite", "readonly", "off")
+
+
+class PreflightError(ValueError):
+    """The run cannot produce a meaningful number; the message says why and what fits."""
+
+
+# ------------------------------------------------------------------------------- settings
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _get(cfg: Mapping[str, Any] | None, dotted: str, default: Any = None) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if node is None or not hasattr(node, "get"):
+            return default
+        node = node.get(part, None)
+    return default if node is None else node
+
+
+def check_settings(cfg: Mapping[str, Any]) -> list[str]:
+    """Problems with the run's settings, one sentence each (empty when all is well)."""
+    problems: list[str] = []
+
+    def positive_int(key: str, *, allow_none: bool, minimum: int = 1, what: str = "") -> None:
+        v = _get(cfg, key)
+        if v is None:
+            if not allow_none and _has(cfg, key):
+                problems.append(f"{key}=null: expected an integer >= {minimum}{what}")
+            return
+        if not _is_int(v) or v < minimum:
+            problems.append(f"{key}={v!r}: expected an integer >= {minimum}"
+                            f"{' or null' if allow_none else ''}{what}")
+
+    positive_int("reasoner.hops", allow_none=True, what=" (null: the reasoner's own hop rule)")
+    positive_int("reasoner.max_hops", allow_none=True)
+    positive_int("reasoner.width", allow_none=True)
+    positive_int("reasoner.depth", allow_none=True)
+    positive_int("dataset.limit", allow_none=True, what=" (null: every example)")
+    positive_int("dataset.sample", allow_none=True, what=" (null: no sampling)")
+    positive_int("reports.max_hops", allow_none=True)
+    positive_int("example_workers", allow_none=True)
+    positive_int("retrieval_batch", allow_none=True, minimum=0, what=" (0: off)")
+    rate = _get(cfg, "max_error_rate")
+    if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate <= 1):
+        problems.append(f"max_error_rate={rate!r}: expected a number between 0 and 1, or null")
+    mlr = _get(cfg, "preflight.min_link_rate")
+    if mlr is not None and (not isinstance(mlr, (int, float)) or isinstance(mlr, bool) or not 0 <= mlr <= 1):
+        problems.append(f"preflight.min_link_rate={mlr!r}: expected a number between 0 and 1")
+    mode = _get(cfg, "llm_cache.mode")
+    if mode is not None and str(mode) not in CACHE_MODES:
+        problems.append(f"llm_cache.mode={mode!r}: expected one of {', '.join(CACHE_MODES)}")
+    llm = _get(cfg, "llm") or {}
+    target = str(_get(llm, "_target_", ""))
+    if target.endswith((".HFCausalLM", ".hf.HFCausalLM")) or str(_get(llm, "backend", "")) == "hf":
+        if not _get(llm, "model") and not _get(llm, "model_path"):
+            problems.append("llm=hf needs a model: set llm.model=<hub id or local directory>")
+    return problems
+
+
+def _has(cfg: Mapping[str, Any], dotted: str) -> bool:
+    parent, _, leaf = dotted.rpartition(".")
+    node = _get(cfg, parent) if parent else cfg
+    return node is not None and hasattr(node, "keys") and leaf in node.keys()
+
+
+def check_llm_key(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
+    """A configured API key variable that is unset, for a run whose reasoner calls the LLM."""
+    if not uses_llm or str(_get(cfg, "llm_cache.mode", "")) == "readonly":
+        return []
+    out = []
+    for prefix in ("llm", "judge.llm"):
+        env = _get(cfg, f"{prefix}.api_key_env")
+        if env and isinstance(env, str) and not os.environ.get(env):
+            out.append(f"{prefix}.api_key_env={env!r}: the environment variable is not set (export it, or "
+                       f"set {prefix}.api_key_env=null for a server without authentication)")
+    return out
+
+
+# ------------------------------------------------------------------------------- fit
+
+
+def task_of(ex: Example) -> str:
+    """The task an example poses: ``diagnosis`` (findings / diagnoses), ``multihop`` (passages
+    or supporting titles: multi-hop QA over documents) or ``kgqa``."""
+    if ex.findings or ex.diagnoses:
+        return "diagnosis"
+    if ex.corpus or ex.supporting:
+        return "multihop"
+    return "kgqa"
+
+
+def _sample(examples: Sequence[Example], n: int, seed: int = 0) -> list[Example]:
+    if len(examples) <= n:
+        return list(examples)
+    idx = sorted(random.Random(seed).sample(range(len(examples)), n))
+    return [examples[i] for i in idx]
+
+
+def link_report(kg, examples: Sequence[Example], *, sample: int = 500, seed: int = 0) -> dict[str, Any]:
+    """How many of the examples' topic entities (or, for diagnosis, findings) link to ``kg``
+    by exact id or normalised name (the rule the reasoners use; no embedding fallback).
+
+    Returns ``{examples, examples_linked, example_rate, mentions, mentions_linked, sampled}``.
+    """
+    from kgreason.kg.linking import link_example, link_mentions
+
+    chosen = _sample(list(examples), sample, seed)
+    n_ex = ok = ments = ments_ok = 0
+    for ex in chosen:
+        if task_of(ex) == "diagnosis":
+            res = link_mentions(kg, list(ex.topic_entities) or list(ex.findings))
+        else:
+            res = link_example(kg, ex)
+        n_ex += 1
+        ok += bool(res.ids)
+        ments += len(res.linked) + len(res.failed)
+        ments_ok += len(res.linked)
+    return {"examples": n_ex, "examples_linked": ok, "example_rate": ok / n_ex if n_ex else 0.0,
+            "mentions": ments, "mentions_linked": ments_ok, "sampled": len(chosen) < len(examples)}
+
+
+def check_fit(examples: Sequence[Example], kg, reasoner, *, dataset: str, kg_name: str, reasoner_name: str,
+              min_link_rate: float, sample: int = 500) -> dict[str, Any]:
+    """Stop a run whose reasoner cannot serve the dataset's task, or whose examples do not link
+    to the KG. Returns the measured report (logged under ``preflight/``).
+
+    A reasoner declares the tasks it serves in a class attribute ``tasks`` (e.g. ``("kgqa",)``);
+    one that does not declare them is not checked. Multi-hop document QA needs no KG link.
+    """
+    if not examples:
+        raise PreflightError(f"dataset {dataset!r} has no examples to answer (check dataset.limit, "
+                             "dataset.sample and the file it reads)")
+    tasks = sorted({task_of(ex) for ex in examples})
+    served = tuple(getattr(type(reasoner), "tasks", ()) or ())
+    if served:
+        bad = [t for t in tasks if t not in served]
+        if bad:
+            raise PreflightError(
+                f"reasoner {reasoner_name!r} answers {' / '.join(served)} tasks, but dataset {dataset!r} poses "
+                f"{' / '.join(bad)} questions; choose a reasoner for them ({_reasoners_for(bad[0])})")
+    report: dict[str, Any] = {"tasks": tasks}
+    needs_kg = [ex for ex in examples if task_of(ex) != "multihop"]
+    uses_kg = getattr(type(reasoner), "uses_kg", True)
+    if needs_kg and uses_kg and kg is not None:
+        rep = link_report(kg, needs_kg, sample=sample)
+        report.update(rep)
+        if rep["example_rate"] < float(min_link_rate):
+            fits = KG_FOR_DATASET.get(dataset)
+            hint = f"; dataset {dataset!r} is meant for kg={fits}" if fits and not str(fits).startswith(kg_name) else ""
+            raise PreflightError(
+                f"only {rep['examples_linked']} of {rep['examples']} examples of dataset {dataset!r} "
+                f"({rep['example_rate']:.1%}) have a topic entity in kg={kg_name!r}, below "
+                f"preflight.min_link_rate={min_link_rate}: the run would score unlinked questions as "
+                f"wrong answers{hint} (or lower preflight.min_link_rate to run anyway)")
+    return report
+
+
+def _reasoners_for(task: str) -> str:
+    return {"kgqa": "io, cot, rag, tog, reknos, sgr, retrieval_only",
+            "multihop": "io, cot, rag_text, subqrag",
+            "diagnosis": "logoskg_dx, kg_dx, io, cot"}.get(task, "see docs/reasoners.md")
+
+
+# ------------------------------------------------------------------------------- LLM
+
+
+def probe_llm(llm, describe: str) -> None:
+    """Send one tiny request straight to the backend (no cache) and fail fast if it does not
+    answer. Only for backends that talk to a server (they have a ``base_url``)."""
+    backend = getattr(llm, "get", None)
+    inner = backend() if callable(backend) else llm
+    while hasattr(inner, "inner"):
+        inner = inner.inner
+    if not getattr(inner, "base_url", None):
+        return
+    retries = getattr(inner, "max_retries", None)
+    if retries is not None:
+        inner.max_retries = min(int(retries), 1)  # a dead server should cost seconds, not the full backoff
+    try:
+        inner.generate([ChatRequest.of("ping", max_tokens=1)])
+    except Exception as e:  # noqa: BLE001 - reported with the endpoint named
+        raise PreflightError(f"the LLM endpoint {inner.base_url} ({describe}) did not answer a one-token probe: "
+                             f"{type(e).__name__}: {e}") from None
+    finally:
+        if retries is not None:
+            inner.max_retries = retries
+
+
+def require(problems: Iterable[str]) -> None:
+    """Raise one :class:`PreflightError` listing every problem."""
+    problems = list(problems)
+    if problems:
+        raise PreflightError("the run cannot start:\n  - " + "\n  - ".join(problems))
+
+
+__all__ = ["PreflightError", "check_settings", "check_llm_key", "check_fit", "link_report", "probe_llm",
+           "require", "task_of", "KG_FOR_DATASET"]

@@ -1,0 +1,167 @@
+"""The secret values a run holds, and the scrubber every writer of the run dir goes through.
+
+Ground floor: imports nothing from kgreason. A key can reach a file in many ways: typed on the
+command line (``+llm.api_key=sk-...``), typed by mistake where the *name* of its environment
+variable belongs (``llm.api_key_env=sk-...``), quoted back by a server in an error message that
+ends up in ``predictions.jsonl`` and the log, or copied into W&B. Redacting config keys by name
+catches only the first. So the run registers every secret *value* it learns of, and every string
+it writes (prediction rows, JSON files, the Hydra record, log records, W&B payloads) is passed
+through :func:`scrub`, which replaces each registered value wherever it occurs.
+
+Where values come from:
+
+* config keys that look secret (``api_key``, ``password``, ``secret``, ``token``): their values;
+* config keys ``<secret>_env`` (``api_key_env``, ``password_env``): the environment variable they
+  name, when set; a value that is not a variable name is treated as the secret itself (and
+  :func:`register_from_config` reports the mistake, without the value);
+* anything a backend reads itself (``OpenAIChat`` registers the key it loads).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from typing import Any, Iterable, Mapping
+
+SECRET_KEY = re.compile(r"(api[_-]?key|password|secret|token)$", re.I)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REDACTED = "<redacted>"
+MIN_LEN = 6  # shorter values would redact ordinary words; no real key is this short
+
+_secrets: set[str] = set()
+_lock = threading.Lock()
+
+
+def register(value: Any) -> None:
+    """Remember a secret value; from now on :func:`scrub` removes it from every string."""
+    if isinstance(value, str) and len(value.strip()) >= MIN_LEN:
+        with _lock:
+            _secrets.add(value.strip())
+
+
+def registered() -> int:
+    """How many values are registered (for tests and the run record)."""
+    return len(_secrets)
+
+
+def forget_all() -> None:
+    """Drop every registered value (tests; a new run in the same process keeps them, harmlessly)."""
+    with _lock:
+        _secrets.clear()
+
+
+def scrub(text: str) -> str:
+    """``text`` with every registered secret value replaced by ``<redacted>``."""
+    if not _secrets or not text:
+        return text
+    for s in sorted(_secrets, key=len, reverse=True):
+        if s in text:
+            text = text.replace(s, REDACTED)
+    return text
+
+
+def scrub_obj(obj: Any) -> Any:
+    """A copy of a JSON-like object with every string (keys too) scrubbed."""
+    if not _secrets:
+        return obj
+    if isinstance(obj, str):
+        return scrub(obj)
+    if isinstance(obj, Mapping):
+        return {scrub_obj(k): scrub_obj(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(scrub_obj(v) for v in obj) if isinstance(obj, list) else tuple(scrub_obj(v) for v in obj)
+    return obj
+
+
+def _walk(node: Any, path: str) -> Iterable[tuple[str, str, Any]]:
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            p = f"{path}.{k}" if path else str(k)
+            yield p, str(k), v
+            yield from _walk(v, p)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{path}[{i}]")
+
+
+def _is_env_key(key: str) -> bool:
+    return key.endswith("_env") and bool(SECRET_KEY.search(key[:-4]))
+
+
+def register_from_config(container: Mapping[str, Any]) -> list[str]:
+    """Register every secret a plain config holds or points at. Returns the mistakes that put a
+    secret where a name belongs (messages name the key, never the value)."""
+    problems = []
+    for path, key, value in _walk(container, ""):
+        if not isinstance(value, str) or not value:
+            continue
+        if _is_env_key(key):
+            if ENV_NAME.match(value):
+                register(os.environ.get(value))
+            else:
+                register(value)
+                problems.append(f"{path} must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+                                "but its value looks like a key itself; export the key in a variable and "
+                                f"set {path} to that variable's name (the value was not written anywhere)")
+        elif SECRET_KEY.search(key):
+            register(value)
+    return problems
+
+
+class ScrubbingFilter(logging.Filter):
+    """Scrubs a log record's message and traceback before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 - logging API
+        if not _secrets:
+            return True
+        record.msg = scrub(record.getMessage())
+        record.args = ()
+        if record.exc_info:
+            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        elif record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True
+
+
+_FILTER = ScrubbingFilter()
+
+
+def install_log_filter(logger: logging.Logger | None = None) -> None:
+    """Put the scrubbing filter on every handler of ``logger`` (default: the root logger, where
+    Hydra's console and file handlers live), so records from any module are scrubbed."""
+    logger = logger or logging.getLogger()
+    for h in logger.handlers:
+        if _FILTER not in h.filters:
+            h.addFilter(_FILTER)
+
+
+class ScrubbingStream:
+    """A text stream that scrubs what is written through it (stdout/stderr of the CLI: Hydra
+    itself prints a failed job's overrides, and users send both streams to SLURM log files)."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        self._inner.write(scrub(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def scrub_std_streams() -> None:
+    """Route ``sys.stdout`` and ``sys.stderr`` through :class:`ScrubbingStream` (CLI only; once)."""
+    import sys
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, ScrubbingStream):
+            setattr(sys, name, ScrubbingStream(stream))
+
+
+__all__ = ["ScrubbingStream", "scrub_std_streams", "SECRET_KEY", "REDACTED", "register", "registered", "forget_all", "scrub", "scrub_obj",
+           "register_from_config", "ScrubbingFilter", "install_log_filter"]

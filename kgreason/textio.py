@@ -1,0 +1,145 @@
+"""Strict reading of the text files a run takes in (datasets, KGs, caches).
+
+Ground floor: imports nothing from kgreason. Every dataset and KG reader goes through
+:func:`read_text` (whole files: JSON) or :func:`iter_lines` (streamed: TSV, CSV, JSON Lines,
+gzip too), so one set of rules holds for every input:
+
+* the bytes must be UTF-8; anything else is an :class:`InputFileError` naming the file, the line
+  and the column of the first bad byte (never a bare ``UnicodeDecodeError``, and never the file's
+  contents, which for a dataset can be megabytes);
+* a UTF-8 byte-order mark at the very start of the file is dropped (editors on Windows write one;
+  it is not part of the first field). In line formats (TSV, CSV, RRF, JSON Lines read by
+  :func:`iter_lines`) every field is a name, so a byte-order mark anywhere else is an error; in a
+  whole JSON file it is an error at the start of a line (two files glued together) and content
+  inside a passage's text (Wikipedia paragraphs hold a few); names and answers taken from JSON are
+  checked field by field by the dataset readers;
+* a NUL byte is an error (a binary or truncated file; it too would end up inside a name).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+_BOM = "\ufeff"
+_READ: dict[str, dict] = {}  # every input file read in this process: {path: {sha256, bytes}}
+_READ_LOCK = threading.Lock()
+
+
+def note_file(path: str | Path, sha256: str, size: int) -> None:
+    """Record that ``path`` (with this content hash) was read; see :func:`files_read`."""
+    with _READ_LOCK:
+        _READ[str(Path(path).resolve())] = {"sha256": sha256, "bytes": int(size)}
+
+
+def files_read() -> dict[str, dict]:
+    """``{absolute path: {"sha256", "bytes"}}`` of every data file read through this module (or
+    hashed by the compiled-KG cache) in this process: the run record lists them, so two runs on
+    files that differ in one byte are told apart."""
+    with _READ_LOCK:
+        return dict(_READ)
+_BOM_BYTES = b"\xef\xbb\xbf"
+
+
+class InputFileError(ValueError):
+    """A malformed input file. The message reads ``<file>:<line>: <what was expected>``."""
+
+    def __init__(self, path: str | Path, line: int | None, message: str) -> None:
+        self.path, self.line, self.message = str(path), line, message
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+def _bad_bytes(path: str | Path, line_no: int, raw: bytes, err: UnicodeDecodeError) -> InputFileError:
+    col = len(raw[: err.start].decode("utf-8", errors="replace")) + 1
+    bad = raw[err.start: err.start + 4].hex(" ")
+    hint = ""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        hint = " (the file starts with a UTF-16 byte-order mark: convert it to UTF-8)"
+    return InputFileError(path, line_no, f"not valid UTF-8 at column {col} (bytes {bad}); "
+                          f"expected UTF-8 text{hint or ', e.g. iconv -f latin1 -t utf-8'}")
+
+
+def check_line(path: str | Path, line_no: int, text: str, *, bom_anywhere: bool = True) -> str:
+    """Reject NUL bytes and stray byte-order marks (anywhere, or only at the start of the line
+    when ``bom_anywhere`` is false) in one decoded line; return the line."""
+    if "\x00" in text:
+        raise InputFileError(path, line_no, f"NUL byte at column {text.index(chr(0)) + 1}; "
+                             "expected text (is the file binary or truncated?)")
+    if text.startswith(_BOM) or (bom_anywhere and _BOM in text):
+        raise InputFileError(path, line_no, f"byte-order mark (U+FEFF) at column {text.index(_BOM) + 1}; "
+                             "it would become part of a name: remove it")
+    return text
+
+
+def decode(path: str | Path, data: bytes) -> str:
+    """Decode a whole file's bytes by the rules above."""
+    if data.startswith(_BOM_BYTES):
+        data = data[len(_BOM_BYTES):]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_no = data.count(b"\n", 0, e.start) + 1
+        start = data.rfind(b"\n", 0, e.start) + 1
+        end = data.find(b"\n", e.start)
+        raw = data[start: end if end >= 0 else len(data)]
+        e2 = UnicodeDecodeError(e.encoding, raw, e.start - start, e.end - start, e.reason)
+        raise _bad_bytes(path, line_no, raw, e2) from None
+    if "\x00" in text or _BOM in text:
+        for line_no, line in enumerate(text.split("\n"), 1):
+            check_line(path, line_no, line, bom_anywhere=False)
+    return text
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file as text (gzip when the name ends in ``.gz``), by the rules above."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputFileError(p, None, "file not found" if not p.exists() else "expected a file, got a directory")
+    raw = p.read_bytes()
+    note_file(p, hashlib.sha256(raw).hexdigest(), len(raw))
+    data = gzip.decompress(raw) if p.suffix == ".gz" else raw
+    return decode(p, data)
+
+
+def _lines(p: Path, f: IO[bytes]) -> Iterator[str]:
+    for line_no, raw in enumerate(f, 1):
+        if line_no == 1 and raw.startswith(_BOM_BYTES):
+            raw = raw[len(_BOM_BYTES):]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _bad_bytes(p, line_no, raw, e) from None
+        yield check_line(p, line_no, text)
+
+
+@contextmanager
+def iter_lines(path: str | Path) -> Iterator[Iterator[str]]:
+    """``with iter_lines(p) as lines:`` the file's lines (ends kept, like a text file opened with
+    ``newline=""``), each decoded and checked by the rules above; gzip when ``.gz``."""
+    p = Path(path)
+    if not p.exists():
+        raise InputFileError(p, None, "file not found")
+    if p.is_dir():
+        raise InputFileError(p, None, "expected a file, got a directory")
+    f = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
+    try:
+        yield _lines(p, f)
+    finally:
+        f.close()
+    note_file(p, _sha256_file(p), p.stat().st_size)
+
+
+def _sha256_file(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+__all__ = ["note_file", "files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]

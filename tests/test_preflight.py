@@ -1,0 +1,110 @@
+"""Checks before the first example (issue 18): bad settings, components that do not fit, a dead
+LLM endpoint. Each case used to run every example and report zeros with exit code 0."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from kgreason.bench.llm import FakeChatServer
+from kgreason.data.embedded import load_embedded
+from kgreason.kg.embedded import embedded_kg as build_embedded_kg
+from kgreason.llm.openai_http import OpenAIChat
+from kgreason.preflight import PreflightError, check_fit, check_llm_key, check_settings, probe_llm, task_of
+from kgreason.types import Example
+
+
+def _cfg(**over):
+    base = {"reasoner": {"hops": None, "max_hops": 2}, "dataset": {"limit": None, "sample": None},
+            "reports": {"max_hops": 5}, "llm_cache": {"mode": "readwrite"}, "example_workers": 1,
+            "retrieval_batch": 64, "max_error_rate": 0.05, "llm": {"_target_": "kgreason.llm.local.LocalLLM"}}
+    cfg = OmegaConf.create(base)
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, force_add=True)
+    return cfg
+
+
+def test_good_settings_pass():
+    assert check_settings(_cfg()) == []
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("reasoner.hops", -1, "reasoner.hops=-1: expected an integer >= 1 or null"),
+    ("reasoner.hops", 0, "reasoner.hops=0"),
+    ("reasoner.hops", 1.5, "reasoner.hops=1.5"),
+    ("reasoner.hops", "two", "reasoner.hops='two'"),
+    ("dataset.limit", -5, "dataset.limit=-5: expected an integer >= 1 or null"),
+    ("dataset.limit", 0, "dataset.limit=0"),
+    ("reports.max_hops", 0, "reports.max_hops=0"),
+    ("llm_cache.mode", "write", "llm_cache.mode='write': expected one of readwrite, readonly, off"),
+    ("max_error_rate", 2, "max_error_rate=2"),
+    ("example_workers", 0, "example_workers=0"),
+])
+def test_bad_settings_name_key_value_and_allowed(key, value, expected):
+    problems = check_settings(_cfg(**{key: value}))
+    assert len(problems) == 1 and problems[0].startswith(expected)
+
+
+def test_hf_without_model_and_missing_key(monkeypatch):
+    assert check_settings(_cfg(llm={"_target_": "kgreason.llm.hf.HFCausalLM", "model": None})) == \
+        ["llm=hf needs a model: set llm.model=<hub id or local directory>"]
+    monkeypatch.delenv("KGREASON_PREFLIGHT_NOPE", raising=False)
+    cfg = _cfg(llm={"api_key_env": "KGREASON_PREFLIGHT_NOPE"})
+    assert "is not set" in check_llm_key(cfg, uses_llm=True)[0]
+    assert check_llm_key(cfg, uses_llm=False) == []  # retrieval_only never builds the LLM
+
+
+class _KGQA:
+    tasks = ("kgqa",)
+
+
+class _Diagnosis:
+    tasks = ("diagnosis",)
+
+
+def test_unlinked_dataset_stops_with_the_kg_that_fits():
+    kg = build_embedded_kg()
+    metaqa_like = [Example(id=str(i), question="q", answers=("x",), topic_entities=(f"Film {i}",)) for i in range(30)]
+    with pytest.raises(PreflightError) as e:
+        check_fit(metaqa_like, kg, _KGQA(), dataset="metaqa", kg_name="embedded", reasoner_name="rag",
+                  min_link_rate=0.5)
+    msg = str(e.value)
+    assert "0 of 30 examples of dataset 'metaqa' (0.0%)" in msg and "kg='embedded'" in msg
+    assert "meant for kg=metaqa" in msg and "min_link_rate=0.5" in msg
+
+
+def test_linked_dataset_passes_and_reports_the_rate():
+    kg = build_embedded_kg()
+    examples = list(load_embedded(limit=40))
+    rep = check_fit(examples, kg, _KGQA(), dataset="embedded", kg_name="embedded", reasoner_name="rag",
+                    min_link_rate=0.9)
+    assert rep["example_rate"] == 1.0 and rep["examples"] == 40 and rep["tasks"] == ["kgqa"]
+
+
+def test_reasoner_that_cannot_serve_the_task_says_so():
+    multihop = list(load_embedded(task="multihop", limit=5))
+    assert {task_of(ex) for ex in multihop} == {"multihop"}
+    with pytest.raises(PreflightError, match="reasoner 'retrieval_only' answers kgqa tasks, but dataset "
+                                             "'hotpotqa' poses multihop questions; choose a reasoner"):
+        check_fit(multihop, None, _KGQA(), dataset="hotpotqa", kg_name="embedded", reasoner_name="retrieval_only",
+                  min_link_rate=0.5)
+    clinical = list(load_embedded(task="clinical", limit=5))
+    with pytest.raises(PreflightError, match="poses diagnosis questions"):
+        check_fit(clinical, None, _KGQA(), dataset="ddxplus", kg_name="ddxplus", reasoner_name="retrieval_only",
+                  min_link_rate=0.5)
+    with pytest.raises(PreflightError, match="has no examples"):
+        check_fit([], None, _Diagnosis(), dataset="ddxplus", kg_name="ddxplus", reasoner_name="kg_dx", min_link_rate=0.5)
+
+
+def test_dead_endpoint_is_found_by_one_probe(monkeypatch):
+    monkeypatch.setenv("KGREASON_PROBE_KEY", "sk-probe-0000000000")
+    with FakeChatServer() as srv:
+        url = srv.base_url
+        llm = OpenAIChat(model="m", base_url=url, api_key_env="KGREASON_PROBE_KEY", max_retries=5, sleep=lambda s: None)
+        probe_llm(llm, "llm=openai")  # alive: passes, one request
+        assert len(srv.requests) == 1
+    # a fresh client: the old one's pooled keep-alive connection can outlive the server's shutdown
+    dead = OpenAIChat(model="m", base_url=url, api_key_env="KGREASON_PROBE_KEY", max_retries=5, sleep=lambda s: None)
+    with pytest.raises(PreflightError, match=r"the LLM endpoint http://127\.0\.0\.1:\d+/v1 \(llm=openai\) did not answer"):
+        probe_llm(dead, "llm=openai")
+    assert dead.max_retries == 5
