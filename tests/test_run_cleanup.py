@@ -60,7 +60,13 @@ def test_run_that_raises_half_way_closes_everything(tmp_path, monkeypatch):
         calls.append(ex.id)
         if len(calls) == 2:  # half-way: the DB and the call cache are both open now
             held = open_files_under(cache)
-            assert any("llm_calls.sqlite" in p for p in held) and any("kuzu" in p for p in held), held
+            assert any("llm_calls.sqlite" in p for p in held), held
+            # LLM-written Cypher runs in the kuzu sandbox worker, which holds the DB: start it
+            gdb = built["c"].graphdb
+            assert gdb.run_read("MATCH (n:Entity) RETURN count(n) AS c")[0]["c"] > 0
+            worker = gdb._db._sandbox._proc
+            assert worker.poll() is None
+            built["worker"] = worker
             raise RuntimeError("boom half-way")
         return row
 
@@ -71,6 +77,7 @@ def test_run_that_raises_half_way_closes_everything(tmp_path, monkeypatch):
     c = built["c"]
     assert not c.graphdb.opened and not c.llm.built
     assert open_files_under(cache) == []
+    assert built["worker"].poll() is not None  # the sandbox worker is gone too
 
     monkeypatch.setattr(run_mod, "answer_and_score", real_answer)
     res = run_mod.run(compose_cfg(_overrides(cache, 3), tmp_path / "b"), tmp_path / "b")
