@@ -180,12 +180,14 @@ def test_every_resource_close_is_idempotent(tmp_path, embedded_kg):
     assert any("llm_calls.sqlite" in p for p in open_files_under(tmp_path))
     db = LazyGraphDB("kuzu", kg=embedded_kg, cache_dir=str(tmp_path / "cypher"))
     assert db.run_read("MATCH (n:Entity) RETURN count(n) AS c")[0]["c"] == embedded_kg.n_entities
-    assert any("kuzu" in p for p in open_files_under(tmp_path))
+    worker = db._db._sandbox._proc  # the read ran in the sandbox worker, which holds the kuzu file
+    assert worker.poll() is None
     emb = Embedder()
     for _ in range(2):
         llm.close()
         db.close()
         emb.close()
     assert open_files_under(tmp_path) == [] and not db.opened and not emb.loaded
+    assert worker.poll() is not None
     with pytest.raises(RuntimeError, match="after the run closed it"):
         llm.generate([ChatRequest.of("hi")])
