@@ -124,6 +124,11 @@ class ReKnoS(BaseReasoner):
             self._tgroup_cache = self.sr.group_of[self.kg.rels]
         return self._tgroup_cache
 
+    def report(self) -> dict:
+        """Run-level report (written by the run as ``reasoner.json``): the super-relation
+        grouping of this run's KG, with its group-size histogram."""
+        return {"superrelations": self.sr.histogram(self.kg)}
+
     # ------------------------------------------------------------------ helpers
     @property
     def call_budget(self) -> int:
