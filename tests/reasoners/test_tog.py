@@ -194,3 +194,25 @@ def test_run_end_to_end_with_ablations(tmp_path):
         assert res.metrics["run/error_rate"] == 0.0
         rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
         assert len(rows) == 2 and all(max(r["extra"]["beam_sizes"]) <= cfg.reasoner.width for r in rows)
+
+
+def test_the_sample_does_not_depend_on_the_kgs_storage_order():
+    """The in-memory store and a SPARQL endpoint list a hub's neighbours in different orders
+    (and number entities differently); the seeded sample picks the same neighbours on both."""
+    import random
+
+    from kgreason.kg.store import KG
+
+    triples = [(f"m.film{i:02d}", "film.film.starring", "m.actor") for i in range(30)]
+    triples += [("m.actor", "people.person.nationality", "m.usa")]
+    shuffled = triples[:]
+    random.Random(7).shuffle(shuffled)
+    picks = []
+    for trs in (triples, shuffled[::-1]):
+        kg = KG.from_triples(trs)
+        r = ToG(kg=kg, llm=_llm(), prune="bm25", seed=3)
+        rel = kg.relation_names.index("film.film.starring")
+        tids = r.explore_entities(kg.entity_id("m.actor"), rel, True)
+        picks.append([kg.entity_names[int(kg.heads[x])] for x in tids])
+    assert picks[0] == picks[1] and len(picks[0]) == 5 and picks[0] == sorted(picks[0])
+    assert picks[0] != [f"m.film{i:02d}" for i in range(5)]  # a sample, not the first five
