@@ -36,7 +36,7 @@ Where we follow the paper vs. the authors' ToG-derived code conventions:
   of the kept scores (uniform 1/N when they sum to 0); the score reply is ToG's
   ``name (Score: s)`` / ``name: s`` list; candidates are shown with a few member relations;
   backward super-relations are written ``"<name> (backward)"``;
-* ours: entity sets per path are capped at ``max_entities`` (KG order) to bound prompt size, and
+* ours: entity sets per path are capped at ``max_entities`` (by entity name) to bound prompt size, and
   ``max_facts`` example triples per path go into the decision/answer prompts.
 
 Per-example extra: ``retrieved`` (every entity extracted along the ``N`` kept paths at any step →
@@ -92,7 +92,7 @@ class ReKnoS(BaseReasoner):
         seed: seed of the clustering / random grouping.
         use_backward: also consider backward super-relations (False = forward-only ablation).
         few_shot: 3-shot scoring prompt (§4.2) or zero-shot.
-        max_entities: cap on each path's entity set (KG order).
+        max_entities: cap on each path's entity set (the first by entity name).
         max_facts: example triples per path shown in the decision / answer prompts.
     """
 
