@@ -331,9 +331,14 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
 
 
 def build_reports(cfg: DictConfig, c: Components, examples: list[Example], rows, out_dir: Path) -> dict[str, Any]:
-    """Distributions that are not metrics: the hop distribution (written to hops.json)."""
+    """Distributions that are not metrics: the hop distribution (written to hops.json) and the
+    reasoner's own report when it has a ``report()`` method (written to reasoner.json)."""
     reports: dict[str, Any] = {}
     rep_cfg = cfg.get("reports") or {}
+    reasoner_report = getattr(c.reasoner, "report", None)
+    if callable(reasoner_report):  # a reasoner's run-level facts (ReKnoS: super-relation groups)
+        reports["reasoner"] = reasoner_report()
+        write_json(out_dir / "reasoner.json", reports["reasoner"])
     if rep_cfg.get("hop_distribution", True):
         try:
             from kgreason.metrics.hops import hop_distribution

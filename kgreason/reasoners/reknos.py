@@ -12,12 +12,16 @@ For ``l = 1..L`` (Fig. 3, §3.3–3.4):
 2. **scoring**: ONE LLM call scores all candidates in [0, 1] (3-shot prompt, §4.2);
 3. **path selection**: keep the top ``N`` candidates, normalise their scores, extend every kept
    super-relation path with every kept candidate it connects to; a path's score is the sum of the
-   normalised step scores along it (Eq. 8); keep the top ``K`` paths;
+   normalised step scores along it (Eq. 8); keep the top ``N`` paths (N = width, the search
+   beam), so a wider N explores more paths at every step (:meth:`ReKnoS.expand`);
 4. **entity extraction** (Eq. 9): ``E_l`` = the entities reached from ``E_{l-1}`` through a
    concrete relation of the selected super-relation in its direction, i.e. only entities on a
    valid relation chain realising the path (Theorem 4.1);
-5. **answer decision**: ONE LLM call — answer now (yes) or continue (no).
+5. **answer decision**: ONE LLM call — answer now (yes) or continue (no) — on the top ``K``
+   kept paths.
 
+The top-``K`` cut of Eq. 8 is the final path selection (:meth:`ReKnoS.final_paths`): the decision
+and the answer prompts see the ``K`` best of the ``N`` kept paths; the search itself keeps ``N``.
 After a "yes", or after step ``L``, one final call answers from the paths. So a question costs
 at most ``2L + 1`` calls (L scoring + L decision + 1 answer; §4.4 "2L*+1"), asserted below.
 Calls never re-ask (the kit's re-ask policy stays at ``max_reasks = 0`` here, so the 2L+1
@@ -26,18 +30,19 @@ failure), an unparseable decision means "continue".
 
 Where we follow the paper vs. the authors' ToG-derived code conventions:
 
-* paper: one scoring call per step, top-N super-relations, top-K paths, path score = sum of step
-  scores (Eq. 8), entity extraction by valid relation chains (Eq. 9), ≤ 2L+1 calls;
+* paper: one scoring call per step, top-N super-relations and top-N paths per step, top-K paths
+  at the final selection, path score = sum of step scores (Eq. 8), entity extraction by valid relation chains (Eq. 9), ≤ 2L+1 calls;
 * code conventions (ToG): scores are normalised per step by dividing each kept score by the sum
   of the kept scores (uniform 1/N when they sum to 0); the score reply is ToG's
   ``name (Score: s)`` / ``name: s`` list; candidates are shown with a few member relations;
   backward super-relations are written ``"<name> (backward)"``;
-* ours: entity sets per path are capped at ``max_entities`` (KG order) to bound prompt size, and
+* ours: entity sets per path are capped at ``max_entities`` (by entity name) to bound prompt size, and
   ``max_facts`` example triples per path go into the decision/answer prompts.
 
-Per-example extra: ``retrieved`` (all extracted entities of the kept paths → answer_coverage =
-the paper's retrieval rate), ``search_space`` (distinct fact triples encountered, Fig. 6),
-``llm_calls``, ``steps``, ``call_budget``.
+Per-example extra: ``retrieved`` (every entity extracted along the ``N`` kept paths at any step →
+answer_coverage = the paper's retrieval rate), ``search_space`` (distinct fact triples
+encountered, Fig. 6), ``paths_per_step`` (kept paths after each step, ≤ N), ``llm_calls``,
+``steps``, ``call_budget``; ``paths`` are the final top-``K``.
 """
 
 from __future__ import annotations
@@ -78,16 +83,16 @@ class SRPath:
 
 class ReKnoS(BaseReasoner):
     """Args:
-        width: N, super-relations kept per step (reknos.txt Table 4).
+        width: N, super-relations and paths kept per step (reknos.txt Table 4).
         depth: L, maximum reasoning steps (Table 4).
-        top_k_paths: K, super-relation paths kept (Eq. 8).
+        top_k_paths: K, paths of the final selection (Eq. 8) the decision and answer see.
         superrel_source: ``hierarchy`` | ``cluster`` | ``random`` (§3.2; random = ablation).
         superrel_map: optional relation→group file for ``hierarchy`` on flat schemas.
         n_clusters: clusters for ``cluster``.
         seed: seed of the clustering / random grouping.
         use_backward: also consider backward super-relations (False = forward-only ablation).
         few_shot: 3-shot scoring prompt (§4.2) or zero-shot.
-        max_entities: cap on each path's entity set (KG order).
+        max_entities: cap on each path's entity set (the first by entity name).
         max_facts: example triples per path shown in the decision / answer prompts.
     """
 
@@ -118,6 +123,11 @@ class ReKnoS(BaseReasoner):
         if len(self._tgroup_cache) != self.kg.n_triples:
             self._tgroup_cache = self.sr.group_of[self.kg.rels]
         return self._tgroup_cache
+
+    def report(self) -> dict:
+        """Run-level report (written by the run as ``reasoner.json``): the super-relation
+        grouping of this run's KG, with its group-size histogram."""
+        return {"superrelations": self.sr.histogram(self.kg)}
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -193,61 +203,84 @@ class ReKnoS(BaseReasoner):
         return "\n".join(blocks) if blocks else "(no paths found)"
 
     # ------------------------------------------------------------------ search
+    def score_step(self, t: Trace, q: str, step: int, paths: list[SRPath], n_calls: list[int]):
+        """Steps 1-2 (candidate selection, ONE scoring call): ``(candidates, names, scores)``
+        for the super-relations attached to the entities of every kept path, or None."""
+        kg = self.kg
+        current = np.unique(np.concatenate([p.entities for p in paths]))
+        cands = self.candidates(current)
+        if not cands:
+            t.note("no_candidates", step=step)
+            return None
+        names = [self.name(c) for c in cands]
+        listing = "\n".join(f"{i}. {n}: {self.sr.describe(kg, c[0])}" for i, (n, c) in enumerate(zip(names, cands), 1))
+        ents_txt = ", ".join(kg.entity_label(int(e)) for e in self._by_name(current)[:20])
+        prompt = render(self.prompts["score"], question=q, entities=ents_txt, candidates=listing,
+                        examples=self.prompts["fewshot"] if self.few_shot else "")
+        res = self._call(t, "score", prompt, lambda x: parse_candidate_scores(x, names), n_calls)
+        scores = np.asarray(res.value if res.ok else [1.0] * len(cands), dtype=np.float64)
+        return cands, names, scores
+
+    def expand(self, t: Trace, step: int, paths: list[SRPath], scored, seen: set[int]) -> list[SRPath]:
+        """Step 3 (path selection) and step 4 (entity extraction, Eq. 9): keep the top-N scored
+        candidates, extend every kept path with every kept candidate it realises, and keep the
+        top-N paths by summed normalised score (Eq. 8's score). The top-K cut is NOT applied
+        here: it is the final path selection (:meth:`final_paths`)."""
+        cands, names, scores = scored
+        keep = np.argsort(-scores, kind="stable")[: self.width]
+        total = scores[keep].sum()
+        norm = scores[keep] / total if total > 0 else np.full(len(keep), 1.0 / len(keep))
+        new: list[SRPath] = []
+        for p in paths:
+            for j, ci in enumerate(keep):
+                ents, tids = self.extract(p.entities, cands[ci])
+                seen.update(tids.tolist())
+                if len(ents):
+                    new.append(SRPath(p.steps + (cands[ci],), p.score + float(norm[j]),
+                                      p.layers + (ents,), p.facts + (tids,)))
+        new.sort(key=lambda p: -p.score)  # stable: ties keep generation order
+        t.add("select", "paths", step=step, candidates=names, scores=scores.tolist(),
+              kept=[names[i] for i in keep], normalised=norm.tolist(), n_generated=len(new),
+              paths=[{"path": [self.name(c) for c in p.steps], "score": p.score,
+                      "n_entities": int(len(p.entities))} for p in new[: self.width]])
+        return new[: self.width]
+
+    def final_paths(self, paths: list[SRPath]) -> list[SRPath]:
+        """Eq. 8, final path selection: the top-K of the kept paths by summed score."""
+        return sorted(paths, key=lambda p: -p.score)[: self.top_k_paths]
+
     def answer(self, example: Example) -> Prediction:
+        """Link the topic entities; per step: score, expand (top-N paths), decide on the top-K
+        paths; answer from the top-K paths (module docstring steps 1-5)."""
         kg, t, q = self.kg, Trace(), example.question
         link = link_example(kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         topic = np.unique(np.asarray(link.ids, dtype=np.int32))
         paths = [SRPath((), 0.0, (topic,))] if len(topic) else []
-        n_calls = [0]
-        seen: set[int] = set()
-        steps_done = 0
+        n_calls, seen, per_step, reached = [0], set(), [], []
         for step in range(1, self.depth + 1):
-            if not paths:
-                break
-            current = np.unique(np.concatenate([p.entities for p in paths]))
-            cands = self.candidates(current)
-            if not cands:
-                t.note("no_candidates", step=step)
-                break
-            names = [self.name(c) for c in cands]
-            listing = "\n".join(f"{i}. {n}: {self.sr.describe(kg, c[0])}" for i, (n, c) in enumerate(zip(names, cands), 1))
-            ents_txt = ", ".join(kg.entity_label(int(e)) for e in self._by_name(current)[:20])
-            prompt = render(self.prompts["score"], question=q, entities=ents_txt, candidates=listing,
-                            examples=self.prompts["fewshot"] if self.few_shot else "")
-            res = self._call(t, "score", prompt, lambda x: parse_candidate_scores(x, names), n_calls)
-            scores = np.asarray(res.value if res.ok else [1.0] * len(cands), dtype=np.float64)
-            keep = np.argsort(-scores, kind="stable")[: self.width]
-            total = scores[keep].sum()
-            norm = scores[keep] / total if total > 0 else np.full(len(keep), 1.0 / len(keep))
-            new: list[SRPath] = []
-            for p in paths:
-                for j, ci in enumerate(keep):
-                    ents, tids = self.extract(p.entities, cands[ci])
-                    seen.update(tids.tolist())
-                    if len(ents):
-                        new.append(SRPath(p.steps + (cands[ci],), p.score + float(norm[j]),
-                                          p.layers + (ents,), p.facts + (tids,)))
-            new.sort(key=lambda p: -p.score)  # stable: ties keep generation order
-            t.add("select", "paths", step=step, candidates=names, scores=scores.tolist(),
-                  kept=[names[i] for i in keep], normalised=norm.tolist(),
-                  paths=[{"path": [self.name(c) for c in p.steps], "score": p.score,
-                          "n_entities": int(len(p.entities))} for p in new[: self.top_k_paths]])
-            if not new:
+            scored = self.score_step(t, q, step, paths, n_calls) if paths else None
+            new = self.expand(t, step, paths, scored, seen) if scored else []
+            if scored and not new:
                 t.note("no_entities", step=step)
+            if not new:
                 break
-            paths = new[: self.top_k_paths]
-            steps_done = step
-            dec = self._call(t, "decide", render(self.prompts["decide"], question=q, paths=self.paths_text(paths)),
+            paths = new
+            per_step.append(len(paths))
+            reached.extend(ly for p in paths for ly in p.layers[1:])
+            top = self.final_paths(paths)
+            dec = self._call(t, "decide", render(self.prompts["decide"], question=q, paths=self.paths_text(top)),
                              parse_yes_no, n_calls)
             if dec.ok and dec.value:
                 break
-        ans = self._call(t, "answer", render(self.prompts["answer"], question=q, paths=self.paths_text(paths)),
+        top = self.final_paths(paths)
+        ans = self._call(t, "answer", render(self.prompts["answer"], question=q, paths=self.paths_text(top)),
                          parse_answers, n_calls)
-        extracted = np.unique(np.concatenate([ly for p in paths for ly in p.layers[1:]])) if steps_done else np.zeros(0, np.int32)
+        extracted = np.unique(np.concatenate(reached)) if reached else np.zeros(0, np.int32)
         return t.finish(
             example, ans.value or [], retrieved=[kg.entity_label(int(e)) for e in extracted],
-            search_space=len(seen), llm_calls=n_calls[0], steps=steps_done, call_budget=self.call_budget,
+            search_space=len(seen), llm_calls=n_calls[0], steps=len(per_step), call_budget=self.call_budget,
+            paths_per_step=per_step,
             paths=[{"path": [self.name(c) for c in p.steps], "score": round(p.score, 6),
-                    "layers": [[kg.entity_names[int(e)] for e in ly] for ly in p.layers]} for p in paths],
+                    "layers": [[kg.entity_names[int(e)] for e in ly] for ly in p.layers]} for p in top],
         )

@@ -1,30 +1,50 @@
-"""Think-on-Graph-style iterative beam search over the KG (ToG, Sun et al. 2024; the search
-ReKnoS (reknos.txt §3) is compared with and forked from). Our own code.
+"""Think-on-Graph beam search over the KG (ToG, Sun et al. 2024, ICLR; the baseline ReKnoS
+(reknos.txt §3, §5, Fig. 5) compares LLM calls with). Our own code, written after reading the
+authors' release (IDEA-FinAI/ToG, ``ToG/main_freebase.py`` and ``ToG/utils.py``).
 
-For depth ``d = 1..D`` with a beam of at most ``W`` entity paths (starting at the linked topic
-entities):
+For depth ``d = 1..D`` with a beam of at most ``W`` entity paths (starting at every linked topic
+entity, as ToG starts from all topic entities of the question):
 
-1. **relation exploration**: gather the relations attached to the beam's tail entities in both
-   directions (``rel`` = entity is head, ``rel (backward)`` = entity is tail);
-2. **relation pruning** to the ``W`` best by the pruning backend;
-3. **entity exploration**: follow the kept relations (at most ``max_entities_per_relation``
-   neighbours each, in entity-name (MID) order; ToG samples them at random);
-4. **entity pruning** to the ``W`` best entities (each keeps the first path that reached it);
-5. **reasoning**: the LLM says whether the paths suffice (yes/no); yes → answer from the paths,
-   no → next depth; at ``D`` answer from the paths.
+1. **relation exploration**, per beam entity: the relations attached to it in both directions
+   (``rel`` = entity is head, ``rel (backward)`` = entity is tail), sorted by name
+   (:meth:`ToG.explore_relations`);
+2. **relation pruning**, ONE call PER BEAM ENTITY (ToG's ``relation_search_prune``): the ``W``
+   best of that entity's relations with their scores; relations the model scores 0 (does not
+   list) are dropped, and an unparseable reply drops the entity, as ToG does
+   (:meth:`ToG.prune_relations`);
+3. **entity exploration**, per kept (entity, relation): its neighbours in MID order; when a
+   relation has ``sample_at`` (20) or more of them, a seeded sample of ``num_retain_entity`` (5)
+   is taken (ToG: ``random.sample(candidates, num_retain_entity)`` when ``len >= 20``). The
+   sample is drawn from the MID-sorted list with a seed made of ``seed``, the entity's MID and
+   the relation, so it does not depend on the KG's storage order: the in-memory store and a
+   SPARQL endpoint draw the same neighbours (:meth:`ToG.explore_entities`);
+4. **entity scoring**, ONE call PER (entity, relation) with two or more neighbours (ToG's
+   ``entity_score``; one neighbour takes the relation's score without a call); an entity's score
+   is its score times its relation's score; an unparseable reply scores them uniformly (ToG:
+   "all entities are created equal") (:meth:`ToG.score_entities`);
+5. **entity pruning**: the new beam is the ``W`` best (entity, path) candidates over all
+   relations, zero scores dropped (ToG's ``entity_prune``) (:meth:`ToG.prune_entities`);
+6. **reasoning**: the LLM says whether the paths suffice (yes/no); yes → answer from the paths,
+   no → next depth; at ``D`` answer from the paths (:meth:`ToG.reason`).
 
-Pruning backends (``prune``): ``llm`` (one call scoring all candidates, as ToG), ``bm25``
-(rank_bm25 over candidate text vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine). Scores
-ties keep candidate order (relations by name, neighbours by MID: not the KG's storage order, so
-the in-memory store and a SPARQL endpoint agree), so every backend is deterministic.
+Exploration calls (steps 2 and 4) run at ``temperature_exploration`` (ToG's default 0.4), the
+reasoning and answer calls at ``temperature_reasoning`` (0). So the calls per question grow with
+the width: per depth ``|beam|`` pruning calls + up to ``W·|beam|`` scoring calls + 1 reasoning
+call (ReKnoS Fig. 5's comparison), with ``|beam| ≤ W``.
+
+Pruning backends (``prune``): ``llm`` (the calls above), ``bm25`` (rank_bm25 over candidate text
+vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine): the same per-entity and
+per-(entity, relation) steps, no LLM call; all-zero scores become uniform (ToG). Score ties keep
+candidate order (relations by name, neighbours by MID), so every backend is deterministic.
 
 Per-example extra: ``beam_sizes`` (per depth, always ≤ W), ``retrieved`` (every entity that
 entered the beam → answer_coverage), ``search_space`` (distinct triples encountered),
-``llm_calls``, ``depth_reached``.
+``llm_calls``, ``depth_reached``, ``calls_per_depth``.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, field
 
@@ -48,17 +68,18 @@ class Pruner:
     """Scores candidate texts against a question: ``llm`` | ``bm25`` | ``embedding``."""
 
     def __init__(self, backend: str, llm=None, template: str = "", embedder=None,
-                 max_tokens: int = 256) -> None:
+                 max_tokens: int = 256, temperature: float = 0.0) -> None:
         if backend not in ("llm", "bm25", "embedding"):
             raise ValueError(f"prune={backend!r}: expected llm | bm25 | embedding")
         self.backend, self.llm, self.template = backend, llm, template
         self.embedder = embedder if embedder is not None else Embedder()
-        self.max_tokens = max_tokens
+        self.max_tokens, self.temperature = max_tokens, temperature
         self.reask = ReaskPolicy()
 
     def scores(self, question: str, names: list[str], texts: list[str], t: Trace, what: str,
-               context: str = "") -> np.ndarray:
-        """``(len(names),)`` float64 scores (higher = keep)."""
+               context: str = "", keep: int = 0) -> np.ndarray | None:
+        """``(len(names),)`` float64 scores (higher = keep); None when the LLM's reply did not
+        parse (the caller applies ToG's fallback for the step)."""
         if not names:
             return np.zeros(0)
         if self.backend == "bm25":
@@ -69,13 +90,16 @@ class Pruner:
         if self.backend == "embedding":
             q = self.embedder.encode([question])
             m = self.embedder.encode([x.replace(".", " ").replace("_", " ") for x in texts])
-            return (m @ q[0]).astype(np.float64)
+            # cosine clipped at 0: scores multiply along a path (entity × relation), and two
+            # negative cosines must not make a positive score
+            return np.clip((m @ q[0]).astype(np.float64), 0.0, None)
         listing = "\n".join(f"{i + 1}. {n}" for i, n in enumerate(names))
         req = ChatRequest.of(render(self.template, question=question, candidates=listing, what=what,
-                                    context=context), max_tokens=self.max_tokens)
+                                    context=context, keep=keep or len(names)),
+                             max_tokens=self.max_tokens, temperature=self.temperature)
         res = ask(self.llm, t, f"prune_{what}", req, lambda text: parse_candidate_scores(text, names),
                   policy=self.reask)
-        return np.asarray(res.value if res.ok else [0.0] * len(names), dtype=np.float64)
+        return np.asarray(res.value, dtype=np.float64) if res.ok else None
 
 
 def top_w(scores: np.ndarray, w: int) -> np.ndarray:
@@ -83,10 +107,17 @@ def top_w(scores: np.ndarray, w: int) -> np.ndarray:
     return np.argsort(-scores, kind="stable")[:w]
 
 
+def uniform_if_zero(scores: np.ndarray) -> np.ndarray:
+    """ToG's rule for lexical / embedding scores: all zero → uniform ``1/n``."""
+    return np.full(len(scores), 1.0 / len(scores)) if len(scores) and not np.any(scores) else scores
+
+
 @dataclass(frozen=True)
 class _Path:
     entity: int
-    chain: tuple[tuple[int, int, int, bool], ...]  # (head, rel, tail, backward) as traversed
+    topic: int  # the topic entity the path starts from
+    chain: tuple[tuple[int, int, int, bool], ...] = ()  # (head, rel, tail, backward) as traversed
+    score: float = 1.0
 
 
 @dataclass
@@ -94,20 +125,19 @@ class _Search:
     """The beam search's state for one question."""
 
     beam: list[_Path]
-    topic: dict[int, int]  # entity → the topic entity its path starts from
     retrieved: dict[int, None]  # every entity that entered the beam, in order
     seen_triples: set[int] = field(default_factory=set)
     beam_sizes: list[int] = field(default_factory=list)
 
     @classmethod
     def start(cls, topics) -> "_Search":
-        beam = [_Path(e, ()) for e in topics]
-        return cls(beam, {p.entity: p.entity for p in beam}, {p.entity: None for p in beam})
+        beam = [_Path(int(e), int(e)) for e in dict.fromkeys(topics)]
+        return cls(beam, {p.entity: None for p in beam})
 
 
-def render_chain(kg, topic: int, chain) -> str:
-    out = kg.entity_label(topic)
-    for h, r, tl, back in chain:
+def render_chain(kg, p: _Path) -> str:
+    out = kg.entity_label(p.topic)
+    for h, r, tl, back in p.chain:
         rel = kg.relation_names[r]
         out += f" <-[{rel}]- {kg.entity_label(h)}" if back else f" -[{rel}]-> {kg.entity_label(tl)}"
     return out
@@ -115,27 +145,33 @@ def render_chain(kg, topic: int, chain) -> str:
 
 class ToG(BaseReasoner):
     """Args:
-        width: beam width W (relations and entities kept per depth).
-        depth: maximum depth D.
+        width: beam width W (relations kept per entity, entities kept per depth; ToG default 3).
+        depth: maximum depth D (ToG default 3).
         prune: pruning backend ``llm`` | ``bm25`` | ``embedding``.
-        max_entities_per_relation: neighbours followed per (entity, relation) (ToG samples 10).
-        temperature, max_tokens: settings of the reasoning and answer calls.
+        sample_at: a relation with at least this many neighbours is sampled (ToG: 20).
+        num_retain_entity: neighbours kept by that sample (ToG's ``--num_retain_entity``, 5).
+        seed: seed of the sample (with the entity's MID and the relation name).
+        temperature_exploration: temperature of the pruning / scoring calls (ToG: 0.4).
+        temperature_reasoning: temperature of the reasoning and answer calls (ToG: 0).
         max_reasks: re-asks on an unparseable pruning / reasoning / answer reply (kit policy;
             0 = none, as ToG).
     """
 
     def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
-                 prune: str = "llm", max_entities_per_relation: int = 20, temperature: float = 0.0,
+                 prune: str = "llm", sample_at: int = 20, num_retain_entity: int = 5, seed: int = 0,
+                 temperature_exploration: float = 0.4, temperature_reasoning: float = 0.0,
                  max_tokens: int = 256, prompts_dir: str = "tog", embedder=None, graphdb=None,
                  max_reasks: int = 0) -> None:
         if width < 1 or depth < 1:
             raise ValueError(f"ToG: width and depth must be ≥ 1, got width={width}, depth={depth}")
+        if num_retain_entity < 1 or sample_at < 1:
+            raise ValueError(f"ToG: sample_at and num_retain_entity must be ≥ 1, got {sample_at}, {num_retain_entity}")
         self.kg, self.llm = kg, llm
         self.width, self.depth = int(width), int(depth)
-        self.max_per_rel = int(max_entities_per_relation)
-        self.temperature, self.max_tokens = temperature, max_tokens
+        self.sample_at, self.num_retain, self.seed = int(sample_at), int(num_retain_entity), int(seed)
+        self.temperature, self.max_tokens = temperature_reasoning, max_tokens
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune", "reason", "answer")}
-        self.pruner = Pruner(prune, llm, self.prompts["prune"], embedder)
+        self.pruner = Pruner(prune, llm, self.prompts["prune"], embedder, max_tokens, temperature_exploration)
         self.reask = self.pruner.reask = ReaskPolicy(max_reasks)
 
     def _ask(self, t: Trace, step: str, parser, **values):
@@ -144,117 +180,130 @@ class ToG(BaseReasoner):
         return self.ask(t, step, req, parser)
 
     def answer(self, example: Example) -> Prediction:
-        """Link the topic entities, then per depth: relation exploration and pruning, entity
-        exploration and pruning, reasoning (module docstring steps 1–5)."""
+        """Link the topic entities, then per depth: relation exploration and pruning per entity,
+        entity exploration and scoring per (entity, relation), entity pruning, reasoning
+        (module docstring steps 1–6)."""
         kg, t = self.kg, Trace()
         link = link_example(kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
-        s = _Search.start(link.ids[: self.width])
+        s = _Search.start(link.ids)
         q = example.question
-        calls0 = len(t.steps)
-        depth_reached = 0
+        depth_reached, per_depth = 0, []
         answers: list[str] | None = None
         for d in range(1, self.depth + 1):
             if not s.beam:
                 break
-            depth_reached = d
-            kept_rels = self.prune_relations(t, q, d, self.explore_relations(s.beam))
-            ent_paths, ent_text = self.explore_entities(s, kept_rels)
-            paths_txt = self.prune_entities(t, q, d, s, kept_rels, ent_paths, ent_text)
-            if not s.beam:
-                break
-            answers = self.reason(t, q, d, paths_txt)
+            depth_reached, calls0 = d, self._n_calls(t)
+            kept = [(p, r, b, sc) for p in s.beam for (r, b, sc) in self.prune_relations(t, q, d, p)]
+            cands = [c for p, r, b, sc in kept for c in self.score_entities(t, q, p, r, b, sc, s)]
+            paths_txt = self.prune_entities(t, d, s, cands)
+            answers = self.reason(t, q, d, paths_txt) if s.beam else None
+            per_depth.append(self._n_calls(t) - calls0)
             if answers is not None:
                 break
         if answers is None:  # the beam emptied before D: answer from what was gathered
             answers = self._ask(t, "answer", parse_answers, question=q,
-                                paths=self._paths_text(s.beam, s.topic) or "(no paths found)").value or []
-        n_calls = sum(1 for st in t.steps[calls0:] if st.kind == "llm")
+                                paths=self._paths_text(s.beam) or "(no paths found)").value or []
         return t.finish(
             example, answers, retrieved=[kg.entity_label(e) for e in s.retrieved],
-            search_space=len(s.seen_triples), beam_sizes=s.beam_sizes, llm_calls=n_calls,
-            depth_reached=depth_reached,
+            search_space=len(s.seen_triples), beam_sizes=s.beam_sizes, llm_calls=self._n_calls(t),
+            depth_reached=depth_reached, calls_per_depth=per_depth,
         )
 
-    def explore_relations(self, beam: list[_Path]) -> list[tuple[int, bool]]:
-        """Step 1, relation exploration: ``(relation, backward)`` attached to the beam's tail
-        entities, in (relation name, forward first) order, not the KG's storage order, so
-        pruning ties resolve alike on the in-memory store and a SPARQL endpoint."""
+    @staticmethod
+    def _n_calls(t: Trace) -> int:
+        return sum(1 for st in t.steps if st.kind == "llm")
+
+    def explore_relations(self, entity: int) -> list[tuple[int, bool]]:
+        """Step 1, relation exploration for one entity: ``(relation, backward)`` pairs, in
+        (relation name, forward first) order, not the KG's storage order (ToG sorts them too),
+        so the in-memory store and a SPARQL endpoint prompt alike."""
         kg = self.kg
-        cands: dict[tuple[int, bool], None] = {}
-        for p in beam:
-            for tid in kg.out_triples(p.entity):
-                cands[(int(kg.rels[tid]), False)] = None
-            for tid in kg.in_triples(p.entity):
-                cands[(int(kg.rels[tid]), True)] = None
+        cands = {(int(kg.rels[tid]), False): None for tid in kg.out_triples(entity)}
+        cands.update({(int(kg.rels[tid]), True): None for tid in kg.in_triples(entity)})
         return sorted(cands, key=lambda rb: (kg.relation_names[rb[0]], rb[1]))
 
-    def prune_relations(self, t: Trace, q: str, d: int, rel_list: list[tuple[int, bool]]) -> list[tuple[int, bool]]:
-        """Step 2, relation pruning: the ``W`` best candidates by the pruning backend."""
+    def prune_relations(self, t: Trace, q: str, d: int, p: _Path) -> list[tuple[int, bool, float]]:
+        """Step 2, relation pruning for ONE beam entity: its ``W`` best relations with their
+        scores. LLM backend: zero scores dropped, an unparseable reply keeps nothing (ToG)."""
         kg = self.kg
+        rel_list = self.explore_relations(p.entity)
         names = [kg.relation_names[r] + (BACKWARD if b else "") for r, b in rel_list]
         # lexical / embedding backends see the property words ("directed by"): the shared
         # "film film" prefix otherwise dominates MiniLM's similarity to the question
         texts = [kg.relation_names[r].rsplit(".", 1)[-1].replace("_", " ") for r, _ in rel_list]
-        sc = self.pruner.scores(q, names, texts, t, "relations")
-        kept_rels = [rel_list[i] for i in top_w(sc, self.width)]
-        t.add("prune", "relations", depth=d, candidates=len(names),
-              kept=[names[rel_list.index(k)] for k in kept_rels])
-        return kept_rels
+        ctx = f"Topic entity: {kg.entity_label(p.entity)}"
+        sc = self.pruner.scores(q, names, texts, t, "relations", context=ctx, keep=self.width)
+        if sc is None:
+            sc = np.zeros(len(names))
+        idx = top_w(sc, self.width)
+        if self.pruner.backend == "llm":
+            idx = idx[sc[idx] > 0]
+        else:
+            sc = sc.copy()
+            sc[idx] = uniform_if_zero(sc[idx])
+        t.add("prune", "relations", depth=d, entity=kg.entity_label(p.entity), candidates=len(names),
+              kept=[names[i] for i in idx], scores=[float(sc[i]) for i in idx])
+        return [(rel_list[i][0], rel_list[i][1], float(sc[i])) for i in idx]
 
-    def explore_entities(self, s: "_Search", kept_rels: list[tuple[int, bool]]) -> tuple[dict[int, _Path], dict[int, list[str]]]:
-        """Step 3, entity exploration: follow each kept relation from each beam entity (at most
-        ``max_entities_per_relation`` neighbours, in name (MID) order). Returns the first path reaching
-        each new entity and the ``"relation entity"`` texts the pruner scores."""
+    def explore_entities(self, entity: int, rel: int, back: bool) -> list[int]:
+        """Step 3, entity exploration for one (entity, relation): the triple ids reaching its
+        neighbours, in neighbour name (MID) order; ``sample_at`` or more → a seeded sample of
+        ``num_retain_entity`` of them, kept in MID order (ToG samples at random)."""
         kg = self.kg
-        ent_paths: dict[int, _Path] = {}
-        ent_text: dict[int, list[str]] = {}
-        for p in s.beam:
-            for r, back in kept_rels:
-                tids = kg.in_triples(p.entity) if back else kg.out_triples(p.entity)
-                tids = [int(x) for x in tids if kg.rels[x] == r]
-                nb_of = kg.heads if back else kg.tails  # neighbours in name (MID) order
-                tids = sorted(tids, key=lambda x: kg.entity_names[int(nb_of[x])])[: self.max_per_rel]
-                for tid in tids:
-                    s.seen_triples.add(tid)
-                    h, tl = int(kg.heads[tid]), int(kg.tails[tid])
-                    nb = h if back else tl
-                    if nb == p.entity:
-                        continue
-                    if nb not in ent_paths:
-                        ent_paths[nb] = _Path(nb, p.chain + ((h, r, tl, back),))
-                        s.topic[nb] = s.topic[p.entity]
-                        ent_text[nb] = []
-                    ent_text[nb].append(f"{kg.relation_names[r]} {kg.entity_label(nb)}")
-        return ent_paths, ent_text
+        tids = kg.in_triples(entity) if back else kg.out_triples(entity)
+        nb_of = kg.heads if back else kg.tails
+        tids = [int(x) for x in tids if kg.rels[x] == rel and int(nb_of[x]) != entity]
+        tids = sorted(tids, key=lambda x: kg.entity_names[int(nb_of[x])])
+        if len(tids) >= self.sample_at:
+            key = f"{self.seed}|{kg.entity_names[entity]}|{kg.relation_names[rel]}|{int(back)}"
+            pick = random.Random(key).sample(range(len(tids)), min(self.num_retain, len(tids)))
+            tids = [tids[i] for i in sorted(pick)]
+        return tids
 
-    def prune_entities(self, t: Trace, q: str, d: int, s: "_Search", kept_rels: list[tuple[int, bool]],
-                       ent_paths: dict[int, _Path], ent_text: dict[int, list[str]]) -> str:
-        """Step 4, entity pruning: the new beam is the ``W`` best entities. Returns the beam's
-        paths as text for the reasoning prompt."""
+    def score_entities(self, t: Trace, q: str, p: _Path, rel: int, back: bool, rel_score: float,
+                       s: _Search) -> list[_Path]:
+        """Step 4, entity scoring for ONE (entity, relation): one call when it has two or more
+        neighbours (one takes the relation's score); score = entity score × relation score."""
+        kg = self.kg
+        tids = self.explore_entities(p.entity, rel, back)
+        s.seen_triples.update(tids)
+        if not tids:
+            return []
+        nbs = [int(kg.heads[x]) if back else int(kg.tails[x]) for x in tids]
+        if len(nbs) == 1:
+            sc = np.ones(1)
+        else:
+            rname = kg.relation_names[rel] + (BACKWARD if back else "")
+            names = [kg.entity_label(e) for e in nbs]
+            texts = [f"{kg.relation_names[rel]} {n}" for n in names]
+            sc = self.pruner.scores(q, names, texts, t, "entities", context=f"Relation: {rname}")
+            sc = np.full(len(nbs), 1.0 / len(nbs)) if sc is None else sc
+            sc = sc if self.pruner.backend == "llm" else uniform_if_zero(sc)
+        return [_Path(nb, p.topic, p.chain + ((int(kg.heads[x]), rel, int(kg.tails[x]), back),),
+                      float(sc[i]) * rel_score) for i, (nb, x) in enumerate(zip(nbs, tids))]
+
+    def prune_entities(self, t: Trace, d: int, s: _Search, cands: list[_Path]) -> str:
+        """Step 5, entity pruning: the new beam is the ``W`` best candidates over all (entity,
+        relation) pairs, zero scores dropped. Returns the beam's paths as text."""
         kg, W = self.kg, self.width
-        ents = list(ent_paths)
-        enames = [kg.entity_label(e) for e in ents]
-        etexts = [" ".join(dict.fromkeys(ent_text[e])) for e in ents]
-        ctx = "Relations followed: " + "; ".join(
-            kg.relation_names[r] + (BACKWARD if b else "") for r, b in kept_rels)
-        esc = self.pruner.scores(q, enames, etexts, t, "entities", context=ctx)
-        s.beam = [ent_paths[ents[i]] for i in top_w(esc, W)]
+        scores = np.asarray([c.score for c in cands], dtype=np.float64)
+        s.beam = [cands[i] for i in top_w(scores, W) if scores[i] != 0]
         assert len(s.beam) <= W, "beam exceeded its width"
         s.beam_sizes.append(len(s.beam))
         for p in s.beam:
             s.retrieved.setdefault(p.entity, None)
-        paths_txt = self._paths_text(s.beam, s.topic)
-        t.add("beam", "entities", depth=d, candidates=len(ents), kept=[kg.entity_label(p.entity) for p in s.beam])
-        return paths_txt
+        t.add("beam", "entities", depth=d, candidates=len(cands),
+              kept=[kg.entity_label(p.entity) for p in s.beam], scores=[p.score for p in s.beam])
+        return self._paths_text(s.beam)
 
     def reason(self, t: Trace, q: str, d: int, paths_txt: str) -> list[str] | None:
-        """Step 5, reasoning: ask whether the paths suffice; on yes (or at depth ``D``) answer
+        """Step 6, reasoning: ask whether the paths suffice; on yes (or at depth ``D``) answer
         from them, else return None (search one level deeper)."""
         res = self._ask(t, "reason", parse_yes_no, question=q, paths=paths_txt)
         if (res.ok and res.value) or d == self.depth:
             return self._ask(t, "answer", parse_answers, question=q, paths=paths_txt).value or []
         return None
 
-    def _paths_text(self, beam, topic) -> str:
-        return "\n".join(render_chain(self.kg, topic[p.entity], p.chain) for p in beam)
+    def _paths_text(self, beam: list[_Path]) -> str:
+        return "\n".join(render_chain(self.kg, p) for p in beam)

@@ -30,7 +30,7 @@ REASONERS = {
     "retrieval_only": ["reasoner=retrieval_only", "reasoner.hops=1", "reports.max_hops=2"],
     "rag": ["reasoner=rag", "reports.hop_distribution=false", "reasoner.hops=1", "reasoner.max_candidates=100000", "reasoner.top_k=20"],
     "tog": ["reasoner=tog", "reports.hop_distribution=false", "reasoner.prune=bm25", "reasoner.width=2", "reasoner.depth=2",
-            "reasoner.max_entities_per_relation=100000"],
+            "reasoner.sample_at=100000"],
     "reknos": ["reasoner=reknos", "reports.hop_distribution=false", "reasoner.width=2", "reasoner.depth=2", "reasoner.max_entities=100000",
                "reasoner.few_shot=false"],
     "sgr": ["reasoner=sgr", "reports.hop_distribution=false", "reasoner.cypher=false", "reasoner.hops=1", "reasoner.max_candidate_triples=100000",
