@@ -71,9 +71,19 @@ def _reasoner(small, tmp_path, **kw):
     kg, corpus = small
     llm = ScriptedLLM(rules=_rules(), default="")
     kw.setdefault("top_k", 10)  # the film has ~9 triples; MiniLM ranks starring/genre above directed_by
-    r = SubQRAG(kg=kg, llm=llm, corpus=None, kg_source="injected", embedder=Embedder(cache_dir=str(tmp_path)), **kw)
-    r._corpus = corpus
+    r = SubQRAG(kg=kg, llm=llm, kg_source="injected", embedder=Embedder(cache_dir=str(tmp_path)), **kw)
+    r.prepare(_dataset([], corpus))
     return r, llm
+
+
+def _dataset(examples, corpus=None, name="docs"):
+    """An ExampleSet as a run hands it to ``prepare`` (with the dataset's corpus file, if any)."""
+    from kgreason.data.base import ExampleSet
+
+    es = ExampleSet(name, examples)
+    if corpus is not None:
+        es.corpus = list(corpus)
+    return es
 
 
 def _prompts(llm, marker):
