@@ -42,7 +42,8 @@ from kgreason.embed import Embedder
 from kgreason.llm.parsing import ParseResult, parse_answer_field, parse_first_line, parse_list, parse_triple_answer
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.reasoners.rag_text import PassageIndex, dataset_pool, passage_text
-from kgreason.reasoners.subqrag_index import Triple, extract_triples, normalise_text, triple_key
+from kgreason.reasoners.subqrag_index import (Triple, extraction_request, normalise_text, triple_key,
+                                              triple_parser)
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -287,9 +288,9 @@ class SubQRAG(BaseReasoner):
             if src in self._extracted:
                 continue
             self._extracted.add(src)
-            triples, req, comp, bad = extract_triples(self.llm, title, text, validate=self.validate,
-                                                      max_tokens=self.max_tokens * 2)
-            t.llm("extract", req, comp, parsed=[list(x) for x in triples])
+            res = self.ask(t, "extract", extraction_request(title, text, self.max_tokens * 2),
+                           triple_parser(title, text, validate=self.validate))
+            triples, bad = res.value if res.value is not None else ([], 1)
             t.extra.setdefault("write_back", []).append({"passage": src, "triples": [list(x) for x in triples]})
             added = g.add(triples, source=src)
             t.add("update", "write_back", passage=title, extracted=len(triples), rejected=bad,
