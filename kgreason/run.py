@@ -292,6 +292,9 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
             raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
                              "in order (shared state); set example_workers=1")
         pool = ThreadPoolExecutor(workers, thread_name_prefix="example") if workers > 1 else None
+        if pending:  # run-level set-up (SubQRAG's corpus index), given the rows a resumed run keeps
+            kept = {r["id"]: r for r in store}
+            c.reasoner.prepare(c.dataset, done=[kept[ex.id] for ex in examples if ex.id in kept])
         bar = _ExampleProgress(len(examples), done_before, c.metrics[0] if c.metrics else None)
         try:
             for chunk in _chunks(pending, c.retriever, c.reasoner):

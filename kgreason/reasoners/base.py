@@ -96,6 +96,13 @@ class BaseReasoner:
         prefetching by the run loop. Default: no plan."""
         return []
 
+    def prepare(self, examples: Sequence[Example], done: Sequence[dict] = ()) -> None:
+        """Run-level set-up, called once by the run loop after build and before the first example:
+        ``examples`` is the whole dataset (an ``ExampleSet``: iterable, with ``name`` and, for
+        document datasets, ``corpus``), ``done`` the stored rows of the examples a resumed run
+        already has (in dataset order), so a stateful reasoner can restore its state. Default: nothing.
+        SubQRAG builds its corpus-level index here (subqrag.txt §2.1)."""
+
     def hop_budget(self, example: Example) -> int:
         """Hops for ``example`` under :func:`hop_budget` (used by ``answer`` and ``retrieval_plan``)."""
         return hop_budget(self.hops, example, self.max_hops, gold_hops=self.gold_hops)

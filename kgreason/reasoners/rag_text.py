@@ -1,9 +1,13 @@
 """Retrieval-only baseline of SubQRAG Table 1 ("all-MiniLM-L6-v2"): the top-k passages by cosine
 (dense MiniLM) feed one answer prompt.
 
-Passages come from ``example.corpus`` when the dataset ships them (distractor setting), else from
-a run-level corpus: ``corpus: embedded`` (the embedded world's verbalised passages) or a path to
-a JSONL file with ``title``/``text`` fields.
+Where passages come from (:func:`dataset_pool`, shared with SubQRAG): by default the dataset's own
+pool, as in the HippoRAG 2 protocol SubQRAG §3.1 follows: the dataset's corpus file
+(``dataset.corpus``, e.g. HippoRAG's ``<dataset>_corpus.json``) together with the pooled
+paragraphs of every sampled question, one retrieval corpus for all questions. A real dataset
+never borrows the embedded world's invented passages: a dataset with no passage at all stops
+the run before the first example. ``passages: own`` is the distractor setting instead (each
+question retrieves among its own paragraphs; a question without any is an error row).
 """
 
 from __future__ import annotations
@@ -43,6 +47,43 @@ def load_corpus(spec: str | None, world_seed: int = 0) -> list[Passage]:
     return out
 
 
+def pooled_passages(corpus, examples) -> list[Passage]:
+    """The dataset's pool: ``corpus`` (the dataset's corpus file) then every example's own
+    paragraphs, in dataset order, each distinct ``(title, text)`` once."""
+    seen: set[Passage] = set()
+    out: list[Passage] = []
+    for p in list(corpus or []) + [q for ex in examples for q in (ex.corpus or ())]:
+        key = (str(p[0]), str(p[1]))
+        if key not in seen:
+            seen.add(key)
+            out.append(key)
+    return out
+
+
+def dataset_pool(dataset, spec: str | None, world_seed: int = 0) -> tuple[list[Passage], str]:
+    """``(passages, origin)`` for a run. ``spec`` ``dataset``/None: :func:`pooled_passages` of the
+    dataset (origin ``dataset``); the embedded-world datasets (name ``embedded-*``), which ship no
+    paragraphs, use the world's verbalised corpus (origin ``embedded``). ``embedded`` or a JSONL
+    path: that corpus (``embedded`` only with an embedded-world dataset). Raises when empty."""
+    name = str(getattr(dataset, "name", "?"))
+    is_world = name.startswith("embedded")
+    if spec in (None, "dataset"):
+        pool = pooled_passages(getattr(dataset, "corpus", None), dataset)
+        if pool:
+            return pool, "dataset"
+        if not is_world:
+            raise ValueError(f"dataset {name!r} has no passages: its examples carry no paragraphs and no "
+                             "corpus file is set (dataset.corpus=<corpus.json>); nothing to retrieve from")
+        spec = "embedded"
+    if spec == "embedded" and not is_world:
+        raise ValueError(f"reasoner.corpus=embedded holds the embedded world's generated passages; dataset "
+                         f"{name!r} is not the embedded world (use corpus=dataset or a JSONL path)")
+    pool = load_corpus(spec, world_seed)
+    if not pool:
+        raise ValueError(f"reasoner.corpus={spec!r} holds no passages")
+    return pool, "embedded" if spec == "embedded" else str(spec)
+
+
 def passage_text(p: Passage) -> str:
     """What is embedded and shown for a passage: ``"title: text"`` (HippoRAG's convention)."""
     return f"{p[0]}: {p[1]}"
@@ -65,31 +106,43 @@ class PassageIndex:
 class RagText(BaseReasoner):
     """Args:
         top_k: passages given to the generator (Table 1 "Retrieval-only").
-        corpus: ``embedded`` | JSONL path | null (then every example must carry ``corpus``).
+        passages: ``pooled`` (HippoRAG 2 protocol, one corpus for every question, built by
+            :meth:`prepare`) | ``own`` (each question's own paragraphs, the distractor setting).
+        corpus: the pool with ``passages=pooled``: ``dataset`` | ``embedded`` | JSONL path
+            (:func:`dataset_pool`).
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one).
         max_tokens: answer length cap.
         max_reasks: re-asks on an empty answer (kit policy; 0 = none).
     """
 
-    def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, corpus: str | None = "embedded",
-                 world_seed: int = 0, max_tokens: int = 64, max_reasks: int = 0, embedder=None,
-                 graphdb=None) -> None:
-        self.llm, self.top_k, self.max_tokens = llm, top_k, max_tokens
+    def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passages: str = "pooled",
+                 corpus: str | None = "dataset", world_seed: int = 0, max_tokens: int = 64, max_reasks: int = 0,
+                 embedder=None, graphdb=None) -> None:
+        if passages not in ("pooled", "own"):
+            raise ValueError(f"RagText: passages must be pooled | own, got {passages!r}")
+        self.llm, self.top_k, self.max_tokens, self.mode = llm, top_k, max_tokens, passages
         self.reask = ReaskPolicy(max_reasks)
         self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
-        self._corpus: list[Passage] | None = None
+        self._pool: list[Passage] | None = None
         self.index = PassageIndex(self.embedder)
         self.prompt = load_prompt("rag_text", "answer")
 
+    def prepare(self, examples, done=()) -> None:
+        """``passages=pooled``: the run's one retrieval corpus, embedded once before the first question."""
+        if self.mode == "pooled":
+            self._pool, _ = dataset_pool(examples, self._corpus_spec, self._world_seed)
+            self.index.get(self._pool)
+
     def passages_for(self, example: Example) -> list[Passage]:
-        if example.corpus:
+        if self.mode == "own":
+            if not example.corpus:
+                raise ValueError(f"example {example.id} has no passages (reasoner.passages=own retrieves "
+                                 "among each question's own paragraphs)")
             return [tuple(p) for p in example.corpus]  # type: ignore[misc]
-        if self._corpus is None:
-            self._corpus = load_corpus(self._corpus_spec, self._world_seed)
-        if not self._corpus:
-            raise ValueError(f"example {example.id} has no corpus and reasoner.corpus is unset")
-        return self._corpus
+        if self._pool is None:
+            raise RuntimeError("RagText.prepare(examples) must run first: it builds the pooled corpus")
+        return self._pool
 
     def answer(self, example: Example) -> Prediction:
         t = Trace()

@@ -17,7 +17,15 @@ Per question (Fig. 1):
    whole run, so later sub-questions AND later questions retrieve them. The written-back triples
    that mention the sub-answer become ``T_used_i``.
 5. **Answer generation** (§2.4, Eq. 5): graph memory ``T_used = ∪_i T_used_i`` + the original
-   question → final answer.
+   question → final answer. Nothing else reaches this prompt (no sub-question answers).
+
+Before the first question (:meth:`SubQRAG.prepare`, called once by the run loop):
+**offline indexing** (§2.1, Eq. 1) of the run's whole passage pool (the HippoRAG 2 protocol of
+§3.1: the dataset's corpus file and the pooled paragraphs of every sampled question,
+:func:`~kgreason.reasoners.rag_text.dataset_pool`) into one corpus-level KG, cached on disk by
+corpus, model and prompt (:func:`~kgreason.reasoners.subqrag_index.index_corpus`) and counted as
+``llm/index/*``. A resumed run rebuilds the same state: the cached index, then the write-backs
+of the examples already answered, replayed in dataset order from their rows (``write_back``).
 
 Ablations (Table 2): ``decomposition=False`` (the question is its own single sub-question),
 ``rewriting=False`` (sub-questions are used verbatim, placeholders left in), ``update=False``
@@ -26,18 +34,32 @@ Ablations (Table 2): ``decomposition=False`` (the question is its own single sub
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import ParseResult, parse_answer_field, parse_first_line, parse_list, parse_triple_answer
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
-from kgreason.reasoners.rag_text import PassageIndex, load_corpus, passage_text
-from kgreason.reasoners.subqrag_index import Triple, extract_triples, normalise_text, triple_key
+from kgreason.reasoners.rag_text import PassageIndex, dataset_pool, passage_text
+from kgreason.reasoners.subqrag_index import (Triple, extraction_request, normalise_text, triple_key,
+                                              triple_parser)
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
 _PLACEHOLDER = re.compile(r"#(\d+)")
+log = logging.getLogger(__name__)
+
+
+def passage_rows(pool: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """``(id, title, text)`` for :func:`index_corpus`: the id is the title, made unique with
+    ``" [n]"`` when two passages share a title."""
+    seen: dict[str, int] = {}
+    rows = []
+    for title, text in pool:
+        n = seen[title] = seen.get(title, 0) + 1
+        rows.append((title if n == 1 else f"{title} [{n}]", title, text))
+    return rows
 
 
 def verbalise(t: Triple) -> str:
@@ -110,14 +132,15 @@ class SubQRAG(BaseReasoner):
         decomposition / rewriting / update: Table 2 ablation switches.
         llm_rewrite: rewrite placeholder-free dependent sub-questions with an LLM call (Eq. 2).
         max_subquestions: cap on the decomposition length.
-        corpus: ``embedded`` | JSONL path | null; ``example.corpus`` wins when present.
+        corpus: the passage pool: ``dataset`` (its corpus file + every question's paragraphs) |
+            ``embedded`` | JSONL path (:func:`~kgreason.reasoners.rag_text.dataset_pool`).
         validate: keep only extracted triples whose head and tail occur in the passage.
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one).
         kg_source: where the working graph starts. ``injected``: the injected ``kg`` (the
-            embedded world). ``index``: empty; each example's own passages (``example.corpus``)
-            are indexed offline with the LLM (§2.1, :func:`kgreason.reasoners.subqrag_index.index_corpus`,
-            resumable, cached by corpus hash under ``index_dir``) and merged in before answering.
-            ``auto``: ``index`` when the first example carries passages, else ``injected``.
+            embedded world). ``index``: the whole pool indexed offline with the LLM in
+            :meth:`prepare` (§2.1, :func:`kgreason.reasoners.subqrag_index.index_corpus`,
+            resumable, cached by corpus hash under ``index_dir``). ``auto``: ``index`` when the
+            pool is the dataset's own, else ``injected``.
         index_dir: root of the offline index cache.
         max_reasks: re-asks on an unparseable reply (kit policy; 0 = none).
     """
@@ -127,7 +150,7 @@ class SubQRAG(BaseReasoner):
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,
                  extract_passages: int = 2, decomposition: bool = True, rewriting: bool = True,
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
-                 corpus: str | None = "embedded", world_seed: int = 0, validate: bool = True,
+                 corpus: str | None = "dataset", world_seed: int = 0, validate: bool = True,
                  max_tokens: int = 256, kg_source: str = "auto",
                  index_dir: str | None = ".cache/kgreason/subqrag_index", max_reasks: int = 0,
                  embedder=None, graphdb=None) -> None:
@@ -147,12 +170,12 @@ class SubQRAG(BaseReasoner):
         self.reask = ReaskPolicy(max_reasks)
         self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
-        self._corpus: list[tuple[str, str]] | None = None
+        self._pool: list[tuple[str, str]] | None = None  # set by prepare()
         self.passages = PassageIndex(self.embedder)
         self._kg = kg
         self.kg_source = kg_source
         self.index_dir = index_dir
-        self._indexed: set[str] = set()
+        self.index_stats: dict[str, Any] = {}
         self._graph: WorkingGraph | None = None
         self._extracted: set[str] = set()  # passages already mined (never re-extracted in a run)
         self.prompts = {s: load_prompt("subqrag", s) for s in
@@ -162,21 +185,48 @@ class SubQRAG(BaseReasoner):
     @property
     def graph(self) -> WorkingGraph:
         if self._graph is None:
-            triples: list[Triple] = []
-            kg = self._kg if self.kg_source == "injected" else None
-            if kg is not None:
-                names = [kg.entity_label(i) for i in range(kg.n_entities)]
-                for h, r, t in kg.triples:
-                    triples.append((names[h], kg.relation_names[r], names[t]))
-            self._graph = WorkingGraph(triples, self.embedder)
+            raise RuntimeError("SubQRAG.prepare(examples) must run before answering: it builds the "
+                               "corpus-level graph (subqrag.txt §2.1)")
         return self._graph
 
-    def passages_for(self, example: Example) -> list[tuple[str, str]]:
-        if example.corpus:
-            return [tuple(p) for p in example.corpus]  # type: ignore[misc]
-        if self._corpus is None:
-            self._corpus = load_corpus(self._corpus_spec, self._world_seed)
-        return self._corpus
+    def prepare(self, examples, done=()) -> None:
+        """Once per run, before the first question: the passage pool, the working graph (offline
+        index of the pool, §2.1, or the injected KG), then the write-backs of ``done`` rows."""
+        self._pool, origin = dataset_pool(examples, self._corpus_spec, self._world_seed)
+        if self.kg_source == "auto":
+            self.kg_source = "index" if origin == "dataset" else "injected"
+        if self.kg_source == "index" and not self.index_dir:
+            raise ValueError("SubQRAG: offline indexing (kg_source=index) needs reasoner.index_dir")
+        self.passages.get(self._pool)
+        self._extracted = set()
+        self._graph = self._index_graph() if self.kg_source == "index" else self._injected_graph()
+        for row in done:  # resume: the same graph as an uninterrupted run at this point
+            if not row.get("error"):
+                for wb in (row.get("extra") or {}).get("write_back", []):
+                    self._extracted.add(wb["passage"])
+                    self._graph.add([tuple(x) for x in wb["triples"]], source=wb["passage"])
+
+    def _injected_graph(self) -> WorkingGraph:
+        kg = self._kg
+        triples: list[Triple] = []
+        if kg is not None:
+            names = [kg.entity_label(i) for i in range(kg.n_entities)]
+            triples = [(names[h], kg.relation_names[r], names[t]) for h, r, t in kg.triples]
+        return WorkingGraph(triples, self.embedder)
+
+    def _index_graph(self) -> WorkingGraph:
+        """§2.1 / Eq. 1: one LLM extraction per pool passage (cached, resumable), de-duplicated,
+        as the run's starting graph. Calls are counted as ``llm/index/*`` (run-level)."""
+        from kgreason.llm.accounting import llm_purpose
+        from kgreason.reasoners.subqrag_index import index_corpus
+
+        rows = passage_rows(self._pool or [])
+        with llm_purpose("index"):
+            res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
+        self.index_stats = {"passages": len(rows), "triples": len(res.triples), "calls_made": res.calls_made,
+                            "passages_cached": res.passages_cached, "directory": str(res.directory)}
+        log.info("SubQRAG index: %s", self.index_stats)
+        return WorkingGraph(res.triples, self.embedder, provenance=res.provenance)
 
     # ------------------------------------------------------------------ LLM steps
     def _call(self, t: Trace, purpose: str, prompt: str, parser) -> ParseResult:
@@ -222,10 +272,7 @@ class SubQRAG(BaseReasoner):
 
     def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:
         """§2.3 corpus fallback + Eq. 4 write-back: ``(answer, used ids among the new triples)``."""
-        passages = self.passages_for(example)
-        if not passages:
-            t.note("fallback_skipped", reason="no corpus")
-            return "", []
+        passages = self._pool or []
         hits = self.passages.get(passages).search([subq], self.passage_top_k)[0]
         top = [passages[h.id] for h in hits]
         t.add("retrieve", "passages", query=subq, titles=[p[0] for p in top], scores=[h.score for h in hits])
@@ -241,9 +288,10 @@ class SubQRAG(BaseReasoner):
             if src in self._extracted:
                 continue
             self._extracted.add(src)
-            triples, req, comp, bad = extract_triples(self.llm, title, text, validate=self.validate,
-                                                      max_tokens=self.max_tokens * 2)
-            t.llm("extract", req, comp, parsed=[list(x) for x in triples])
+            res = self.ask(t, "extract", extraction_request(title, text, self.max_tokens * 2),
+                           triple_parser(title, text, validate=self.validate))
+            triples, bad = res.value if res.value is not None else ([], 1)
+            t.extra.setdefault("write_back", []).append({"passage": src, "triples": [list(x) for x in triples]})
             added = g.add(triples, source=src)
             t.add("update", "write_back", passage=title, extracted=len(triples), rejected=bad,
                   added=[list(g.triples[i]) for i in added],
@@ -253,35 +301,10 @@ class SubQRAG(BaseReasoner):
         used = [i for i in new_ids if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
         return ans, used[: self.top_k]
 
-    def index_passages(self, t: Trace, example: Example) -> None:
-        """§2.1 offline indexing of the example's passages, merged into the working graph."""
-        from kgreason.reasoners.subqrag_index import index_corpus
-
-        rows = list(dict.fromkeys((p[0], p[0], p[1]) for p in example.corpus))
-        rows = [r for r in rows if r[0] not in self._indexed]
-        seen: set[str] = set()
-        rows = [r for r in rows if not (r[0] in seen or seen.add(r[0]))]
-        if not rows:
-            return
-        from kgreason.llm.accounting import llm_purpose
-
-        with llm_purpose("index"):  # counted as llm/index/* (issue 16)
-            res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
-        added = 0
-        for tr, srcs in res.provenance.items():
-            added += len(self.graph.add([tr], source=srcs[0]))
-        self._indexed.update(r[0] for r in rows)
-        t.add("index", "offline_indexing", passages=len(rows), triples=len(res.triples), added=added,
-              calls=res.calls_made, usage=res.usage)
-
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         q = example.question
-        if self.kg_source == "auto":
-            self.kg_source = "index" if (example.corpus and self.index_dir) else "injected"
-        if self.kg_source == "index" and example.corpus:
-            self.index_passages(t, example)
         subs = self.decompose(t, q) if self.decomposition else [q]
         prev: list[tuple[str, str]] = []
         memory: list[int] = []
@@ -302,12 +325,10 @@ class SubQRAG(BaseReasoner):
                           "used": [list(self.graph.triples[u]) for u in used]})
             t.add("subquestion", f"q{i + 1}", **steps[-1])
         g = self.graph
+        # Eq. 5: the original question and the graph memory T_used, nothing else
         mem_text = "\n".join(verbalise(g.triples[u]) for u in memory) or "(empty)"
-        steps_text = "\n".join(f"{j + 1}. {s['rewritten']} -> {s['answer']}" for j, s in enumerate(steps))
-        final = self._call(t, "final_answer", render(self.prompts["final_answer"], memory=mem_text,
-                                                     steps=steps_text, question=q), parse_answer_field).value
-        if not final and prev:
-            final = prev[-1][1]
+        final = self._call(t, "final_answer", render(self.prompts["final_answer"], memory=mem_text, question=q),
+                           parse_answer_field).value
         mem_triples = [list(g.triples[u]) for u in memory]
         t.add("memory", "graph_memory", triples=mem_triples)
         return t.finish(example, [final] if final else [], subquestions=[s["subquestion"] for s in steps],

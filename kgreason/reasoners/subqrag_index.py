@@ -26,7 +26,7 @@ from typing import Sequence
 
 from kgreason import progress
 from kgreason.kg.store import KG
-from kgreason.llm.parsing import parse_json
+from kgreason.llm.parsing import ParseResult, parse_json
 from kgreason.reasoners.base import load_prompt, render
 from kgreason.types import ChatRequest, Completion, Usage, to_jsonable
 
@@ -101,16 +101,29 @@ def extraction_request(title: str, passage: str, max_tokens: int = 512) -> ChatR
                           max_tokens=max_tokens)
 
 
+def triple_parser(title: str, passage: str, *, validate: bool = True):
+    """Reply → ``ParseResult((valid triples, n_rejected))`` for one passage: :func:`parse_triples`,
+    then (``validate``) :func:`grounded`. Failed when nothing usable came back and something was
+    rejected (an unparseable reply). Shared by offline indexing and the online update (Eq. 4)."""
+    def parse(text: str) -> ParseResult:
+        triples, bad = parse_triples(text)
+        if validate:
+            keep = [t for t in triples if grounded(t, passage, title)]
+            bad += len(triples) - len(keep)
+            triples = keep
+        ok = bool(triples) or bad == 0
+        return ParseResult(ok, (triples, bad), "" if ok else "expected a JSON list of [head, relation, tail]")
+
+    return parse
+
+
 def extract_triples(llm, title: str, passage: str, *, validate: bool = True,
                     max_tokens: int = 512) -> tuple[list[Triple], ChatRequest, Completion, int]:
-    """One LLM call: ``(valid triples, request, completion, n_rejected)`` for one passage."""
+    """One LLM call: ``(valid triples, request, completion, n_rejected)`` for one passage (offline
+    indexing; the online update sends the same request through ``BaseReasoner.ask``)."""
     req = extraction_request(title, passage, max_tokens)
     comp = llm.generate([req])[0]
-    triples, bad = parse_triples(comp.text)
-    if validate:
-        keep = [t for t in triples if grounded(t, passage, title)]
-        bad += len(triples) - len(keep)
-        triples = keep
+    triples, bad = triple_parser(title, passage, validate=validate)(comp.text).value
     return triples, req, comp, bad
 
 

@@ -71,9 +71,19 @@ def _reasoner(small, tmp_path, **kw):
     kg, corpus = small
     llm = ScriptedLLM(rules=_rules(), default="")
     kw.setdefault("top_k", 10)  # the film has ~9 triples; MiniLM ranks starring/genre above directed_by
-    r = SubQRAG(kg=kg, llm=llm, corpus=None, kg_source="injected", embedder=Embedder(cache_dir=str(tmp_path)), **kw)
-    r._corpus = corpus
+    r = SubQRAG(kg=kg, llm=llm, kg_source="injected", embedder=Embedder(cache_dir=str(tmp_path)), **kw)
+    r.prepare(_dataset([], corpus))
     return r, llm
+
+
+def _dataset(examples, corpus=None, name="docs"):
+    """An ExampleSet as a run hands it to ``prepare`` (with the dataset's corpus file, if any)."""
+    from kgreason.data.base import ExampleSet
+
+    es = ExampleSet(name, examples)
+    if corpus is not None:
+        es.corpus = list(corpus)
+    return es
 
 
 def _prompts(llm, marker):
@@ -172,50 +182,17 @@ def test_end_to_end_local(tmp_path, emb_dir):
     assert res.metrics["run/n_examples"] == 1 and res.metrics["llm/calls"] > 0
 
 
-def test_example_corpus_is_indexed_offline_and_used(emb_dir, tmp_path):
-    """Document datasets: no injected KG; the example's passages are indexed (§2.1) first."""
-    corpus = (("Alpha", "Alpha is a film directed by Bob Stone."), ("Bob Stone", "Bob Stone was born in Riverton."),
-              ("Zeta", "Zeta is a river in Eastland."))
-    llm = ScriptedLLM(rules=[
-        {"pattern": r"Decompose", "reply": '["Who directed Alpha?", "Where was #1 born?"]'},
-        {"pattern": r"Title: Alpha\n", "reply": '[["Alpha", "directed by", "Bob Stone"]]'},
-        {"pattern": r"Title: Bob Stone\n", "reply": '[["Bob Stone", "born in", "Riverton"]]'},
-        {"pattern": r"Title: ", "reply": '[["Zeta", "located in", "Eastland"]]'},
-        {"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Who directed",
-         "reply": '{{"answer": "Bob Stone", "used": [{0}], "sufficient": true}}'},
-        {"pattern": r"\[(\d+)\] Bob Stone \| born in \| Riverton.*Question: Where was Bob Stone born",
-         "reply": '{{"answer": "Riverton", "used": [{0}], "sufficient": true}}'},
-        {"pattern": r"Graph memory", "reply": '{"answer": "Riverton"}'},
-    ])
-    from kgreason.llm.accounting import MeteredLLM, example_ledger
+@pytest.mark.parametrize("update", [True, False])
+def test_final_answer_sees_only_the_question_and_the_graph_memory(small, emb_dir, update):
+    """Eq. 5: the generator gets q and T_used, not the sub-question answers (today they were
+    listed too, also under "w/o Update" where the passage answer reached it without any triple)."""
+    r, llm = _reasoner(small, emb_dir, update=update)
+    p = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
+    final = _prompts(llm, "Graph memory")[-1]
+    memory = "\n".join(" | ".join((h, rel.rsplit(".", 1)[-1].replace("_", " "), t))
+                       for h, rel, t in p.extra["graph_memory"])
+    assert final.split("Graph memory:\n")[1].split("\n\nQuestion:")[0] == memory
+    assert final.rstrip().endswith(f"Question: Where was the director of {FILM} born?\n"
+                          'Reply with only JSON: {"answer": "<short answer>"}')
+    assert (PLACE in final) == update  # w/o Update: the passage answer has no triple in the memory
 
-    r = SubQRAG(kg=object(), llm=MeteredLLM(llm), corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
-                embedder=Embedder(cache_dir=str(emb_dir)), top_k=2)
-    ex = Example(id="d0", question="Where was the director of Alpha born?", answers=("Riverton",), corpus=corpus)
-    with example_ledger() as ledger:
-        p = r.answer(ex)
-    assert len(r.graph) == 3 and p.answer == "Riverton"
-    # the indexing calls are counted, apart from the answering calls (issue 16)
-    assert ledger.by_purpose["index"].calls == 3 and ledger.by_purpose["answer"].calls >= 3
-    assert p.extra["graph_memory"] == [["Alpha", "directed by", "Bob Stone"], ["Bob Stone", "born in", "Riverton"]]
-    n = len(llm.calls)
-    r2 = SubQRAG(kg=None, llm=llm, corpus=None, kg_source="auto", index_dir=str(tmp_path / "idx"),
-                 embedder=Embedder(cache_dir=str(emb_dir)), top_k=2)
-    r2.answer(ex)  # a new run re-uses the index: no extraction calls
-    assert not [c for c in llm.calls[n:] if "Title: " in c.messages[-1].content]
-
-
-def test_rag_text_feeds_top_passages(emb_dir):
-    """Table 1 "Retrieval-only": the top-k passages by cosine reach the answer prompt."""
-    from kgreason.reasoners.rag_text import RagText
-
-    corpus = (("Paris", "Paris is the capital of France."), ("Everest", "Mount Everest is the highest mountain."),
-              ("Cat", "The cat sat on the mat."))
-    llm = ScriptedLLM(rules=[{"pattern": r"Paris is the capital of France.*Question:", "reply": '{"answer": "Paris"}'}],
-                      default="unknown")
-    r = RagText(llm=llm, top_k=1, corpus=None, embedder=Embedder(cache_dir=str(emb_dir)))
-    p = r.answer(Example(id="r0", question="What is the capital of France?", answers=("Paris",), corpus=corpus))
-    assert p.answer == "Paris" and p.extra["retrieved_passages"] == ["Paris"]
-    assert "Everest" not in llm.calls[0].messages[-1].content
-    with pytest.raises(ValueError, match="no corpus"):
-        r.answer(Example(id="r1", question="q"))

@@ -1,0 +1,80 @@
+"""Table 1 "Retrieval-only" (rag_text): one pooled corpus (HippoRAG 2 protocol) or each question's
+own paragraphs; a real dataset never borrows the embedded world's passages (issue 17)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import compose_cfg
+
+from kgreason.data.base import ExampleSet
+from kgreason.embed import Embedder
+from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.rag_text import RagText, dataset_pool
+from kgreason.types import Example
+
+PARIS = ("Paris", "Paris is the capital of France.")
+EVEREST = ("Everest", "Mount Everest is the highest mountain.")
+CAT = ("Cat", "The cat sat on the mat.")
+
+
+@pytest.fixture(scope="module")
+def emb_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("emb")
+
+
+def _llm():
+    return ScriptedLLM(rules=[{"pattern": r"Paris is the capital of France.*Question:", "reply": '{"answer": "Paris"}'}],
+                       default="unknown")
+
+
+def test_pooled_retrieval_reads_every_questions_paragraphs_and_the_corpus_file(emb_dir):
+    """A question without paragraphs retrieves from the dataset's pool (its corpus file and the
+    other questions' paragraphs), never from the embedded world."""
+    es = ExampleSet("docs", [Example(id="a", question="q?", answers=("x",), corpus=(EVEREST,)),
+                             Example(id="b", question="What is the capital of France?", answers=("Paris",))])
+    es.corpus = [PARIS, CAT, EVEREST]
+    r = RagText(llm=_llm(), top_k=1, embedder=Embedder(cache_dir=str(emb_dir)))
+    r.prepare(es)
+    assert r._pool == [PARIS, CAT, EVEREST]  # corpus file first, duplicates once
+    p = r.answer(es[1])
+    assert p.answer == "Paris" and p.extra["retrieved_passages"] == ["Paris"]
+
+
+def test_own_passages_and_an_example_without_any_is_an_error(emb_dir):
+    llm = _llm()
+    r = RagText(llm=llm, top_k=1, passages="own", embedder=Embedder(cache_dir=str(emb_dir)))
+    p = r.answer(Example(id="r0", question="What is the capital of France?", answers=("Paris",),
+                         corpus=(PARIS, EVEREST, CAT)))
+    assert p.answer == "Paris" and "Everest" not in llm.calls[0].messages[-1].content
+    with pytest.raises(ValueError, match="r1 has no passages"):
+        r.answer(Example(id="r1", question="q"))
+
+
+def test_a_real_dataset_never_falls_back_to_the_embedded_world():
+    bare = ExampleSet("hotpotqa", [Example(id="a", question="q", answers=("x",))])
+    with pytest.raises(ValueError, match="has no passages"):
+        dataset_pool(bare, "dataset")
+    with pytest.raises(ValueError, match="not the embedded world"):
+        dataset_pool(bare, "embedded")
+    pool, origin = dataset_pool(ExampleSet("embedded-multihop", []), "dataset")  # the world's own passages
+    assert origin == "embedded" and pool
+
+
+def test_twowiki_pool_is_the_hipporag_corpus_plus_the_questions_paragraphs(shared_data, tmp_path):
+    """conf/dataset/twowiki.yaml wires HippoRAG's 2Wiki corpus; the 36 questions without context
+    retrieve from that pool, and no pool passage comes from the embedded world."""
+    from hydra.utils import instantiate
+
+    from kgreason.kg.embedded import make_world
+    from kgreason.run import _without
+
+    cfg = compose_cfg(["dataset=twowiki", f"paths.data={shared_data}"], tmp_path)
+    assert cfg.dataset.corpus.endswith("2wikimultihopqa/hipporag_2wikimultihopqa_corpus.json")
+    es = instantiate(_without(cfg.dataset, "metrics", "reports"))
+    bare = [ex for ex in es if not ex.corpus]
+    assert len(es) == 200 and len(bare) == 36
+    pool, origin = dataset_pool(es, "dataset")
+    assert origin == "dataset" and pool[: len(es.corpus)] == es.corpus and len(pool) > len(es.corpus)
+    world = {t for t, _ in make_world(0).corpus}
+    assert not world & {t for t, _ in pool}

@@ -1,0 +1,124 @@
+"""SubQRAG's corpus-level offline index (subqrag.txt §2.1, HippoRAG 2 protocol of §3.1) and its
+resume: the graph is built from the whole pool before the first question, counted as indexing
+calls, and a resumed run rebuilds the very same graph with no indexing call (issues 17, 18)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import compose_cfg
+
+from kgreason.data.base import ExampleSet
+from kgreason.embed import Embedder
+from kgreason.llm.accounting import MeteredLLM, example_ledger
+from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.subqrag import SubQRAG
+from kgreason.types import Example, to_jsonable
+
+EX0 = Example(id="d0", question="Where was the director of Alpha born?", answers=("Riverton",),
+              corpus=(("Alpha", "Alpha is a film directed by Bob Stone."),
+                      ("Bob Stone", "Bob Stone was born in Riverton.")))
+EX1 = Example(id="d1", question="Which river is in Eastland?", answers=("Zeta",),
+              corpus=(("Zeta", "Zeta is a river in Eastland."), ("Alpha", "Alpha is a film directed by Bob Stone.")))
+
+
+def _llm():
+    return ScriptedLLM(rules=[
+        {"pattern": r"Decompose.*Question: Where was the director of Alpha",
+         "reply": '["Who directed Alpha?", "Where was #1 born?"]'},
+        {"pattern": r"Decompose", "reply": '["Which river is in Eastland?"]'},
+        {"pattern": r"Title: Alpha\n", "reply": '[["Alpha", "directed by", "Bob Stone"]]'},
+        # the offline pass finds nothing in Bob Stone's passage; the online update (Eq. 4) does
+        {"pattern": r"Title: Bob Stone\n", "reply": ["[]", '[["Bob Stone", "born in", "Riverton"]]']},
+        {"pattern": r"Title: Zeta\n", "reply": '[["Zeta", "located in", "Eastland"]]'},
+        {"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Who directed",
+         "reply": '{{"answer": "Bob Stone", "used": [{0}], "sufficient": true}}'},
+        {"pattern": r"\[(\d+)\] Zeta \| located in \| Eastland.*Question: Which river",
+         "reply": '{{"answer": "Zeta", "used": [{0}], "sufficient": true}}'},
+        {"pattern": r"Triples:.*Question:", "reply": '{"answer": "unknown", "used": [], "sufficient": false}'},
+        {"pattern": r"Passages:.*Question: Where was Bob Stone born", "reply": '{"answer": "Riverton"}'},
+        {"pattern": r"Graph memory:.*Riverton.*Question", "reply": '{"answer": "Riverton"}'},
+        {"pattern": r"Graph memory:.*Zeta.*Question", "reply": '{"answer": "Zeta"}'},
+    ])
+
+
+@pytest.fixture(scope="module")
+def emb_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("emb")
+
+
+def _reasoner(llm, idx, emb_dir):
+    return SubQRAG(kg=None, llm=MeteredLLM(llm), index_dir=str(idx), top_k=2,
+                   embedder=Embedder(cache_dir=str(emb_dir)))
+
+
+def _extractions(llm):
+    return [c for c in llm.calls if "Title: " in c.messages[-1].content]
+
+
+def test_the_whole_pool_is_indexed_before_the_first_question(tmp_path, emb_dir):
+    """§2.1: one corpus-level KG from every sampled question's paragraphs (deduplicated), built in
+    prepare(); today each question indexed its own paragraphs when answered."""
+    llm = _llm()
+    r = _reasoner(llm, tmp_path / "idx", emb_dir)
+    r.prepare(ExampleSet("docs", [EX0, EX1]))
+    assert r.kg_source == "index" and len(_extractions(llm)) == 3  # Alpha once, though both questions hold it
+    # the second question's triple is there before the first question is answered
+    assert ("Zeta", "located in", "Eastland") in r.graph and len(r.graph) == 2
+    assert r.llm.outside.by_purpose["index"].calls == 3 and "answer" not in r.llm.outside.by_purpose
+    with example_ledger() as led:
+        p = r.answer(EX0)
+    assert p.answer == "Riverton" and "index" not in led.by_purpose
+    assert ("Bob Stone", "born in", "Riverton") in r.graph  # written back (Eq. 4)
+    assert {"passage": "Bob Stone", "triples": [["Bob Stone", "born in", "Riverton"]]} in p.extra["write_back"]
+
+
+def test_a_resumed_run_rebuilds_the_same_graph_without_indexing_calls(tmp_path, emb_dir):
+    """Issue 18: kill after the first question, resume: the same graph (index + write-backs, same
+    order and provenance), zero indexing calls, and the same answer to the next question."""
+    ds = ExampleSet("docs", [EX0, EX1])
+    llm1 = _llm()
+    r1 = _reasoner(llm1, tmp_path / "idx", emb_dir)
+    r1.prepare(ds)
+    p0 = r1.answer(EX0)
+    state = (list(r1.graph.triples), dict(r1.graph.provenance), set(r1._extracted))
+    p1 = r1.answer(EX1)
+    row0 = json.loads(json.dumps({"id": EX0.id, "error": None, "extra": to_jsonable(p0.extra)}))  # as stored
+
+    llm2 = _llm()
+    r2 = _reasoner(llm2, tmp_path / "idx", emb_dir)
+    r2.prepare(ds, done=[row0])
+    assert not llm2.calls and not r2.llm.outside.by_purpose  # the index is read back, not rebuilt
+    assert (list(r2.graph.triples), dict(r2.graph.provenance), set(r2._extracted)) == state
+    q1 = r2.answer(EX1)
+    assert q1.answers == p1.answers and q1.extra["graph_memory"] == p1.extra["graph_memory"]
+    assert r2.graph.triples == r1.graph.triples
+
+
+def test_answering_before_prepare_is_an_error(emb_dir):
+    r = SubQRAG(kg=None, llm=_llm(), embedder=Embedder(cache_dir=str(emb_dir)))
+    with pytest.raises(RuntimeError, match="prepare"):
+        r.answer(EX0)
+
+
+def test_run_indexes_at_start_up_and_a_resume_makes_no_indexing_call(tmp_path, emb_dir):
+    """Through run(): llm/index/calls = one per pool passage before the first example; after a
+    kill (last row gone), the resumed run reads the index back (0 indexing calls)."""
+    from kgreason.run import run
+
+    data = tmp_path / "hotpot.jsonl"
+    recs = [{"_id": ex.id, "question": ex.question, "answer": ex.answers[0], "supporting_facts": [],
+             "context": [[t, [x]] for t, x in ex.corpus]} for ex in (EX0, EX1)]
+    data.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    out = tmp_path / "run"
+    cfg = compose_cfg(["reasoner=subqrag", "dataset=hotpotqa", f"dataset.path={data}", "llm=scripted",
+                       "tracking=none", f"reasoner.index_dir={tmp_path / 'idx'}",
+                       f"embedder.cache_dir={emb_dir}"], out)
+    first = run(cfg, out).metrics
+    assert first["llm/index/calls"] == 3 and first["run/n_examples"] == 2
+    preds = out / "predictions.jsonl"
+    preds.write_text(preds.read_text().splitlines()[0] + "\n")  # killed after the first example
+    resumed = run(cfg, out).metrics
+    assert resumed.get("llm/index/calls", 0) == 0 and resumed["run/n_examples"] == 2
