@@ -124,6 +124,8 @@ class ToG(BaseReasoner):
             0 = none, as ToG).
     """
 
+    tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+
     def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
                  prune: str = "llm", max_entities_per_relation: int = 20, temperature: float = 0.0,
                  max_tokens: int = 256, prompts_dir: str = "tog", embedder=None, graphdb=None,
