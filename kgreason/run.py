@@ -33,7 +33,7 @@ from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_m
 from kgreason.llm.cache import check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric
-from kgreason.record import check_resume, choices, fingerprint, run_record
+from kgreason.record import check_resume, choices, run_record
 from kgreason.runs import PredictionStore, gold_fields, protect_run_dir, scrub_secrets, write_json
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
@@ -71,7 +71,7 @@ class Components:
     embedder: Any = None
     graphdb: Any = None
     judge_llm: Any = None
-    fingerprint: str | None = None  # the run's config fingerprint (cache entries record who paid)
+    run_id: str | None = None  # the run dir's id (fingerprint.json): cache entries record who paid
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def close(self) -> None:
@@ -157,7 +157,7 @@ def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
     """Run the reasoner on one example and score it; exceptions become recorded errors.
     Every LLM call made meanwhile (answering, scoring, indexing, judging) is counted in the
     example's ledger, stored as ``row["llm_usage"]``."""
-    with example_ledger(payer=(c.fingerprint, ex.id) if c.fingerprint else None) as ledger:
+    with example_ledger(payer=(c.run_id, ex.id) if c.run_id else None) as ledger:
         row = _answer_and_score(c, ex)
     row["llm_usage"] = ledger.to_json()
     return row
@@ -325,15 +325,32 @@ def _start_checks(cfg: DictConfig) -> bool:
 
 
 def _option(cfg: DictConfig, group: str, obj: Any) -> str:
-    """The config option of ``group`` (Hydra's choice; outside a Hydra app the loaded object's
-    name, or the loader's name without ``load_``)."""
+    """The config option of ``group`` for messages: Hydra's choice; outside a Hydra app (tests,
+    notebooks) the ``conf/<group>/*.yaml`` option that builds the same ``_target_`` and agrees
+    with the node on the most plain settings, else the built object's name."""
     chosen = choices().get(group)
     if chosen:
         return chosen
-    if getattr(obj, "name", None):
-        return str(obj.name)
-    target = str((cfg.get(group) or {}).get("_target_", "?"))
-    return target.rsplit(".", 1)[-1].removeprefix("load_")
+    node = cfg.get(group) or {}
+    target = str(node.get("_target_", ""))
+    try:
+        import yaml
+
+        from kgreason.paths import config_dir
+
+        best, best_score = None, -1
+        for f in sorted((config_dir() / group).glob("*.yaml")):
+            opt = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+            if not isinstance(opt, dict) or opt.get("_target_") != target:
+                continue
+            score = sum(1 for k, v in opt.items() if not isinstance(v, (dict, list)) and node.get(k) == v)
+            if score > best_score:
+                best, best_score = f.stem, score
+        if best:
+            return best
+    except Exception:  # noqa: BLE001 - a name for a message; never a reason to fail
+        pass
+    return str(getattr(obj, "name", None) or target.rsplit(".", 1)[-1].removeprefix("load_") or "?")
 
 
 def _preflight(cfg: DictConfig, c: Components, examples: list[Example], uses_llm: bool) -> dict[str, Any]:
@@ -398,8 +415,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         examples = list(c.dataset)
         report = _preflight(cfg, c, examples, uses_llm)  # a run that cannot mean anything stops here
-        check_resume(out_dir, cfg, allow_changes=bool(cfg.get("resume_allow_changes", False)))
-        c.fingerprint = fingerprint(cfg)[0]
+        c.run_id = check_resume(out_dir, cfg, allow_changes=bool(cfg.get("resume_allow_changes", False)))
         _write_record(cfg, c, out_dir, report)
         store = PredictionStore(out_dir / "predictions.jsonl")
         done_before = sum(1 for ex in examples if ex.id in store)

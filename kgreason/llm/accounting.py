@@ -129,7 +129,7 @@ _SCORE_HIT: ContextVar[list | None] = ContextVar("kgreason_score_hit", default=N
 class Ledger:
     """Summed :class:`Usage` per purpose (thread-safe).
 
-    ``payer``: ``[run fingerprint, example id]`` of the example attempt this ledger counts (set
+    ``payer``: ``[run id, example id]`` of the example attempt this ledger counts (set
     by the run loop), written into every call-cache entry the attempt pays for; see
     :func:`claim_paid` for how a resumed run counts those entries."""
 
@@ -168,7 +168,7 @@ class Ledger:
 @contextmanager
 def example_ledger(payer: Sequence[str] | None = None) -> Iterator[Ledger]:
     """Count every LLM call made inside the block (this thread/context) into a fresh ledger;
-    ``payer`` = ``[run fingerprint, example id]`` (see :func:`claim_paid`)."""
+    ``payer`` = ``[run id, example id]`` (see :func:`claim_paid`)."""
     led = Ledger(payer)
     token = _LEDGER.set(led)
     try:
@@ -190,15 +190,15 @@ def llm_purpose(name: str) -> Iterator[None]:
 
 
 def current_payer() -> list[str] | None:
-    """``[run fingerprint, example id]`` of the example being answered (None outside one)."""
+    """``[run id, example id]`` of the example being answered (None outside one)."""
     led = _LEDGER.get()
     return list(led.payer) if led is not None and led.payer else None
 
 
 def claim_paid(key: str, paid_by: Any) -> bool:
     """Resume accounting (docs/llm.md, "Resume and the call count"): should a call-cache hit
-    count as a call of this run? Yes when the entry was paid for by this run (same config
-    fingerprint) for the example now being answered, and this attempt at the example has not
+    count as a call of this run? Yes when the entry was paid for by this run (the same run dir:
+    its ``run_id`` in fingerprint.json) for the example now being answered, and this attempt at the example has not
     counted that entry yet. So an example killed half-way, whose calls were cached but whose
     row was never written, counts the same calls on resume as an uninterrupted run does; a
     request repeated inside one attempt stays a hit, as it is in an uninterrupted run.

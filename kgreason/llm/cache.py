@@ -24,7 +24,7 @@ Accounting of hits (what ``metrics.json`` shows): a hit has ``cached=True`` and 
 call are kept** – ``llm/tokens_per_question`` describes the method and must not change when
 a run is replayed, whereas ``llm/calls`` and ``llm/cost_usd`` describe what this run spent.
 
-Resume: each entry records who paid for it (``paid_by``: the run's config fingerprint and the
+Resume: each entry records who paid for it (``paid_by``: the run dir's id (fingerprint.json) and the
 example id). A hit on an entry this run paid for the example now being answered (an attempt
 killed before its row was written) counts as that run's call, with the original usage, once
 per attempt (:func:`~kgreason.llm.accounting.claim_paid`): a resumed run's ``llm/*`` equal an
