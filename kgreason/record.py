@@ -28,8 +28,9 @@ PACKAGES = ("kgreason", "torch", "numpy", "scipy", "numba", "transformers", "sen
             "hydra-core", "omegaconf", "kuzu", "wandb", "openai", "networkx", "igraph", "vllm")
 
 # keys that change how a run goes, never what it computes
-NOT_FINGERPRINTED = ("resume", "resume_allow_changes", "retry_errors", "max_consecutive_failures", "example_workers", "retrieval_batch", "tracking",
-                     "llm_cache.dir", "fail_on_error_rate", "max_error_rate", "progress", "paths",
+NOT_FINGERPRINTED = ("resume", "resume_allow_changes", "retry_errors", "max_consecutive_failures",
+                     "example_workers", "retrieval_batch", "tracking",
+                     "llm_cache", "llm.backoff_base_s", "llm.backoff_max_s", "llm.delay_s", "fail_on_error_rate", "max_error_rate", "progress", "paths",
                      "hydra", "llm.max_concurrency", "llm.timeout_s", "llm.max_retries", "reports.batch",
                      "reports.engine", "optimized_metric", "preflight")
 

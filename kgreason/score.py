@@ -104,7 +104,8 @@ def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:
     return list(pairs.values())
 
 
-def score(pairs: Iterable[tuple[Prediction, Example]], metrics: Sequence[str] = DEFAULT_METRICS) -> dict[str, float | None]:
+def score(pairs: Iterable[tuple[Prediction, Example]],
+          metrics: Sequence[str] = DEFAULT_METRICS) -> dict[str, float | None]:
     """Mean of each metric over the pairs (``None`` values left out; ``None`` if none apply,
     as in a run's metrics.json: JSON has no NaN)."""
     unknown = [m for m in metrics if m not in METRICS]

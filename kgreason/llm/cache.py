@@ -193,5 +193,6 @@ class CachedLLM:
         scores = [float(x) for x in self.inner.score(prompt, candidates)]
         payer = current_payer()
         claim_paid(key, payer)
-        self.store.put(key, {"scores": scores, "paid_by": payer}, backend=self.backend, model=self.model, method="score")
+        self.store.put(key, {"scores": scores, "paid_by": payer}, backend=self.backend, model=self.model,
+                       method="score")
         return scores
