@@ -415,19 +415,20 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         examples = list(c.dataset)
         report = _preflight(cfg, c, examples, uses_llm)  # a run that cannot mean anything stops here
-        c.run_id = check_resume(out_dir, cfg, allow_changes=bool(cfg.get("resume_allow_changes", False)))
-        _write_record(cfg, c, out_dir, report)
-        store = PredictionStore(out_dir / "predictions.jsonl")
-        done_before = sum(1 for ex in examples if ex.id in store)
-        if done_before and not cfg.get("resume", True):
-            raise RuntimeError(f"{out_dir}/predictions.jsonl already has {done_before} examples and resume=false")
-        pending = _pending(examples, store, bool(cfg.get("retry_errors", True)))
-        log.info("dataset %s: %d examples (%d already done, %d to retry)", getattr(c.dataset, "name", "?"),
-                 len(examples), len(examples) - len(pending), len(pending) - (len(examples) - done_before))
         workers = int(cfg.get("example_workers") or 1)
         if workers > 1 and not getattr(c.reasoner, "thread_safe", True):
             raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
                              "in order (shared state); set example_workers=1")
+        store = PredictionStore(out_dir / "predictions.jsonl")
+        done_before = sum(1 for ex in examples if ex.id in store)
+        if done_before and not cfg.get("resume", True):
+            raise RuntimeError(f"{out_dir}/predictions.jsonl already has {done_before} examples and resume=false")
+        # the dir's record is written only once every check passed (a refused resume leaves it intact)
+        c.run_id = check_resume(out_dir, cfg, allow_changes=bool(cfg.get("resume_allow_changes", False)))
+        _write_record(cfg, c, out_dir, report)
+        pending = _pending(examples, store, bool(cfg.get("retry_errors", True)))
+        log.info("dataset %s: %d examples (%d already done, %d to retry)", getattr(c.dataset, "name", "?"),
+                 len(examples), len(examples) - len(pending), len(pending) - (len(examples) - done_before))
         _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
         rows = [store.rows[ex.id] for ex in examples if ex.id in store]  # dataset order, last row per id
         outside = Ledger()
