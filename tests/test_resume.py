@@ -157,3 +157,21 @@ def test_sixteen_workers_on_a_failing_endpoint_lose_and_duplicate_nothing(tmp_pa
     assert len(ids) == len(set(ids)) == 60 and not any(r["error"] for r in rows)
     assert (tmp_path / "load" / "metrics.json").read_bytes() == (tmp_path / "clean" / "metrics.json").read_bytes()
     assert clean.metrics == loaded.metrics
+
+
+def test_readers_take_the_last_row_per_id(tmp_path):
+    """A retried example has two lines: `kgreason score` and `kgreason tables` read the last."""
+    from kgreason.runs import last_rows
+    from kgreason.score import read_pairs, score
+    from kgreason.tables import _failure_reason
+
+    lines = [{"id": "a", "prediction": "", "answers": ["x"], "error": "LLMError: down"},
+             {"id": "b", "prediction": "y", "answers": ["y"], "error": None},
+             {"id": "a", "prediction": "x", "answers": ["x"], "error": None}]
+    (tmp_path / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert [r["prediction"] for r in last_rows(lines)] == ["x", "y"]  # a keeps its first place
+    pairs = read_pairs(tmp_path / "predictions.jsonl")
+    assert [p.answers for p, _ in pairs] == [("x",), ("y",)]
+    assert score(pairs, ["hits_at_1"]) == {"hits_at_1": 1.0}
+    assert _failure_reason(tmp_path) == "no metrics.json (run interrupted?)"  # no error left
+    assert score([], ["hits_at_1"]) == {"hits_at_1": None}  # valid JSON, never NaN
