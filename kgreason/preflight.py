@@ -53,7 +53,10 @@ def _get(cfg: Mapping[str, Any] | None, dotted: str, default: Any = None) -> Any
     for part in dotted.split("."):
         if node is None or not hasattr(node, "get"):
             return default
-        node = node.get(part, None)
+        try:
+            node = node.get(part, None)
+        except Exception:  # noqa: BLE001 - a mandatory value left as ??? (OmegaConf) reads as unset
+            return default
     return default if node is None else node
 
 
@@ -80,6 +83,8 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
     positive_int("reports.max_hops", allow_none=True)
     positive_int("example_workers", allow_none=True)
     positive_int("retrieval_batch", allow_none=True, minimum=0, what=" (0: off)")
+    positive_int("max_consecutive_failures", allow_none=True, minimum=0, what=" (0: never stop early)")
+    positive_int("preflight.sample", allow_none=True)
     rate = _get(cfg, "max_error_rate")
     if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate <= 1):
         problems.append(f"max_error_rate={rate!r}: expected a number between 0 and 1, or null")

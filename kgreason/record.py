@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import uuid
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,8 +28,9 @@ PACKAGES = ("kgreason", "torch", "numpy", "scipy", "numba", "transformers", "sen
             "hydra-core", "omegaconf", "kuzu", "wandb", "openai", "networkx", "igraph", "vllm")
 
 # keys that change how a run goes, never what it computes
-NOT_FINGERPRINTED = ("resume", "resume_allow_changes", "example_workers", "retrieval_batch", "tracking",
-                     "llm_cache.dir", "fail_on_error_rate", "max_error_rate", "progress", "paths",
+NOT_FINGERPRINTED = ("resume", "resume_allow_changes", "retry_errors", "max_consecutive_failures",
+                     "example_workers", "retrieval_batch", "tracking",
+                     "llm_cache", "llm.backoff_base_s", "llm.backoff_max_s", "llm.delay_s", "fail_on_error_rate", "max_error_rate", "progress", "paths",
                      "hydra", "llm.max_concurrency", "llm.timeout_s", "llm.max_retries", "reports.batch",
                      "reports.engine", "optimized_metric", "preflight")
 
@@ -69,8 +71,13 @@ def fingerprint(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, dict[str, Any
     return digest, flat
 
 
-def check_resume(out_dir: str | Path, cfg: DictConfig | Mapping[str, Any], *, allow_changes: bool = False) -> None:
+def check_resume(out_dir: str | Path, cfg: DictConfig | Mapping[str, Any], *, allow_changes: bool = False) -> str:
     """Write ``fingerprint.json`` on a new run dir; on a resumed one, refuse a different config.
+
+    Returns the run dir's id (``run_id``: made once, with the dir's first ``fingerprint.json``).
+    The call cache records it with each entry the run pays for, so a resumed run counts the
+    calls its killed attempts paid for as its own (docs/llm.md), and another run dir with the
+    same config replaying the cache does not.
 
     Raises:
         ResumeConfigMismatch: naming each differing key with its old and new value.
@@ -80,11 +87,16 @@ def check_resume(out_dir: str | Path, cfg: DictConfig | Mapping[str, Any], *, al
     path = Path(out_dir) / "fingerprint.json"
     digest, flat = fingerprint(cfg)
     if not path.exists():
-        write_json(path, {"sha256": digest, "settings": flat, "history": []})
-        return
+        run_id = uuid.uuid4().hex
+        write_json(path, {"sha256": digest, "settings": flat, "history": [], "run_id": run_id})
+        return run_id
     old = json.loads(path.read_text(encoding="utf-8"))
+    run_id = str(old.get("run_id") or "")
+    if not run_id:  # a dir made before run ids: give it one now
+        run_id = uuid.uuid4().hex
+        write_json(path, {**old, "run_id": run_id})
     if old.get("sha256") == digest:
-        return
+        return run_id
     before = old.get("settings", {})
     keys = sorted(set(before) | set(flat))
     diff = {k: (before.get(k, "<absent>"), flat.get(k, "<absent>")) for k in keys if before.get(k) != flat.get(k)}
@@ -96,7 +108,8 @@ def check_resume(out_dir: str | Path, cfg: DictConfig | Mapping[str, Any], *, al
             f"predictions.jsonl. Keys that differ{more}:\n  " + "\n  ".join(lines) +
             "\nUse a new run dir, or resume_allow_changes=true if the change is intended.")
     history = list(old.get("history", [])) + [{"from": old.get("sha256"), "changed": sorted(diff)}]
-    write_json(path, {"sha256": digest, "settings": flat, "history": history})
+    write_json(path, {"sha256": digest, "settings": flat, "history": history, "run_id": run_id})
+    return run_id
 
 
 def _git(repo: Path, *args: str) -> str | None:

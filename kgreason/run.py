@@ -27,10 +27,13 @@ from typing import Any, Mapping
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from kgreason import preflight
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics
+from kgreason.llm.cache import check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric
+from kgreason.record import check_resume, choices, run_record
 from kgreason.runs import PredictionStore, gold_fields, protect_run_dir, scrub_secrets, write_json
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
@@ -39,6 +42,16 @@ log = logging.getLogger("kgreason")
 
 class RunFailed(RuntimeError):
     """The run finished but more examples errored than ``max_error_rate`` allows."""
+
+
+class LLMUnavailable(RuntimeError):
+    """``max_consecutive_failures`` examples in a row failed on the LLM endpoint: the run stops
+    instead of letting every remaining example retry against a dead server."""
+
+
+# error types (the row's ``error`` prefix) that mean the LLM could not be reached or refused the
+# call; a CacheMiss (readonly replay) or a parse failure is the example's own problem
+_LLM_FAILURES = ("LLMError", "APIConnectionError", "APITimeoutError", "ConnectionError", "TimeoutError")
 
 
 @dataclass
@@ -58,6 +71,7 @@ class Components:
     embedder: Any = None
     graphdb: Any = None
     judge_llm: Any = None
+    run_id: str | None = None  # the run dir's id (fingerprint.json): cache entries record who paid
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def close(self) -> None:
@@ -143,7 +157,7 @@ def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
     """Run the reasoner on one example and score it; exceptions become recorded errors.
     Every LLM call made meanwhile (answering, scoring, indexing, judging) is counted in the
     example's ledger, stored as ``row["llm_usage"]``."""
-    with example_ledger() as ledger:
+    with example_ledger(payer=(c.run_id, ex.id) if c.run_id else None) as ledger:
         row = _answer_and_score(c, ex)
     row["llm_usage"] = ledger.to_json()
     return row
@@ -189,14 +203,19 @@ def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
 
 
 def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int,
-              outside: Ledger | None = None) -> dict[str, float]:
+              outside: Ledger | None = None) -> dict[str, Any]:
     """Run-level metrics from the prediction rows (pure; the same rows give the same dict).
-    ``outside``: LLM calls made outside any example (counted in ``llm/*`` too)."""
-    out: dict[str, float] = {}
+    ``outside``: LLM calls made outside any example (counted in ``llm/*`` too).
+
+    A metric that applies to no example is ``null`` (never NaN, never 0) and
+    ``metric_notes/<name>`` says why."""
+    out: dict[str, Any] = {}
     for m in metrics:
         vals = [r["metrics"].get(m.name) for r in rows]
         vals = [v for v in vals if v is not None]
-        out[f"metric/{m.name}"] = float(m.aggregate(vals)) if vals else float("nan")
+        out[f"metric/{m.name}"] = float(m.aggregate(vals)) if vals else None
+        if not vals:
+            out[f"metric_notes/{m.name}"] = _not_applicable(m.name, rows)
     usage = Usage.total(Usage(**{k: v for k, v in r.get("usage", {}).items() if k in Usage.__slots__}) for r in rows)
     # every LLM call by purpose from the rows' ledgers (rows of older runs: the reasoner's usage)
     ledgers = [Ledger.from_json(r["llm_usage"]) if "llm_usage" in r else Ledger.from_json({"answer": r.get("usage", {})})
@@ -219,6 +238,17 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     if judge_errors:  # never averaged in; counted so a half-judged run is visible
         out["judge/errors"] = judge_errors
     return {k: (round(v, 10) if isinstance(v, float) and not math.isnan(v) else v) for k, v in out.items()}
+
+
+def _not_applicable(name: str, rows: list[Mapping[str, Any]]) -> str:
+    """Why ``metric/<name>`` is null (the metric's per-example value was null for every row)."""
+    if not rows:
+        return "null: no example was answered"
+    errors = sum(1 for r in rows if r.get("error"))
+    if errors == len(rows):
+        return f"null: all {len(rows)} examples errored"
+    return (f"null: not applicable to any of the {len(rows)} examples (none has what {name} needs, e.g. gold "
+            "diagnoses for dx_*, gold answers, a retrieved set or the prediction round it scores)")
 
 
 def _chunks(pending: list[Example], retriever, reasoner, size: int | None = None):
@@ -270,54 +300,147 @@ class _ExampleProgress:
         self.p.close()
 
 
+def _reasoner_class(cfg: DictConfig):
+    from hydra.utils import get_class
+
+    try:
+        return get_class(str(cfg.reasoner._target_))
+    except Exception:  # noqa: BLE001 - build() reports a bad _target_ with its own message
+        return object
+
+
+def _start_checks(cfg: DictConfig) -> bool:
+    """Checks on the settings alone, before anything is built (kgreason/preflight.py): values out
+    of range, an unset API key, a damaged call cache. Returns whether the run calls an LLM."""
+    problems = preflight.check_settings(cfg)
+    hop_engine = str((cfg.get("reports") or {}).get("engine", "auto"))
+    if hop_engine not in ("auto", "run", "scipy"):
+        problems.append(f"reports.engine={hop_engine!r}: expected auto, run or scipy")
+    uses_llm = bool(getattr(_reasoner_class(cfg), "uses_llm", True)) or _configured(cfg.get("judge"))
+    problems += preflight.check_llm_key(cfg, uses_llm)
+    preflight.require(problems)
+    if uses_llm:
+        check_cache(cfg.get("llm_cache"))
+    return uses_llm
+
+
+def _option(cfg: DictConfig, group: str, obj: Any) -> str:
+    """The config option of ``group`` for messages: Hydra's choice; outside a Hydra app (tests,
+    notebooks) the ``conf/<group>/*.yaml`` option that builds the same ``_target_`` and agrees
+    with the node on the most plain settings, else the built object's name."""
+    chosen = choices().get(group)
+    if chosen:
+        return chosen
+    node = cfg.get(group) or {}
+    target = str(node.get("_target_", ""))
+    try:
+        import yaml
+
+        from kgreason.paths import config_dir
+
+        best, best_score = None, -1
+        for f in sorted((config_dir() / group).glob("*.yaml")):
+            opt = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+            if not isinstance(opt, dict) or opt.get("_target_") != target:
+                continue
+            score = sum(1 for k, v in opt.items() if not isinstance(v, (dict, list)) and node.get(k) == v)
+            if score > best_score:
+                best, best_score = f.stem, score
+        if best:
+            return best
+    except Exception:  # noqa: BLE001 - a name for a message; never a reason to fail
+        pass
+    return str(getattr(obj, "name", None) or target.rsplit(".", 1)[-1].removeprefix("load_") or "?")
+
+
+def _preflight(cfg: DictConfig, c: Components, examples: list[Example], uses_llm: bool) -> dict[str, Any]:
+    """Checks that need the built components: does the reasoner serve the dataset's task, do the
+    examples link to the KG (the rate is measured and returned), does the LLM endpoint answer."""
+    pf = cfg.get("preflight") or {}
+    report = preflight.check_fit(
+        examples, c.kg, c.reasoner, dataset=_option(cfg, "dataset", c.dataset), kg_name=_option(cfg, "kg", c.kg),
+        reasoner_name=_option(cfg, "reasoner", None), min_link_rate=float(pf.get("min_link_rate", 0.5)),
+        sample=int(pf.get("sample", 500)))
+    readonly = str((cfg.get("llm_cache") or {}).get("mode", "")) == "readonly"
+    if uses_llm and not readonly and pf.get("probe_llm", True):
+        if (cfg.get("llm") or {}).get("base_url"):
+            preflight.probe_llm(c.llm, f"llm={choices().get('llm', cfg.llm.get('model'))}")
+        if c.judge_llm is not None and (cfg.judge.get("llm") or {}).get("base_url"):
+            preflight.probe_llm(c.judge_llm, "judge.llm")
+    return report
+
+
+def _preflight_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The measured preflight figures as ``preflight/*`` keys of metrics.json."""
+    names = {"example_rate": "link_rate", "examples": "examples_checked", "examples_linked": "examples_linked",
+             "mentions": "mentions", "mentions_linked": "mentions_linked"}
+    out: dict[str, Any] = {f"preflight/{v}": report[k] for k, v in names.items() if k in report}
+    if "sampled" in report:
+        out["preflight/sampled"] = int(bool(report["sampled"]))
+    return out
+
+
+def _is_llm_failure(row: Mapping[str, Any]) -> bool:
+    return str(row.get("error") or "").split(":", 1)[0] in _LLM_FAILURES
+
+
+def _write_record(cfg: DictConfig, c: Components, out_dir: Path, report: Mapping[str, Any]) -> None:
+    """run.json (kgreason/record.py) and config.yaml in the run dir; the same record goes to
+    the tracker's run config."""
+    record = run_record(cfg)
+    record["preflight"] = dict(report)
+    write_json(out_dir / "run.json", record)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_secrets(cfg))))
+    log_config = getattr(c.tracker, "log_config", None)
+    if callable(log_config):
+        log_config(record)
+
+
+def _pending(examples: list[Example], store: PredictionStore, retry_errors: bool) -> list[Example]:
+    """Examples still to answer: those without a row, and (``retry_errors``) those whose last
+    row is an error. The store keeps the last row per id, so a retried example's new row wins."""
+    def done(ex: Example) -> bool:
+        row = store.rows.get(ex.id)
+        return row is not None and not (retry_errors and row.get("error"))
+
+    return [ex for ex in examples if not done(ex)]
+
+
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
-    hop_engine = str((cfg.get("reports") or {}).get("engine", "auto"))
-    if hop_engine not in ("auto", "run", "scipy"):  # checked before any example is paid for
-        raise ValueError(f"reports.engine: expected auto, run or scipy, got {hop_engine!r}")
+    uses_llm = _start_checks(cfg)  # bad settings stop here, before any example is paid for
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
-        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_secrets(cfg))))
-        store = PredictionStore(out_dir / "predictions.jsonl")
         examples = list(c.dataset)
-        done_before = sum(1 for ex in examples if ex.id in store)
-        if done_before and not cfg.get("resume", True):
-            raise RuntimeError(f"{out_dir}/predictions.jsonl already has {done_before} examples and resume=false")
-        log.info("dataset %s: %d examples (%d already done)", getattr(c.dataset, "name", "?"), len(examples), done_before)
-        pending = [ex for ex in examples if ex.id not in store]
+        report = _preflight(cfg, c, examples, uses_llm)  # a run that cannot mean anything stops here
         workers = int(cfg.get("example_workers") or 1)
         if workers > 1 and not getattr(c.reasoner, "thread_safe", True):
             raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
                              "in order (shared state); set example_workers=1")
-        pool = ThreadPoolExecutor(workers, thread_name_prefix="example") if workers > 1 else None
+        store = PredictionStore(out_dir / "predictions.jsonl")
+        done_before = sum(1 for ex in examples if ex.id in store)
+        if done_before and not cfg.get("resume", True):
+            raise RuntimeError(f"{out_dir}/predictions.jsonl already has {done_before} examples and resume=false")
+        # the dir's record is written only once every check passed (a refused resume leaves it intact)
+        c.run_id = check_resume(out_dir, cfg, allow_changes=bool(cfg.get("resume_allow_changes", False)))
+        _write_record(cfg, c, out_dir, report)
+        pending = _pending(examples, store, bool(cfg.get("retry_errors", True)))
+        log.info("dataset %s: %d examples (%d already done, %d to retry)", getattr(c.dataset, "name", "?"),
+                 len(examples), len(examples) - len(pending), len(pending) - (len(examples) - done_before))
         if pending:  # run-level set-up (SubQRAG's corpus index), given the rows a resumed run keeps
-            kept = {r["id"]: r for r in store}
-            c.reasoner.prepare(c.dataset, done=[kept[ex.id] for ex in examples if ex.id in kept])
-        bar = _ExampleProgress(len(examples), done_before, c.metrics[0] if c.metrics else None)
-        try:
-            for chunk in _chunks(pending, c.retriever, c.reasoner):
-                # with workers, examples run concurrently (their LLM calls overlap at the server);
-                # rows are still appended in dataset order as each one's turn comes
-                rows_iter = pool.map(lambda ex: answer_and_score(c, ex), chunk) if pool else \
-                    (answer_and_score(c, ex) for ex in chunk)
-                for row in rows_iter:
-                    store.append(row)
-                    bar.update(row)
-                if hasattr(c.retriever, "clear"):
-                    c.retriever.clear()
-        finally:
-            bar.close()
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-        ids = {ex.id for ex in examples}
-        rows = [r for r in store if r["id"] in ids]
+            todo = {ex.id for ex in pending}
+            kept = [store.rows[ex.id] for ex in examples if ex.id in store and ex.id not in todo]
+            c.reasoner.prepare(c.dataset, done=kept)
+        _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
+        rows = [store.rows[ex.id] for ex in examples if ex.id in store]  # dataset order, last row per id
         outside = Ledger()
         for meter in (c.llm, getattr(c.judge, "llm", None)):
             for p, u in getattr(getattr(meter, "outside", None), "by_purpose", {}).items():
                 outside.add(p, u)
         metrics = summarise(rows, c.metrics, len(examples), outside)
+        metrics.update(_preflight_metrics(report))
         reports = build_reports(cfg, c, examples, rows, out_dir)
         write_json(out_dir / "metrics.json", metrics)
         timing: dict[str, Any] = {"wall_s": round(time.perf_counter() - t0, 3)}
@@ -331,6 +454,38 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
             raise RunFailed(f"{metrics['run/errors']} of {len(rows)} examples failed "
                             f"(error rate {rate:.3f} > max_error_rate {limit}); see {out_dir}/predictions.jsonl")
         return RunResult(metrics=metrics, reports=reports, out_dir=out_dir)
+
+
+def _answer_all(cfg: DictConfig, c: Components, pending: list[Example], store: PredictionStore,
+                done_before: int, workers: int) -> None:
+    """The example loop: answer ``pending`` (concurrently with ``workers`` threads), append each
+    row as its turn comes (dataset order), and stop after ``max_consecutive_failures`` examples
+    in a row failed on the LLM endpoint (:class:`LLMUnavailable`)."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="example") if workers > 1 else None
+    bar = _ExampleProgress(done_before + len(pending), done_before, c.metrics[0] if c.metrics else None)
+    max_fail, streak = int(cfg.get("max_consecutive_failures") or 0), 0
+    try:
+        for chunk in _chunks(pending, c.retriever, c.reasoner):
+            # with workers, examples run concurrently (their LLM calls overlap at the server);
+            # rows are still appended in dataset order as each one's turn comes
+            rows_iter = pool.map(lambda ex: answer_and_score(c, ex), chunk) if pool else \
+                (answer_and_score(c, ex) for ex in chunk)
+            for row in rows_iter:
+                store.append(row)
+                bar.update(row)
+                streak = streak + 1 if _is_llm_failure(row) else 0
+                if max_fail and streak >= max_fail:
+                    raise LLMUnavailable(
+                        f"stopped after {streak} examples in a row failed on the LLM (max_consecutive_failures="
+                        f"{max_fail}); last error: {str(row['error'])[:300]}. The rows so far are kept in "
+                        f"{store.path}; fix the endpoint and run again in the same dir: errored examples are "
+                        "retried (retry_errors=true)")
+            if hasattr(c.retriever, "clear"):
+                c.retriever.clear()
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def build_reports(cfg: DictConfig, c: Components, examples: list[Example], rows, out_dir: Path) -> dict[str, Any]:

@@ -4,6 +4,11 @@
 appended and flushed to disk as soon as the example finishes. A crash can at worst leave a
 partial last line, which :class:`PredictionStore` ignores (and truncates) on reopen, so the run
 resumes from the last complete example.
+
+An id can have several rows: on resume an example whose last row is an error is answered again
+(``retry_errors``) and its new row is appended. **The last row per id wins** everywhere the file
+is read (:class:`PredictionStore`, ``kgreason.score``, ``kgreason.tables``); the earlier rows stay
+in the file as the record of the failed attempts.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from kgreason.secrets import REDACTED, SECRET_KEY as SECRET_KEYS, register, regi
 
 
 class PredictionStore:
-    """Append-only JSONL keyed by example id."""
+    """Append-only JSONL keyed by example id (the last row per id wins)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -62,6 +67,22 @@ class PredictionStore:
             f.flush()
             os.fsync(f.fileno())
         self.rows[row["id"]] = dict(row) if line[:-1] == raw else json.loads(line)
+
+
+def last_rows(rows: Iterator[dict[str, Any]] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last row per ``id``, in the order ids first appear (how every reader of a
+    ``predictions.jsonl`` sees it; rows without an id are kept as they are)."""
+    out: dict[Any, dict[str, Any]] = {}
+    loose: list[tuple[int, dict[str, Any]]] = []
+    order: dict[Any, int] = {}
+    for i, r in enumerate(rows):
+        if isinstance(r, dict) and "id" in r:
+            order.setdefault(r["id"], i)
+            out[r["id"]] = r
+        else:
+            loose.append((i, r))
+    ranked = sorted([(order[k], v) for k, v in out.items()] + loose, key=lambda t: t[0])
+    return [v for _, v in ranked]
 
 
 def json_safe(obj: Any) -> Any:

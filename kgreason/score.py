@@ -10,6 +10,9 @@ Each line is a JSON object with at least:
 * ``answers`` – gold answers with aliases (a list of strings), or a list of alias lists (one per
   distinct gold answer; then ``all_answers_found`` needs every group).
 
+An id that appears on several lines (a run dir whose errored examples were retried on resume)
+is scored once, from its **last** line, as the run itself does.
+
 Optional: ``answer_groups``, ``diagnoses`` (clinical; the ``dx_*`` metrics use them, else
 ``answers``), ``extra`` (``retrieved``, ``search_space``). Prints ``{metric: mean}`` as JSON
 (examples where a metric is not applicable are left out of its mean, as in a run).
@@ -81,10 +84,12 @@ def parse_line(obj: Any, where: str) -> tuple[Prediction, Example]:
 
 
 def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:
+    """The file's ``(prediction, example)`` pairs, the last line per id winning (in the order
+    ids first appear)."""
     path = Path(path)
     if not path.is_file():
         raise ScoreInputError(f"{path}: no such file")
-    pairs = []
+    pairs: dict[str, tuple[Prediction, Example]] = {}
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, start=1):
             if not line.strip():
@@ -94,23 +99,26 @@ def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ScoreInputError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            pairs.append(parse_line(obj, where))
-    return pairs
+            pred, ex = parse_line(obj, where)
+            pairs[ex.id] = (pred, ex)  # a later line for the same id replaces it, keeping its place
+    return list(pairs.values())
 
 
-def score(pairs: Iterable[tuple[Prediction, Example]], metrics: Sequence[str] = DEFAULT_METRICS) -> dict[str, float]:
-    """Mean of each metric over the pairs (``None`` values left out; NaN if none apply)."""
+def score(pairs: Iterable[tuple[Prediction, Example]],
+          metrics: Sequence[str] = DEFAULT_METRICS) -> dict[str, float | None]:
+    """Mean of each metric over the pairs (``None`` values left out; ``None`` if none apply,
+    as in a run's metrics.json: JSON has no NaN)."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise KeyError(f"unknown metrics {unknown}; known: {sorted(METRICS)}")
     pairs = list(pairs)
-    out: dict[str, float] = {}
+    out: dict[str, float | None] = {}
     for name in metrics:
         m = METRICS[name]
         vals = [v for v in (m.per_example(p, e) for p, e in pairs) if v is not None]
-        out[name] = float(m.aggregate(vals)) if vals else float("nan")
+        out[name] = float(m.aggregate(vals)) if vals else None
     # the same rounding as run.summarise, so a run's own file gives its metrics.json exactly
-    return {k: (round(v, 10) if not math.isnan(v) else v) for k, v in out.items()}
+    return {k: (None if v is None or math.isnan(v) else round(v, 10)) for k, v in out.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -113,15 +113,24 @@ def _infos(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return infos
 
 
+def _pred_rows(pred: Path, errors: str = "strict") -> list[dict[str, Any]]:
+    """A ``predictions.jsonl``'s rows, the last per id winning (kgreason/runs.py)."""
+    from kgreason.runs import last_rows
+
+    rows = []
+    for line in pred.read_text(encoding="utf-8", errors=errors).splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return last_rows(rows)
+
+
 def _failure_reason(job: Path) -> str:
     pred = job / "predictions.jsonl"
     if pred.exists():
         n, errors = 0, []
-        for line in pred.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for row in _pred_rows(pred, errors="replace"):  # the last row per id (retried errors)
             n += 1
             if row.get("error"):
                 errors.append(str(row["error"]))
@@ -182,11 +191,7 @@ def collect_examples(root: str | Path) -> pd.DataFrame:
         kg_hops = {}
         if (job / "hops.json").exists():
             kg_hops = json.loads((job / "hops.json").read_text()).get("per_example", {})
-        for line in pred.read_text(encoding="utf-8").splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for r in _pred_rows(pred):
             for m, v in (r.get("metrics") or {}).items():
                 out.append({**info, "id": r["id"], "gold_hops": r.get("hops"), "kg_hops": kg_hops.get(r["id"]),
                             "metric": m, "value": None if v is None else float(v)})

@@ -108,7 +108,9 @@ def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> li
     assert srv.in_flight == 0 and 1 <= srv.max_in_flight <= N_JOBS * CONC
     calls = sum(m["llm/calls"] for m in ms)
     hits = sum(m["llm/cache_hits"] for m in ms)
-    assert calls == len(srv.requests)  # every server request is accounted to one run
+    probes = [r for r in srv.requests if r["messages"][-1]["content"] == "ping" and r.get("max_tokens") == 1]
+    assert len(probes) == 4  # one preflight probe per job (never cached, never counted as a call)
+    assert calls == len(srv.requests) - len(probes)  # every other server request is accounted to one run
     assert calls + hits == 4 * LIMIT
     assert 2 * LIMIT <= calls  # each distinct call reached the server at least once...
     with sqlite3.connect(cache / "llm_calls.sqlite") as db:  # ...and is stored once, in one shared file
@@ -132,7 +134,7 @@ def test_llm_sweep_rerun_makes_no_server_calls(tmp_path):
         _check_first_sweep(srv, jobs, cache)
         n_before = len(srv.requests)
         jobs2 = _llm_sweep(srv, tmp_path / "sweep2", cache)
-        assert len(srv.requests) == n_before  # zero server calls
+        assert len(srv.requests) == n_before + 4  # zero server calls but the four jobs' probes
         for m in (_metrics(j) for j in jobs2):
             assert m["llm/calls"] == 0 and m["llm/cache_hits"] == LIMIT and m["llm/cost_usd"] == 0
 

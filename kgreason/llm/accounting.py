@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kgreason.types import Usage, to_jsonable
 
@@ -127,11 +127,25 @@ _SCORE_HIT: ContextVar[list | None] = ContextVar("kgreason_score_hit", default=N
 
 
 class Ledger:
-    """Summed :class:`Usage` per purpose (thread-safe)."""
+    """Summed :class:`Usage` per purpose (thread-safe).
 
-    def __init__(self) -> None:
+    ``payer``: ``[run id, example id]`` of the example attempt this ledger counts (set
+    by the run loop), written into every call-cache entry the attempt pays for; see
+    :func:`claim_paid` for how a resumed run counts those entries."""
+
+    def __init__(self, payer: Sequence[str] | None = None) -> None:
         self.by_purpose: dict[str, Usage] = {}
         self._lock = threading.Lock()
+        self.payer = [str(x) for x in payer] if payer else None
+        self._claimed: set[str] = set()
+
+    def claim(self, key: str) -> bool:
+        """True the first time ``key`` is claimed in this ledger."""
+        with self._lock:
+            if key in self._claimed:
+                return False
+            self._claimed.add(key)
+            return True
 
     def add(self, purpose: str, usage: Usage) -> None:
         with self._lock:
@@ -152,9 +166,10 @@ class Ledger:
 
 
 @contextmanager
-def example_ledger() -> Iterator[Ledger]:
-    """Count every LLM call made inside the block (this thread/context) into a fresh ledger."""
-    led = Ledger()
+def example_ledger(payer: Sequence[str] | None = None) -> Iterator[Ledger]:
+    """Count every LLM call made inside the block (this thread/context) into a fresh ledger;
+    ``payer`` = ``[run id, example id]`` (see :func:`claim_paid`)."""
+    led = Ledger(payer)
     token = _LEDGER.set(led)
     try:
         yield led
@@ -172,6 +187,30 @@ def llm_purpose(name: str) -> Iterator[None]:
         yield
     finally:
         _PURPOSE.reset(token)
+
+
+def current_payer() -> list[str] | None:
+    """``[run id, example id]`` of the example being answered (None outside one)."""
+    led = _LEDGER.get()
+    return list(led.payer) if led is not None and led.payer else None
+
+
+def claim_paid(key: str, paid_by: Any) -> bool:
+    """Resume accounting (docs/llm.md, "Resume and the call count"): should a call-cache hit
+    count as a call of this run? Yes when the entry was paid for by this run (the same run dir:
+    its ``run_id`` in fingerprint.json) for the example now being answered, and this attempt at the example has not
+    counted that entry yet. So an example killed half-way, whose calls were cached but whose
+    row was never written, counts the same calls on resume as an uninterrupted run does; a
+    request repeated inside one attempt stays a hit, as it is in an uninterrupted run.
+
+    The call cache also calls this (with ``paid_by`` = the current payer) for every miss it
+    sends to the backend, so a later identical request in the same attempt is a hit."""
+    led = _LEDGER.get()
+    if led is None or led.payer is None or not isinstance(paid_by, (list, tuple)):
+        return False
+    if [str(x) for x in paid_by] != led.payer:
+        return False
+    return led.claim(key)
 
 
 def mark_score_cached() -> None:

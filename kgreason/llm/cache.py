@@ -23,6 +23,12 @@ Accounting of hits (what ``metrics.json`` shows): a hit has ``cached=True`` and 
 ``calls=0, cache_hits=1, latency_s=0, cost_usd=0`` while the **token counts of the original
 call are kept** – ``llm/tokens_per_question`` describes the method and must not change when
 a run is replayed, whereas ``llm/calls`` and ``llm/cost_usd`` describe what this run spent.
+
+Resume: each entry records who paid for it (``paid_by``: the run dir's id (fingerprint.json) and the
+example id). A hit on an entry this run paid for the example now being answered (an attempt
+killed before its row was written) counts as that run's call, with the original usage, once
+per attempt (:func:`~kgreason.llm.accounting.claim_paid`): a resumed run's ``llm/*`` equal an
+uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kgreason.callstore import KeyValueStore, StoreCorrupt
-from kgreason.llm.accounting import mark_score_cached
+from kgreason.llm.accounting import claim_paid, current_payer, mark_score_cached
 from kgreason.llm.base import CacheMiss
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
@@ -106,6 +112,15 @@ def _hit_usage(stored: dict[str, Any]) -> Usage:
                  completion_tokens=int(u.get("completion_tokens", 0)))
 
 
+def _paid_usage(stored: dict[str, Any]) -> Usage:
+    """The usage the call had when this run paid for it (see ``claim_paid``)."""
+    u = stored.get("usage") or {}
+    try:
+        return Usage(**{k: v for k, v in u.items() if k in Usage.__slots__})
+    except (TypeError, ValueError):
+        return _hit_usage(stored)
+
+
 class CachedLLM:
     """Wraps any :class:`~kgreason.llm.base.LLM`; same protocol, explicit methods.
 
@@ -134,7 +149,8 @@ class CachedLLM:
                 miss.append(i)
                 continue
             lp = v.get("token_logprobs")
-            out[i] = Completion(texts=tuple(v["texts"]), usage=_hit_usage(v), cached=True,
+            usage = _paid_usage(v) if claim_paid(k, v.get("paid_by")) else _hit_usage(v)
+            out[i] = Completion(texts=tuple(v["texts"]), usage=usage, cached=True,
                                 token_logprobs=None if lp is None else tuple(tuple(x) for x in lp))
         if miss and self.store.mode == "readonly":
             raise CacheMiss(f"llm_cache.mode=readonly: {len(miss)} of {len(requests)} requests not in "
@@ -143,10 +159,12 @@ class CachedLLM:
             fresh = self.inner.generate([requests[i] for i in miss])
             if len(fresh) != len(miss):
                 raise RuntimeError(f"{self.backend} returned {len(fresh)} completions for {len(miss)} requests")
+            payer = current_payer()
             for i, c in zip(miss, fresh):
                 out[i] = c
+                claim_paid(keys[i], payer)  # counted now; a repeat in this attempt is a hit
                 self.store.put(keys[i], {"texts": list(c.texts), "token_logprobs": c.token_logprobs,
-                                         "usage": to_jsonable(c.usage)},
+                                         "usage": to_jsonable(c.usage), "paid_by": payer},
                                backend=self.backend, model=self.model, method="generate")
         return out  # type: ignore[return-value]
 
@@ -166,11 +184,15 @@ class CachedLLM:
         ok = (isinstance(v, dict) and isinstance(v.get("scores"), list) and len(v["scores"]) == len(candidates)
               and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v["scores"]))
         if ok:
-            mark_score_cached()  # the metering layer counts this call as a cache hit
+            if not claim_paid(key, v.get("paid_by")):
+                mark_score_cached()  # the metering layer counts this call as a cache hit
             return [float(x) for x in v["scores"]]
         if self.store.mode == "readonly":
             raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "
                             f"(backend={self.backend}, model={self.model}); key {key}")
         scores = [float(x) for x in self.inner.score(prompt, candidates)]
-        self.store.put(key, {"scores": scores}, backend=self.backend, model=self.model, method="score")
+        payer = current_payer()
+        claim_paid(key, payer)
+        self.store.put(key, {"scores": scores, "paid_by": payer}, backend=self.backend, model=self.model,
+                       method="score")
         return scores

@@ -21,6 +21,9 @@ class CoT(BaseReasoner):
         max_reasks: re-asks when the reply has no ``Answer:`` line (kit policy; 0 = none).
     """
 
+    tasks = ("kgqa", "multihop", "diagnosis")  # the question alone: any task (preflight checks it)
+    uses_kg = False
+
     def __init__(self, *, kg=None, retriever=None, llm, temperature: float = 0.0,
                  max_tokens: int = 512, prompts_dir: str = "cot", max_reasks: int = 0, embedder=None,
                  graphdb=None) -> None:

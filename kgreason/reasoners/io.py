@@ -20,6 +20,9 @@ class IO(BaseReasoner):
         system: system prompt (``null`` = none).
     """
 
+    tasks = ("kgqa", "multihop", "diagnosis")  # the question alone: any task (preflight checks it)
+    uses_kg = False
+
     def __init__(self, *, kg=None, retriever=None, llm, temperature: float = 0.0, max_tokens: int = 128,
                  seed: int | None = 0, max_reasks: int = 1, top_k: int = 5,
                  system: str | None = "You answer questions concisely.", embedder=None, graphdb=None) -> None:

@@ -43,6 +43,9 @@ class KGDx(BaseReasoner):
         require_both_directions: refuse a retriever whose direction is not ``both``.
     """
 
+    tasks = ("diagnosis",)  # preflight: the dataset tasks this reasoner answers
+    uses_llm = False  # preflight: no API key, cache or endpoint needed
+
     def __init__(self, *, kg, retriever, llm=None, hops: int = 1, exact_hops: bool = False,
                  disease_type: str | Sequence[str] = ("disease", "pathology"), top_k: int = 10,
                  require_both_directions: bool = True, embedder=None, graphdb=None) -> None:

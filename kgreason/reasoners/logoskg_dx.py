@@ -105,6 +105,8 @@ class LogosKGDx(BaseReasoner):
         prompts_dir: ``kgreason/reasoners/prompts/<prompts_dir>/*.txt``.
     """
 
+    tasks = ("diagnosis",)  # preflight: the dataset tasks this reasoner answers
+
     def __init__(
         self, *, kg, retriever, llm=None, hops: int = 3, rounds: int = 2, exact_hops: bool = False,
         disease_type: str | Sequence[str] = ("disease", "pathology"), max_diagnoses: int = 10, max_candidates: int = 50,

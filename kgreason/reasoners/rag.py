@@ -43,6 +43,8 @@ class RAG(BaseReasoner):
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one, loaded on first use).
     """
 
+    tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
                  top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
                  temperature: float = 0.0, max_tokens: int = 256, prompts_dir: str = "rag",

@@ -115,6 +115,8 @@ class RagText(BaseReasoner):
         max_reasks: re-asks on an empty answer (kit policy; 0 = none).
     """
 
+    tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
+
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passages: str = "pooled",
                  corpus: str | None = "dataset", world_seed: int = 0, max_tokens: int = 64, max_reasks: int = 0,
                  embedder=None, graphdb=None) -> None:

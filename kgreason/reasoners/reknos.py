@@ -96,6 +96,8 @@ class ReKnoS(BaseReasoner):
         max_facts: example triples per path shown in the decision / answer prompts.
     """
 
+    tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+
     def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
                  top_k_paths: int = 3, superrel_source: str = "hierarchy",
                  superrel_map: str | None = None, n_clusters: int = 8, seed: int = 0,

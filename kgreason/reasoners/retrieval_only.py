@@ -38,6 +38,9 @@ class RetrievalOnly(BaseReasoner):
         top_k: answers returned, ranked.
     """
 
+    tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+    uses_llm = False  # preflight: no API key, cache or endpoint needed
+
     def __init__(self, *, kg, retriever, llm=None, hops: int | None = None, max_hops: int = 2,
                  top_k: int = 10, embedder=None, graphdb=None) -> None:
         self.kg, self.retriever = kg, retriever

@@ -100,6 +100,8 @@ class SGR(BaseReasoner):
             first use).
     """
 
+    tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+
     thread_safe = False  # example_workers must stay 1: one graph-database connection per reasoner
 
     def __init__(

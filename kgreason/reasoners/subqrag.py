@@ -145,6 +145,8 @@ class SubQRAG(BaseReasoner):
         max_reasks: re-asks on an unparseable reply (kit policy; 0 = none).
     """
 
+    tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
+
     thread_safe = False  # example_workers must stay 1: graph updates must reach later questions in order
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,

@@ -157,6 +157,8 @@ class ToG(BaseReasoner):
             0 = none, as ToG).
     """
 
+    tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+
     def __init__(self, *, kg, retriever=None, llm, width: int = 3, depth: int = 3,
                  prune: str = "llm", sample_at: int = 20, num_retain_entity: int = 5, seed: int = 0,
                  temperature_exploration: float = 0.4, temperature_reasoning: float = 0.0,

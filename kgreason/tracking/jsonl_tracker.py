@@ -19,6 +19,10 @@ class JsonlTracker:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(to_jsonable(obj), sort_keys=True) + "\n")
 
+    def log_config(self, record) -> None:
+        """The run record (``run.json``'s content) as a ``config`` line."""
+        self._write({"type": "config", "config": dict(record)})
+
     def log_metrics(self, metrics, step=None) -> None:
         self._write({"type": "metrics", "step": step, "metrics": dict(metrics)})
 

@@ -9,6 +9,9 @@ class NullTracker:
     def __init__(self, **_: Any) -> None:
         pass
 
+    def log_config(self, record) -> None:
+        pass
+
     def log_metrics(self, metrics, step=None) -> None:
         pass
 

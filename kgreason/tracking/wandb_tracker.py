@@ -3,7 +3,9 @@
 The run dir stays the source of truth (``metrics.json``, ``predictions.jsonl``, ``hops.json``);
 this tracker copies them into W&B so sweeps can be browsed and compared:
 
-* the resolved run config (``run_config``; secrets already scrubbed by ``run.py``) → ``run.config``;
+* the run record (``run.json``, via :meth:`WandbTracker.log_config`: resolved config without
+  secrets, group choices, git, versions, data file hashes) → ``run.config``; W&B's own git
+  capture is on too;
 * scalar metrics → ``run.log`` and ``run.summary``;
 * tables (per-example predictions, hop table, judge attributes) → ``wandb.Table``;
 * the hop distribution → a ``wandb.Histogram`` over the numeric buckets plus a bucket/count
@@ -83,8 +85,9 @@ class WandbTracker:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         mode = str(mode or os.environ.get("WANDB_MODE", "offline"))
-        settings = wandb.Settings(x_disable_stats=True, x_disable_meta=True, console="off", save_code=False,
-                                  disable_git=True, disable_job_creation=True, reinit="create_new",
+        # W&B's own git capture is on (commit, remote, in the run's metadata), next to run.json's
+        settings = wandb.Settings(x_disable_stats=True, x_disable_meta=False, console="off", save_code=False,
+                                  disable_git=False, disable_job_creation=True, reinit="create_new",
                                   silent=True)
         self.run = wandb.init(
             dir=str(self.out_dir), project=project, entity=entity, group=group or _default_group(),
@@ -92,6 +95,11 @@ class WandbTracker:
             job_type=job_type, notes=notes, mode=mode, config=dict(run_config or {}), settings=settings,
         )
         self._closed = False
+
+    def log_config(self, record: Mapping[str, Any]) -> None:
+        """The run record (``run.json``: resolved config, group choices, git, versions, data file
+        hashes, fingerprint, preflight figures) into the W&B run's config."""
+        self.run.config.update(dict(record), allow_val_change=True)
 
     @property
     def run_dir(self) -> Path | None:

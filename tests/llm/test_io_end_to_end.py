@@ -25,7 +25,7 @@ def test_io_openai_run_counts_calls_then_replays_from_cache(tmp_path, monkeypatc
     monkeypatch.setenv(KEY_ENV, KEY)
     with FakeChatServer() as srv:
         res = run(_cfg(srv, tmp_path / "a"), tmp_path / "a")
-        assert len(srv.requests) == 6
+        assert len(srv.requests) == 1 + 6  # the preflight probe (never cached, never counted), 6 calls
         m = res.metrics
         assert m["llm/calls"] == 6 and m["llm/cache_hits"] == 0
         assert m["llm/prompt_tokens"] > 0 and m["llm/completion_tokens"] > 0 and m["llm/cost_usd"] > 0
@@ -35,7 +35,7 @@ def test_io_openai_run_counts_calls_then_replays_from_cache(tmp_path, monkeypatc
         assert rows[0]["trace"][0]["kind"] == "llm" and "Question:" in rows[0]["trace"][0]["data"]["messages"][-1]["content"]
         # a fresh run dir, same cache: zero backend calls, all hits, same tokens, zero cost
         res2 = run(_cfg(srv, tmp_path / "b"), tmp_path / "b")
-        assert len(srv.requests) == 6
+        assert len(srv.requests) == 1 + 6 + 1  # only the second run's probe
         m2 = res2.metrics
         assert m2["llm/calls"] == 0 and m2["llm/cache_hits"] == 6 and m2["llm/cost_usd"] == 0
         assert m2["llm/prompt_tokens"] == m["llm/prompt_tokens"]
@@ -71,7 +71,7 @@ def test_cli_io_openai_run_dir_has_no_key(tmp_path):
                f"hydra.run.dir={out}"]
         p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
-        assert len(srv.requests) == 3
+        assert len(srv.requests) == 1 + 3  # the preflight probe, then the 3 calls
     assert KEY not in p.stdout + p.stderr
     m = json.loads((out / "metrics.json").read_text())
     assert m["llm/calls"] == 3 and m["llm/prompt_tokens"] > 0
