@@ -67,7 +67,7 @@ def test_threshold_tau_filters_after_top_k(world, embedder):
 
 
 def test_retrieved_covers_gold_with_gold_hops(world, embedder):
-    rag, _ = _rag(world, embedder, top_k=5)
+    rag, _ = _rag(world, embedder, top_k=5, gold_hops=True)  # the oracle, switched on by name
     qs = [q for q in world.questions if q.hops == 1][:4]
     for q in qs:
         pred = rag.answer(q)
