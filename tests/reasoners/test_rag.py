@@ -149,7 +149,7 @@ def test_metaqa_rag_retrieval_reaches_node_coverage(metaqa, hops):
 
     d, kg = metaqa
     retr = ScipyRetriever(kg, semantics="within", direction="both", max_paths=0, return_triples=False)
-    rag = RAG(kg=kg, retriever=retr, llm=None, hops=None, top_k=30)
+    rag = RAG(kg=kg, retriever=retr, llm=None, hops=None, gold_hops=True, top_k=30)  # the oracle, by name
     cov = []
     for line in (d / f"{hops}hop_test_sample1000.jsonl").read_text().splitlines():
         r = json.loads(line)
