@@ -60,7 +60,7 @@ def check_hop_retriever(retriever, who: str, require_both_directions: bool = Tru
 
 def within_k(seeds: np.ndarray, layers: Sequence[np.ndarray], k: int, exact: bool) -> np.ndarray:
     """Sorted int32 ids at distance ≤ k from ``seeds`` (seeds included: distance 0), or at
-    distance exactly k with ``exact`` (the "at specific hops" mode, LogosKG App. A.8).
+    distance exactly k with ``exact`` (ablation ``dx_exact_k``; not a setting of the LogosKG study).
 
     ``layers`` are the BFS shells of one ``retrieve(seeds, k)`` (``Subgraph.entities_by_hop``,
     ``within``/``exact`` semantics); fewer than k shells means nothing lies at distance k."""

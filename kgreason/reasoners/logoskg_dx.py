@@ -1,4 +1,4 @@
-"""LogosKG two-round KG-LLM diagnosis study (logoskg.txt §6, App. A.2, A.5, A.7, A.8).
+"""LogosKG two-round KG-LLM diagnosis study (logoskg.txt §6, App. A.2, A.5, A.7).
 
 One method per paper step; :meth:`LogosKGDx.answer` calls them in this order:
 
@@ -214,7 +214,7 @@ class LogosKGDx(BaseReasoner):
         return KHop(sub, supported, diseases, per_hop, retrieve_s, hop_times)
 
     def _time_each_hop(self, seeds: np.ndarray) -> list[float]:
-        """A.8-style per-hop cost: time of hop h = t(retrieve h hops) - t(retrieve h-1 hops)."""
+        """Per-hop cost (our addition, no paper step): time of hop h = t(retrieve h hops) - t(retrieve h-1 hops)."""
         out, prev = [], 0.0
         for h in range(1, self.hops + 1):
             t1 = time.perf_counter()

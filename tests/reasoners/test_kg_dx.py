@@ -106,7 +106,8 @@ def test_answer_never_reads_gold(world):
         assert not any(k.endswith("_prf") for k in a.extra)
 
 
-@pytest.mark.parametrize("ablation", ["dx_round1_only", "dx_exact_hops", "dx_tau_0_8", "dx_topn_20"])
+@pytest.mark.parametrize("ablation", ["dx_round1_only", "dx_exact_k", "dx_tau_0_8", "dx_topn_20",
+                                      "dx_round2_top50"])
 def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
     from conftest import compose_cfg
     from hydra.utils import instantiate
@@ -115,7 +116,8 @@ def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
 
     expected = {  # the settings each ablation file names (conf/ablation/<name>.yaml)
         "dx_round1_only": {"rounds": 1, "exact_hops": False, "refine": "none"},
-        "dx_exact_hops": {"rounds": 2, "exact_hops": True, "refine": "none"},
+        "dx_exact_k": {"rounds": 2, "exact_hops": True, "refine": "none"},
+        "dx_round2_top50": {"rounds": 2, "exact_hops": False, "rank": "similarity", "max_candidates": 50},
         "dx_tau_0_8": {"rounds": 1, "exact_hops": False, "refine": "threshold", "tau": 0.8},
         "dx_topn_20": {"rounds": 1, "exact_hops": False, "refine": "top_n", "top_n": 20},
     }[ablation]
