@@ -349,3 +349,20 @@ def test_answer_calls_the_paper_steps_in_order(world, monkeypatch):
         monkeypatch.setattr(r, name, lambda *a, _fn=fn, _n=name, **k: (calls.append(_n), _fn(*a, **k))[1])
     r.answer(world.patients[0])
     assert calls == list(steps)
+
+
+@pytest.mark.parametrize("budget, expected", [
+    (12, [["aaaa", "bb"], ["c" * 50]]),       # "- aaaa\n" (7) + "- bb\n" (5) = 12 fits; the long name alone
+    (11, [["aaaa"], ["bb"], ["c" * 50]]),     # 12 > 11: a new prompt for "bb"
+    (10**6, [["aaaa", "bb", "c" * 50]]),      # everything in one prompt
+])
+def test_chunk_by_chars_golden(budget, expected):
+    from kgreason.reasoners.dx_common import chunk_by_chars
+
+    assert chunk_by_chars(["aaaa", "bb", "c" * 50], budget) == expected
+    assert chunk_by_chars([], budget) == []
+
+
+def test_round2_budget_must_be_positive(world):
+    with pytest.raises(ValueError, match="round2_chars"):
+        _reasoner(world, _llm([]), round2_chars=0)
