@@ -26,9 +26,10 @@ def test_default_run_writes_files_and_schema(tmp_path):
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m == res.metrics
     assert m["run/n_examples"] == 40 and m["run/error_rate"] == 0.0
-    # retrieval-only answers are k-hop neighbours: with gold hops the gold is usually retrieved
+    # retrieval-only answers are the k-hop neighbours (max_hops = 2, no gold hop counts): the
+    # gold is usually retrieved, though rarely ranked first (Hits@1 0.113 on all 300, README)
     assert m["metric/answer_coverage"] > 0.8
-    assert 0.0 < m["metric/hits_at_1"] <= 1.0
+    assert 0.0 <= m["metric/hits_at_1"] <= 1.0
 
 
 def test_resume_skips_finished_and_reproduces_metrics(tmp_path):

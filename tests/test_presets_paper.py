@@ -118,15 +118,29 @@ PAPER = {
         ("choice.kg", {"umls", "primekg"}, "logoskg.txt Fig. 2: UMLS and PrimeKG"),
         ("choice.dataset", {"probsum", "ddxplus"}, "logoskg.txt Fig. 2: ProbSum and DDXPlus"),
     ])]),
+    # the DDXPlus-KG variants: the paper's protocol on a KG the paper does not use (every gold
+    # diagnosis one hop from its evidences); named apart so no one mistakes them for the paper's KGs
+    "logoskg_dx_hops_ddxplus_kg": (r"LogosKG Fig\. 3.*protocol", [([], [
+        ("sweep.reasoner.hops", {"1", "2", "3", "4", "5"}, LOGOS_F3),
+        ("sweep.reasoner.rounds", {"1", "2"}, LOGOS_F3 + ": Round 1 and Round 2"),
+        ("choice.kg", "ddxplus", "not the paper's KG: the DDXPlus condition→evidence KG, named in the preset"),
+        ("choice.dataset", "ddxplus", LOGOS_DATA),
+    ])]),
+    "logoskg_dx_baseline_ddxplus_kg": (r"no-LLM baseline.*DDXPlus", [([], [
+        ("choice.reasoner", "kg_dx", "not in the paper: the structural baseline"),
+        ("choice.kg", "ddxplus", "not the paper's KG: the DDXPlus condition→evidence KG"),
+    ])]),
+    "logoskg_fig2_ddxplus_kg": (r"LogosKG Fig\. 2", [([], [
+        ("reports.hop_distribution", True, "logoskg.txt Fig. 2: hop-distance distribution"),
+        ("choice.kg", "ddxplus", "not the paper's KG: the DDXPlus condition→evidence KG"),
+    ])]),
 }
 
 # (preset, path): why the preset does not meet the paper yet, and who owns the fix
 KNOWN_DRIFTS = {
     ("sgr_table1", "llm.model"): "runs llm=openai's default gpt-4o-mini; SGR Table 1 reports ChatGPT and GPT-4 (sgr_* owner)",
     ("sgr_table2", "llm.model"): "runs gpt-4o-mini; SGR Table 2 is SGR/ChatGPT (sgr_* owner)",
-    ("logoskg_dx_hops", "choice.kg"): "runs on the DDXPlus KG; issue 17 moves it to UMLS/PrimeKG (diagnosis owner)",
     ("logoskg_dx_hops", "llm.model"): "runs gpt-4o-mini; Fig. 3 has GPT-4.1, Qwen-2.5-7B, Llama-3.1-8B (diagnosis owner)",
-    ("logoskg_fig2", "choice.kg"): "runs on the DDXPlus KG; Fig. 2 is UMLS and PrimeKG (diagnosis owner)",
 }
 
 

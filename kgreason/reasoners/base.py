@@ -46,9 +46,11 @@ class ReaskPolicy:
             raise ValueError(f"max_reasks must be >= 0, got {self.max_reasks}")
 
 
-def hop_budget(hops: int | None, example: Example, max_hops: int, *, gold_hops: bool = True) -> int:
-    """The one hop-budget rule: ``hops`` when set (non-zero); else the example's gold hop count
-    when ``gold_hops`` and the example has one (MetaQA's per-hop protocol); else ``max_hops``."""
+def hop_budget(hops: int | None, example: Example, max_hops: int, *, gold_hops: bool = False) -> int:
+    """The one hop-budget rule: ``hops`` when set (non-zero); else, only when ``gold_hops`` is
+    switched on (``reasoner.gold_hops: true``, an oracle: MetaQA's per-hop protocol), the
+    example's gold hop count when it has one; else ``max_hops``. The gold count is never read
+    unless asked for, so a default run's figures use no gold hop counts."""
     gold = example.hops if gold_hops else None
     return int(hops or gold or max_hops)
 
@@ -78,7 +80,8 @@ class BaseReasoner:
         thread_safe: False when examples must run one at a time (``example_workers: 1``).
         reask: the :class:`ReaskPolicy` :meth:`ask` applies (set from ``max_reasks``).
         hops, max_hops, gold_hops: the inputs of :func:`hop_budget` (one rule for ``answer``
-            and ``retrieval_plan``; ``gold_hops`` is where an explicit setting will plug in).
+            and ``retrieval_plan``); ``gold_hops`` is the ``reasoner.gold_hops`` setting, off
+            unless a reasoner's config switches it on.
     """
 
     thread_safe: bool = True
@@ -86,7 +89,7 @@ class BaseReasoner:
     llm = None
     hops: int | None = None
     max_hops: int = 2
-    gold_hops: bool = True  # hop_budget may use the example's gold hop count
+    gold_hops: bool = False  # True: hop_budget may read the example's gold hop count (an oracle)
 
     def answer(self, example: Example) -> Prediction:
         raise NotImplementedError

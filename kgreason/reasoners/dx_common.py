@@ -6,7 +6,9 @@ never each other).
   layers and treat a finding–diagnosis edge as undirected (LogosKG §3.1 k-hop retrieval; §6);
 * :func:`within_k` — the entities at distance ≤ k (or == k) from a seed set, from one
   :class:`~kgreason.types.Subgraph`;
-* :func:`parse_name_list` — the strict reply parser for a JSON list of diagnosis / entity names.
+* :func:`parse_name_list` — the strict reply parser for a JSON list of diagnosis / entity names;
+* :func:`chunk_by_chars` — splits a candidate listing into prompts that fit a character budget
+  (LogosKG App. A.5: Round 2 shows the LLM *every* KG candidate, 715 in the paper's case).
 
 Nothing here reads gold answers: diagnosis scores come from :mod:`kgreason.metrics.clinical`,
 computed by the run from ``Prediction.answers`` and ``Prediction.rounds``.
@@ -58,7 +60,7 @@ def check_hop_retriever(retriever, who: str, require_both_directions: bool = Tru
 
 def within_k(seeds: np.ndarray, layers: Sequence[np.ndarray], k: int, exact: bool) -> np.ndarray:
     """Sorted int32 ids at distance ≤ k from ``seeds`` (seeds included: distance 0), or at
-    distance exactly k with ``exact`` (the "at specific hops" mode, LogosKG App. A.8).
+    distance exactly k with ``exact`` (ablation ``dx_exact_k``; not a setting of the LogosKG study).
 
     ``layers`` are the BFS shells of one ``retrieve(seeds, k)`` (``Subgraph.entities_by_hop``,
     ``within``/``exact`` semantics); fewer than k shells means nothing lies at distance k."""
@@ -82,4 +84,24 @@ def parse_name_list(text: str) -> ParseResult:
     return ParseResult(True, list(dict.fromkeys(out)))
 
 
-__all__ = ["diagnosis_types", "diagnosis_mask", "check_hop_retriever", "within_k", "parse_name_list"]
+def chunk_by_chars(names: Sequence[str], budget: int) -> list[list[str]]:
+    """Split ``names`` (in order) into consecutive parts whose listing — one ``- name`` line
+    each, ``len(name) + 3`` characters — fits ``budget`` characters; a new part starts only
+    when the next line would not fit, and a name longer than the budget gets a part of its
+    own (never dropped). Every name lands in exactly one part."""
+    if int(budget) < 1:
+        raise ValueError(f"round2_chars must be >= 1 characters, got {budget}")
+    parts: list[list[str]] = []
+    used = budget + 1
+    for n in names:
+        size = len(n) + 3
+        if used + size > budget:
+            parts.append([])
+            used = 0
+        parts[-1].append(n)
+        used += size
+    return parts
+
+
+__all__ = ["diagnosis_types", "diagnosis_mask", "check_hop_retriever", "within_k", "parse_name_list",
+           "chunk_by_chars"]

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kgreason.kg.linking import link_mentions
+from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.reasoners.base import BaseReasoner, Trace
 from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, within_k
 from kgreason.types import Example, Prediction
@@ -41,6 +41,10 @@ class KGDx(BaseReasoner):
         disease_type: KG entity type(s) of diagnoses.
         top_k: answers returned.
         require_both_directions: refuse a retriever whose direction is not ``both``.
+        link_embedding: MiniLM nearest-label fallback for evidences no KG name/alias matches
+            (needed when the evidences are not the KG's own names: DDXPlus on UMLS / PrimeKG).
+        link_threshold: cosine threshold of that fallback.
+        embedder: the run's :class:`~kgreason.embed.Embedder` (used only with ``link_embedding``).
     """
 
     tasks = ("diagnosis",)  # preflight: the dataset tasks this reasoner answers
@@ -48,13 +52,26 @@ class KGDx(BaseReasoner):
 
     def __init__(self, *, kg, retriever, llm=None, hops: int = 1, exact_hops: bool = False,
                  disease_type: str | Sequence[str] = ("disease", "pathology"), top_k: int = 10,
-                 require_both_directions: bool = True, embedder=None, graphdb=None) -> None:
+                 require_both_directions: bool = True, link_embedding: bool = False,
+                 link_threshold: float = 0.8, embedder=None, graphdb=None) -> None:
         check_hop_retriever(retriever, "kg_dx", require_both_directions)
         self.kg, self.retriever = kg, retriever
         self.hops, self.exact_hops, self.top_k = int(hops), bool(exact_hops), int(top_k)
         self.disease_type = disease_type
         self._disease = diagnosis_mask(kg, disease_type, "kg_dx")
         self._reach_cache: dict[int, int] = {}
+        if link_embedding:
+            from kgreason.embed import Embedder
+
+            self.linker = EmbeddingLinker(kg, embedder if embedder is not None else Embedder())
+        else:
+            self.linker = None
+        self.link_threshold = float(link_threshold)
+
+    def link(self, example: Example):
+        """The patient's evidences (``topic_entities``, else ``findings``) linked to KG ids."""
+        names = list(example.topic_entities) or list(example.findings)
+        return link_mentions(self.kg, names, embedder=self.linker, threshold=self.link_threshold)
 
     def reached(self, seeds) -> np.ndarray:
         """Sorted int32 ids at distance ≤ k from ``seeds`` (seeds included) or == k."""
@@ -69,8 +86,7 @@ class KGDx(BaseReasoner):
 
     def retrieval_plan(self, example: Example) -> list[tuple[list[int], int]]:
         """One k-hop query per linked evidence (what :meth:`answer` asks), for batched prefetching."""
-        link = link_mentions(self.kg, list(example.topic_entities) or list(example.findings))
-        return [([e], self.hops) for e in link.ids]
+        return [([e], self.hops) for e in self.link(example).ids]
 
     def support(self, evidence_ids: Sequence[int]) -> np.ndarray:
         """``(n_entities,)`` int32: support(d) = number of evidences within k (== k) of d."""
@@ -88,7 +104,7 @@ class KGDx(BaseReasoner):
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         kg = self.kg
-        link = link_mentions(kg, list(example.topic_entities) or list(example.findings))
+        link = self.link(example)
         t.add("link", "evidences", linked=link.linked, failed=link.failed)
         if not link.ids:
             return t.finish(example, [], retrieved=[], link_failed=True, n_consistent=0)

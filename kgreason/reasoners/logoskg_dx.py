@@ -1,4 +1,4 @@
-"""LogosKG two-round KG-LLM diagnosis study (logoskg.txt §6, App. A.2, A.5, A.7, A.8).
+"""LogosKG two-round KG-LLM diagnosis study (logoskg.txt §6, App. A.2, A.5, A.7).
 
 One method per paper step; :meth:`LogosKGDx.answer` calls them in this order:
 
@@ -12,14 +12,17 @@ method                      paper step
                             :func:`kgreason.kg.linking.link_mentions`
 ``retrieve_khop``           §3.1 / §3.3: one k-hop retrieval from the note entities; its BFS shells are
                             hop distances (optionally timed per hop, ``time_hops``)
-``rank_candidates``         A.7 / §6: disease-type entities within k ranked by max cosine similarity to
-                            the note entities (the paper: SapBERT; here MiniLM) or by path support
+``rank_candidates``         the disease-type entities within k, in KG order (``rank: none``, the
+                            paper's Round 2, which ranks nothing); ``similarity`` (max cosine to the note
+                            entities, A.7's SapBERT refinement, here MiniLM) or ``path_support`` orders
+                            them for the refinements and the ``dx_round2_top50`` ablation
 ``refine_support``          A.7 (Table 6): the KG-supported set Round 1 checks against, pruned by a
                             similarity threshold τ or to the top N
 ``round1_filter``           §6 Round 1 (KG filtering): keep the baseline diagnoses that link to an
                             entity at distance ≤ k (``exact_hops``: == k) from the note entities
-``round2_select``           §6 Round 2 (KG enhancement), A.5: the LLM selects among the ranked
-                            candidates; final = Round 1 ∪ Round 2 selections
+``round2_select``           §6 Round 2 (KG enhancement), A.5: the LLM is shown *every* candidate
+                            (715 in the paper's case), in as many prompts as ``round2_chars`` needs,
+                            and selects; selections are merged; final = Round 1 ∪ Round 2
 ==========================  =========================================================================
 
 Distance 0 counts in ``≤ k`` mode: a diagnosis the note names itself is supported. Distances
@@ -51,7 +54,8 @@ from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
 from kgreason.embed import Embedder
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
-from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, parse_name_list, within_k
+from kgreason.reasoners.dx_common import (check_hop_retriever, chunk_by_chars, diagnosis_mask, parse_name_list,
+                                          within_k)
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 __all__ = ["LogosKGDx", "NoteEntities", "KHop", "parse_name_list"]
@@ -84,13 +88,18 @@ class LogosKGDx(BaseReasoner):
     Args:
         hops: k, the hop radius (swept 1..5 in Fig. 3 / 5).
         rounds: 1 = final answers are Round 1; 2 = Round 1 ∪ Round 2 selections.
-        exact_hops: use distance == k instead of ≤ k (the "at specific hops" mode of App. A.8).
+        exact_hops: use distance == k instead of ≤ k (not a paper setting of this study: the
+            paper's "at specific hops" contexts belong to its fine-tuning experiment, App. A.8).
         disease_type: KG entity type of diagnoses (``kg.entities_of_type``).
         max_diagnoses: differential size asked of the baseline.
-        max_candidates: Round 2 candidates shown to the LLM after ranking.
-        max_select: Round 2 selections kept.
-        rank: ``similarity`` (MiniLM cosine of candidate label vs note entities, max over entities)
-            | ``path_support`` (number of note entities within k of the candidate) | ``none``.
+        max_candidates: cap on the Round 2 candidates shown (after ranking); ``None`` = all of
+            them, as the paper (App. A.5). A cap is the ``dx_round2_top50`` ablation.
+        max_select: cap on the merged Round 2 selections; ``None`` = no cap (the paper states none).
+        round2_chars: character budget of the candidate listing in one Round 2 prompt (one
+            ``- name`` line per candidate); the candidates fill as many prompts as it takes.
+        rank: order of the candidates: ``none`` (KG order; the paper's Round 2 ranks nothing) |
+            ``similarity`` (MiniLM cosine of candidate label vs note entities, max over entities)
+            | ``path_support`` (number of note entities within k of the candidate).
         refine: ``none`` | ``threshold`` | ``top_n`` (App. A.7, Table 6).
         tau: similarity threshold for ``refine: threshold``.
         top_n: kept candidates for ``refine: top_n``.
@@ -109,8 +118,8 @@ class LogosKGDx(BaseReasoner):
 
     def __init__(
         self, *, kg, retriever, llm=None, hops: int = 3, rounds: int = 2, exact_hops: bool = False,
-        disease_type: str | Sequence[str] = ("disease", "pathology"), max_diagnoses: int = 10, max_candidates: int = 50,
-        max_select: int = 5, rank: str = "similarity", refine: str = "none", tau: float = 0.8,
+        disease_type: str | Sequence[str] = ("disease", "pathology"), max_diagnoses: int = 10,
+        max_candidates: int | None = None, max_select: int | None = None, round2_chars: int = 24000, rank: str = "none", refine: str = "none", tau: float = 0.8,
         top_n: int = 20, link_embedding: bool = False, link_threshold: float = 0.8,
         use_findings: bool = True, max_reasks: int = 1, max_tokens: int = 512,
         require_both_directions: bool = True, time_hops: bool = False, prompts_dir: str = "logoskg_dx",
@@ -129,11 +138,13 @@ class LogosKGDx(BaseReasoner):
         self.hops, self.rounds, self.exact_hops = int(hops), int(rounds), bool(exact_hops)
         self.disease_type = disease_type
         self.max_diagnoses, self.max_candidates, self.max_select = max_diagnoses, max_candidates, max_select
+        if int(round2_chars) < 1:
+            raise ValueError(f"logoskg_dx: round2_chars must be >= 1, got {round2_chars}")
+        self.round2_chars = int(round2_chars)
         self.rank, self.refine, self.tau, self.top_n = rank, refine, float(tau), int(top_n)
         self.link_embedding, self.link_threshold = link_embedding, link_threshold
         self.use_findings, self.max_reasks, self.max_tokens = use_findings, max_reasks, max_tokens
         self.reask = ReaskPolicy(int(max_reasks))
-        self.reask = ReaskPolicy(max_reasks)
         self.time_hops = bool(time_hops)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("baseline", "extract", "select")}
         self._disease_mask = diagnosis_mask(kg, disease_type, "logoskg_dx")
@@ -205,7 +216,7 @@ class LogosKGDx(BaseReasoner):
         return KHop(sub, supported, diseases, per_hop, retrieve_s, hop_times)
 
     def _time_each_hop(self, seeds: np.ndarray) -> list[float]:
-        """A.8-style per-hop cost: time of hop h = t(retrieve h hops) - t(retrieve h-1 hops)."""
+        """Per-hop cost (our addition, no paper step): time of hop h = t(retrieve h hops) - t(retrieve h-1 hops)."""
         out, prev = [], 0.0
         for h in range(1, self.hops + 1):
             t1 = time.perf_counter()
@@ -266,25 +277,29 @@ class LogosKGDx(BaseReasoner):
         return round1, kept_ids
 
     def round2_select(self, t: Trace, note: str, ranked: np.ndarray, round1: list[str],
-                      kept_ids: set[int]) -> tuple[list[str], list[str]]:
-        """§6 Round 2 (KG enhancement), A.5: the LLM picks ≤ ``max_select`` of the top
-        ``max_candidates`` ranked candidates; only shown names not already kept by Round 1 are
-        accepted. Returns ``(selected, shown)``."""
+                      kept_ids: set[int]) -> tuple[list[str], list[str], int]:
+        """§6 Round 2 (KG enhancement), A.5 ("715 candidate diseases … ask the LLM to select"):
+        every candidate (the first ``max_candidates`` when capped) is shown, split into prompts
+        of at most ``round2_chars`` listing characters (:func:`chunk_by_chars`); each prompt's
+        picks count only for names that prompt showed and Round 1 did not keep, and the
+        prompts' selections are merged in order (cut to ``max_select`` when set). Returns
+        ``(selected, shown, number of prompts)``."""
         shown = [self.kg.entity_label(int(c)) for c in ranked[: self.max_candidates]]
+        parts = chunk_by_chars(shown, self.round2_chars) if self.rounds == 2 else []
+        limit = f" (at most {self.max_select})" if self.max_select else ""
         selected: list[str] = []
-        if self.rounds == 2 and shown:
-            listing = "\n".join(f"- {n}" for n in shown)
-            picked = self._ask(t, "select", render(self.prompts["select"], note=note, hops=self.hops,
-                                                   max_select=self.max_select, kept=round1 or "none",
-                                                   candidates=listing))
-            by_norm = {normalise_name(n): n for n in shown}
-            for p in picked:
+        for i, part in enumerate(parts, 1):
+            prompt = render(self.prompts["select"], note=note, hops=self.hops, limit=limit, kept=round1 or "none",
+                            part=i, parts=len(parts), candidates="\n".join(f"- {n}" for n in part))
+            by_norm = {normalise_name(n): n for n in part}
+            for p in self._ask(t, "select", prompt):
                 n = by_norm.get(normalise_name(p))
                 if n is not None and n not in selected and self.kg.find_entity(n) not in kept_ids:
                     selected.append(n)
-            selected = selected[: self.max_select]
-        t.add("select", "round2", n_candidates=len(ranked), n_shown=len(shown), selected=selected)
-        return selected, shown
+        selected = selected[: self.max_select] if self.max_select else selected
+        t.add("select", "round2", n_candidates=len(ranked), n_shown=len(shown), prompts=len(parts),
+              round2_chars=self.round2_chars, selected=selected)
+        return selected, shown, len(parts)
 
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
@@ -295,7 +310,7 @@ class LogosKGDx(BaseReasoner):
         kh = self.retrieve_khop(t, ent.seeds)
         ranked, scores = self.rank_candidates(kh, ent)
         round1, kept_ids = self.round1_filter(t, baseline, self.refine_support(kh, ranked, scores))
-        selected, shown = self.round2_select(t, note, ranked, round1, kept_ids)
+        selected, shown, n_prompts = self.round2_select(t, note, ranked, round1, kept_ids)
         rounds = {"baseline": tuple(baseline), "round1": tuple(round1)}
         if self.rounds == 2:
             rounds["round2"] = tuple(dict.fromkeys(round1 + selected))
@@ -303,7 +318,7 @@ class LogosKGDx(BaseReasoner):
         pred = t.finish(
             example, final, round2_selected=selected,
             n_note_entities=len(ent.mentions), n_linked_entities=int(len(ent.seeds)),
-            n_disease_candidates=int(len(kh.diseases)), n_candidates_shown=len(shown),
+            n_disease_candidates=int(len(kh.diseases)), n_candidates_shown=len(shown), round2_prompts=n_prompts,
             diseases_per_hop=kh.diseases_per_hop, retrieve_s=round(kh.retrieve_s, 6),
             hop_times_s=kh.hop_times_s, retrieved=[self.kg.entity_label(int(c)) for c in ranked],
             hops_used=self.hops, search_space=int(len(kh.sub.triples)) if kh.sub is not None else 0,

@@ -4,7 +4,7 @@ Pipeline for one question:
 
 1. link the topic entities (:func:`kgreason.kg.linking.link_example`);
 2. k-hop retrieval with the injected :class:`~kgreason.retrieval.base.GraphRetriever`
-   (``hops``, or the example's gold hop count when ``hops`` is null);
+   (``hops``, else ``max_hops``; the example's gold hop count only with ``gold_hops: true``);
 3. verbalise every activated triple (``KG.verbalise``: ``"head | relation | tail"``);
 4. score each triple against the question with all-MiniLM-L6-v2 cosine,
    ``s(e_i, q) = sim(φ(e_i), φ(q))`` (sgr.txt §3.1.2 Eq. 4), keep the top-k (Eq. 6) and, when
@@ -30,9 +30,11 @@ from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 class RAG(BaseReasoner):
     """Args:
-        hops: retrieval depth; ``None`` = the example's gold hop count (MetaQA protocol), else
-            ``max_hops``.
-        max_hops: depth when neither ``hops`` nor the example gives one.
+        hops: retrieval depth; ``None`` = ``max_hops`` (or, with ``gold_hops``, the example's
+            gold hop count when it has one).
+        max_hops: depth when ``hops`` is null.
+        gold_hops: read the example's gold hop count (an oracle, MetaQA's per-hop protocol);
+            off by default.
         top_k: triples kept by cosine rank (Eq. 6); ``None`` = no top-k cut (then ``tau`` must
             be set).
         tau: similarity threshold (Eq. 5); ``None`` = top-k only.
@@ -46,13 +48,13 @@ class RAG(BaseReasoner):
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
 
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
-                 top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
+                 gold_hops: bool = False, top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
                  temperature: float = 0.0, max_tokens: int = 256, prompts_dir: str = "rag",
                  embedder=None, graphdb=None, max_reasks: int = 0) -> None:
         if top_k is None and tau is None:
             raise ValueError("RAG: set top_k (Eq. 6) or tau (Eq. 5); both are null")
         self.kg, self.retriever, self.llm = kg, retriever, llm
-        self.hops, self.max_hops = hops, max_hops
+        self.hops, self.max_hops, self.gold_hops = hops, max_hops, bool(gold_hops)
         self.top_k, self.tau, self.max_candidates = top_k, tau, max_candidates
         self.temperature, self.max_tokens = temperature, max_tokens
         self.template = load_prompt(prompts_dir, "answer")

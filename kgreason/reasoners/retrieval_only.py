@@ -33,8 +33,11 @@ def _words(text: str) -> set[str]:
 
 class RetrievalOnly(BaseReasoner):
     """Args:
-        hops: fixed hop count; ``None`` uses the example's gold hop count when it has one
-            (an oracle, as in MetaQA's per-hop protocol) and ``max_hops`` otherwise.
+        hops: fixed hop count; ``None`` = ``max_hops`` (or, with ``gold_hops``, the example's
+            gold hop count when it has one).
+        max_hops: depth when ``hops`` is null.
+        gold_hops: read the example's gold hop count (an oracle, as in MetaQA's per-hop
+            protocol); off by default, so the default run's figures use no gold hop counts.
         top_k: answers returned, ranked.
     """
 
@@ -42,9 +45,9 @@ class RetrievalOnly(BaseReasoner):
     uses_llm = False  # preflight: no API key, cache or endpoint needed
 
     def __init__(self, *, kg, retriever, llm=None, hops: int | None = None, max_hops: int = 2,
-                 top_k: int = 10, embedder=None, graphdb=None) -> None:
+                 gold_hops: bool = False, top_k: int = 10, embedder=None, graphdb=None) -> None:
         self.kg, self.retriever = kg, retriever
-        self.hops, self.max_hops, self.top_k = hops, max_hops, top_k
+        self.hops, self.max_hops, self.gold_hops, self.top_k = hops, max_hops, bool(gold_hops), top_k
         R = kg.n_relations
         self._rel_words = [_words(n.replace(".", " ").replace("_", " ")) for n in kg.relation_names] * 2
         self._R = R

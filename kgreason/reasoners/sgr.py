@@ -86,7 +86,8 @@ class SGR(BaseReasoner):
         vote: ``confidence`` (Eq. 31) | ``majority``.
         collaborate: ``fallback`` (only when direct reasoning finds no valid answer, §3.5) |
             ``always`` | ``never``.
-        hops, max_hops: k of the k-hop retrieval (null → the example's gold hops, else max_hops).
+        hops, max_hops: k of the k-hop retrieval (null → max_hops).
+        gold_hops: null ``hops`` reads the example's gold hop count (an oracle; off by default).
         max_candidate_triples: cap on triples embedded per question (nearest hops first).
         schema_sample: triples of ``E*_q`` shown to the schema prompt.
         evidence_k: triples added per collaborative retrieval step.
@@ -121,7 +122,7 @@ class SGR(BaseReasoner):
         vote: str = "confidence",
         collaborate: str = "fallback",
         hops: int | None = None,
-        max_hops: int = 3,
+        max_hops: int = 3, gold_hops: bool = False,
         max_candidate_triples: int = 600,
         schema_sample: int = 15,
         evidence_k: int = 10,
@@ -146,7 +147,7 @@ class SGR(BaseReasoner):
         self.lam, self.num_paths, self.collab_iterations = float(lam), int(num_paths), int(collab_iterations)
         self.tau, self.top_k = tau, int(top_k)
         self.max_refine_rounds, self.vote_mode, self.collaborate = int(max_refine_rounds), vote, collaborate
-        self.hops, self.max_hops = hops, int(max_hops)
+        self.hops, self.max_hops, self.gold_hops = hops, int(max_hops), bool(gold_hops)
         self.max_candidate_triples, self.schema_sample, self.evidence_k = int(max_candidate_triples), int(schema_sample), int(evidence_k)
         self.temperature, self.seed, self.max_reasks = float(temperature), int(seed), int(max_reasks)
         self.reask = ReaskPolicy(self.max_reasks)

@@ -5,15 +5,19 @@ on functions in kgreason/reasoners/ (issue 15 items 4–5)."""
 from __future__ import annotations
 
 import ast
+import inspect
 import importlib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kgreason.llm.parsing import REASK_MESSAGE, parse_json, parse_list
 from kgreason.llm.scripted import ScriptedLLM
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, ask, hop_budget
 from kgreason.types import ChatRequest, Example
+
+from conftest import REPO
 
 REASONERS = Path(__file__).resolve().parents[2] / "kgreason" / "reasoners"
 MAX_LINES = 60
@@ -84,13 +88,77 @@ def test_answer_and_retrieval_plan_share_the_hop_budget(world, embedded_kg):
 
     ret = ScipyRetriever(embedded_kg)
     q = next(x for x in world.questions if x.hops and x.hops != 3)  # differs from max_hops
-    for r in (RetrievalOnly(kg=embedded_kg, retriever=ret, max_hops=3),
-              RAG(kg=embedded_kg, retriever=ret, llm=ScriptedLLM(), max_hops=3)):
+    for r in (RetrievalOnly(kg=embedded_kg, retriever=ret, max_hops=3, gold_hops=True),
+              RAG(kg=embedded_kg, retriever=ret, llm=ScriptedLLM(), max_hops=3, gold_hops=True)):
         assert [k for _, k in r.retrieval_plan(q)] == [q.hops] == [r.hop_budget(q)]
         r.gold_hops = False
         assert [k for _, k in r.retrieval_plan(q)] == [3] == [r.hop_budget(q)]
         r.hops = 1
         assert [k for _, k in r.retrieval_plan(q)] == [1]
+
+
+def test_gold_hops_is_off_unless_asked_for(world, embedded_kg):
+    """The gold hop count is an oracle: no reasoner reads it by default (class, constructor,
+    function and config all say off)."""
+    from kgreason.reasoners.rag import RAG
+    from kgreason.reasoners.retrieval_only import RetrievalOnly
+    from kgreason.reasoners.sgr import SGR
+    from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+    q = next(x for x in world.questions if x.hops and x.hops != 2)
+    assert BaseReasoner.gold_hops is False
+    assert hop_budget(None, q, 2) == 2
+    ret = ScipyRetriever(embedded_kg)
+    for r in (RetrievalOnly(kg=embedded_kg, retriever=ret), RAG(kg=embedded_kg, retriever=ret, llm=ScriptedLLM())):
+        assert r.gold_hops is False and r.hop_budget(q) == r.max_hops
+    assert inspect.signature(SGR.__init__).parameters["gold_hops"].default is False
+    for name in ("retrieval_only", "rag", "sgr"):
+        cfg = yaml.safe_load((REPO / "conf" / "reasoner" / f"{name}.yaml").read_text())
+        assert cfg["gold_hops"] is False, f"conf/reasoner/{name}.yaml must set gold_hops: false"
+
+
+def test_sweeping_max_hops_changes_the_result_without_gold_hops(world, embedded_kg):
+    """With gold hops off, reasoner.max_hops is the depth: the same questions at max_hops 1
+    and 3 get different retrievals and answers, and retrieval_plan names the depth answer uses."""
+    from kgreason.reasoners.retrieval_only import RetrievalOnly
+    from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+    ret = ScipyRetriever(embedded_kg)
+    qs = [x for x in world.questions if x.hops][:30]
+    out = {}
+    for mh in (1, 3):
+        r = RetrievalOnly(kg=embedded_kg, retriever=ret, max_hops=mh)
+        preds = [r.answer(q) for q in qs]
+        for q, p in zip(qs, preds):
+            plan = r.retrieval_plan(q)
+            assert [k for _, k in plan] == ([p.extra["hops_used"]] if plan else [])
+        assert {p.extra["hops_used"] for p in preds if "hops_used" in p.extra} == {mh}
+        out[mh] = [p.answers for p in preds]
+    assert out[1] != out[3]
+    # with the oracle on, max_hops is ignored wherever the example has a hop count
+    same = [[RetrievalOnly(kg=embedded_kg, retriever=ret, max_hops=mh, gold_hops=True).answer(q).answers
+             for q in qs] for mh in (1, 3)]
+    assert same[0] == same[1]
+
+
+def _sweep_values(spec: dict, key: str) -> list[str]:
+    params = ((spec.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    raw = params.get(key)
+    return [v.strip() for v in str(raw).split(",")] if raw is not None else []
+
+
+def test_no_preset_gives_the_model_the_gold_hop_count(tmp_path):
+    """None of the papers behind conf/experiment/ (SGR, ReKnoS, SubQRAG, LogosKG) tells the
+    method the question's hop count, so every reasoner every preset runs has gold_hops off."""
+    from conftest import compose_cfg
+
+    for path in sorted((REPO / "conf" / "experiment").glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text()) or {}
+        reasoners = _sweep_values(spec, "reasoner") or [None]
+        for r in reasoners:
+            over = [f"experiment={path.stem}"] + ([f"reasoner={r}"] if r else [])
+            cfg = compose_cfg(over, tmp_path)
+            assert cfg.reasoner.get("gold_hops", False) is False, f"{path.name} (reasoner={r}) reads gold hops"
 
 
 REASONER_CLASSES = [("io", "IO"), ("cot", "CoT"), ("rag", "RAG"), ("rag_text", "RagText"),

@@ -105,7 +105,8 @@ def test_answer_never_reads_gold(world):
         assert not any(k.endswith("_prf") for k in a.extra)
 
 
-@pytest.mark.parametrize("ablation", ["dx_round1_only", "dx_exact_hops", "dx_tau_0_8", "dx_topn_20"])
+@pytest.mark.parametrize("ablation", ["dx_round1_only", "dx_exact_k", "dx_tau_0_8", "dx_topn_20",
+                                      "dx_round2_top50"])
 def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
     from conftest import compose_cfg
     from hydra.utils import instantiate
@@ -114,7 +115,8 @@ def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
 
     expected = {  # the settings each ablation file names (conf/ablation/<name>.yaml)
         "dx_round1_only": {"rounds": 1, "exact_hops": False, "refine": "none"},
-        "dx_exact_hops": {"rounds": 2, "exact_hops": True, "refine": "none"},
+        "dx_exact_k": {"rounds": 2, "exact_hops": True, "refine": "none"},
+        "dx_round2_top50": {"rounds": 2, "exact_hops": False, "rank": "similarity", "max_candidates": 50},
         "dx_tau_0_8": {"rounds": 1, "exact_hops": False, "refine": "threshold", "tau": 0.8},
         "dx_topn_20": {"rounds": 1, "exact_hops": False, "refine": "top_n", "top_n": 20},
     }[ablation]
@@ -148,3 +150,41 @@ def test_diagnosis_types_error_names_the_kg_types(embedded_kg):
 
     with pytest.raises(ValueError, match="its types"):
         diagnosis_types(embedded_kg, ["no_such_type"], "kg_dx")
+
+
+@pytest.mark.slow  # embeds the KG's labels with MiniLM (about a minute on 2 shared cores)
+def test_link_embedding_links_evidences_that_are_not_kg_names(world):
+    """kg_dx on a KG whose names differ from the dataset's evidences (DDXPlus on UMLS/PrimeKG):
+    the MiniLM fallback links a near-miss spelling; without it the evidence stays unlinked."""
+    from dataclasses import replace
+
+    p = next(x for x in world.patients if len(x.findings) >= 2)
+    typo = [f[:-1] for f in p.findings]  # drop each finding's last letter: no exact/alias match
+    assert all(world.kg.find_entity(t) < 0 for t in typo)
+    ex = replace(p, topic_entities=(), findings=tuple(typo))
+    kw = dict(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="both"), hops=2)
+    plain = KGDx(**kw).answer(ex)
+    assert plain.extra.get("link_failed") and plain.answers == ()
+    linked = KGDx(link_embedding=True, link_threshold=0.8, **kw)
+    ids = list(linked.link(ex).ids)
+    assert ids and set(ids) <= {world.kg.find_entity(f) for f in p.findings}  # only the right entities
+    assert linked.answer(ex).answers  # linked evidences give candidates
+
+
+def test_diagnosis_presets_run_on_the_papers_kgs_and_the_ddxplus_kg_variant_says_so():
+    """logoskg_* presets run on UMLS, PrimeKG by name in their headers (logoskg.txt §5: the KG-LLM
+    study uses UMLS and PrimeKG); each DDXPlus-KG variant is its own preset whose header says the
+    gold is 1 hop away."""
+    import yaml
+    from conftest import REPO
+
+    exp = REPO / "conf" / "experiment"
+    for name in ("logoskg_dx_hops", "logoskg_dx_baseline", "logoskg_fig2"):
+        spec = yaml.safe_load((exp / f"{name}.yaml").read_text())
+        assert {"override /kg": "umls"} in spec["defaults"], name
+        assert "kg=primekg" in (exp / f"{name}.yaml").read_text(), name
+        variant = exp / f"{name}_ddxplus_kg.yaml"
+        vspec = yaml.safe_load(variant.read_text())
+        assert {"override /kg": "ddxplus"} in vspec["defaults"], variant.name
+        header = " ".join(ln.lstrip("# ") for ln in variant.read_text().splitlines() if ln.startswith("#"))
+        assert "does NOT use" in header and ("one hop" in header or "1 hop" in header), variant.name

@@ -98,6 +98,66 @@ def test_round2_selects_only_shown_candidates_and_unions_round1(world, nxg):
     assert set(pred.rounds) == {"baseline", "round1", "round2"}
 
 
+def _select_listings(pred) -> list[list[str]]:
+    """The candidate names of every Round 2 prompt, in call order (the ``- name`` lines)."""
+    out = []
+    for st in pred.trace:
+        if st.kind == "llm" and st.name == "select":
+            text = st.data["messages"][-1]["content"].split("Candidate diagnoses")[1]
+            out.append([ln[2:] for ln in text.splitlines() if ln.startswith("- ")])
+    return out
+
+
+def _greedy_parts(names, budget):
+    """Reference packing: a new prompt whenever the next ``- name`` line would pass the budget."""
+    parts, used = 0, budget + 1
+    for n in names:
+        size = len(n) + 3
+        if used + size > budget:
+            parts, used = parts + 1, 0
+        used += size
+    return parts
+
+
+@pytest.mark.parametrize("budget", [10**6, 400, 120])
+def test_round2_shows_every_candidate_in_as_many_prompts_as_the_budget_needs(world, budget):
+    """logoskg.txt App. A.5: Round 2 shows the LLM every KG candidate disease within k (715 in
+    the paper's case); the listing is split into prompts of at most ``round2_chars`` characters
+    and the selections of all prompts are merged. No ranking, no cap by default."""
+    p = max(world.patients[:6], key=lambda x: len(x.findings))
+    r0 = LogosKGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="both"), llm=_llm([]), hops=3)
+    cands = r0.answer(p).extra["retrieved"]
+    assert len(cands) > 8
+    first, last = cands[0], cands[-1]
+    llm = _llm([], select=[first, last, "Not A Candidate"])
+    r = LogosKGDx(kg=world.kg, retriever=ScipyRetriever(world.kg, direction="both"), llm=llm, hops=3,
+                  round2_chars=budget)
+    pred = r.answer(p)
+    listings = _select_listings(pred)
+    assert [n for part in listings for n in part] == cands  # every candidate, once, in order
+    assert len(listings) == _greedy_parts(cands, budget) == pred.extra["round2_prompts"]
+    assert all(sum(len(n) + 3 for n in part) <= budget for part in listings if len(part) > 1)
+    assert pred.extra["n_candidates_shown"] == pred.extra["n_disease_candidates"] == len(cands)
+    # each prompt accepts the names it showed; the prompts' selections are merged
+    assert pred.extra["round2_selected"] == [first, last]
+    if budget == 120:
+        assert len(listings) > 2
+
+
+def test_round2_cap_and_ranking_are_an_ablation(world):
+    """conf/ablation/dx_round2_top50.yaml: MiniLM-free check of the cap (rank none, top 5)."""
+    import yaml
+    from conftest import REPO
+
+    spec = yaml.safe_load((REPO / "conf/ablation/dx_round2_top50.yaml").read_text())["reasoner"]
+    assert spec == {"rank": "similarity", "max_candidates": 50}
+    base = yaml.safe_load((REPO / "conf/reasoner/logoskg_dx.yaml").read_text())
+    assert base["rank"] == "none" and base["max_candidates"] is None and base["max_select"] is None
+    p = world.patients[0]
+    pred = _reasoner(world, _llm([]), hops=3, max_candidates=5).answer(p)
+    assert [len(x) for x in _select_listings(pred)] == [5] and pred.extra["n_candidates_shown"] == 5
+
+
 def _round_scores(pred, ex, rd):
     return tuple(METRICS[f"dx_{rd}_{m}"].per_example(pred, ex) for m in ("precision", "recall", "f1"))
 
@@ -289,3 +349,20 @@ def test_answer_calls_the_paper_steps_in_order(world, monkeypatch):
         monkeypatch.setattr(r, name, lambda *a, _fn=fn, _n=name, **k: (calls.append(_n), _fn(*a, **k))[1])
     r.answer(world.patients[0])
     assert calls == list(steps)
+
+
+@pytest.mark.parametrize("budget, expected", [
+    (12, [["aaaa", "bb"], ["c" * 50]]),       # "- aaaa\n" (7) + "- bb\n" (5) = 12 fits; the long name alone
+    (11, [["aaaa"], ["bb"], ["c" * 50]]),     # 12 > 11: a new prompt for "bb"
+    (10**6, [["aaaa", "bb", "c" * 50]]),      # everything in one prompt
+])
+def test_chunk_by_chars_golden(budget, expected):
+    from kgreason.reasoners.dx_common import chunk_by_chars
+
+    assert chunk_by_chars(["aaaa", "bb", "c" * 50], budget) == expected
+    assert chunk_by_chars([], budget) == []
+
+
+def test_round2_budget_must_be_positive(world):
+    with pytest.raises(ValueError, match="round2_chars"):
+        _reasoner(world, _llm([]), round2_chars=0)

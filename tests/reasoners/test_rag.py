@@ -67,7 +67,7 @@ def test_threshold_tau_filters_after_top_k(world, embedder):
 
 
 def test_retrieved_covers_gold_with_gold_hops(world, embedder):
-    rag, _ = _rag(world, embedder, top_k=5)
+    rag, _ = _rag(world, embedder, top_k=5, gold_hops=True)  # the oracle, switched on by name
     qs = [q for q in world.questions if q.hops == 1][:4]
     for q in qs:
         pred = rag.answer(q)
@@ -149,7 +149,7 @@ def test_metaqa_rag_retrieval_reaches_node_coverage(metaqa, hops):
 
     d, kg = metaqa
     retr = ScipyRetriever(kg, semantics="within", direction="both", max_paths=0, return_triples=False)
-    rag = RAG(kg=kg, retriever=retr, llm=None, hops=None, top_k=30)
+    rag = RAG(kg=kg, retriever=retr, llm=None, hops=None, gold_hops=True, top_k=30)  # the oracle, by name
     cov = []
     for line in (d / f"{hops}hop_test_sample1000.jsonl").read_text().splitlines():
         r = json.loads(line)
