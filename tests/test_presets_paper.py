@@ -138,9 +138,6 @@ PAPER = {
 
 # (preset, path): why the preset does not meet the paper yet, and who owns the fix
 KNOWN_DRIFTS = {
-    ("sgr_table1", "llm.model"): "runs llm=openai's default gpt-4o-mini; SGR Table 1 reports ChatGPT and GPT-4 (sgr_* owner)",
-    ("sgr_table2", "llm.model"): "runs gpt-4o-mini; SGR Table 2 is SGR/ChatGPT (sgr_* owner)",
-    ("logoskg_dx_hops", "llm.model"): "runs gpt-4o-mini; Fig. 3 has GPT-4.1, Qwen-2.5-7B, Llama-3.1-8B (diagnosis owner)",
 }
 
 
