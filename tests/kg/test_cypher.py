@@ -243,9 +243,9 @@ def test_relation_type_names_rule():
     """Golden table of the documented mapping (kgreason/kg/cypher.py module docstring)."""
     got = relation_type_names(["directed_by", "film.film.directed_by", "film__film__directed_by", "order",
                                "2hop", "has part", "Directed_By"])
-    assert got == {"directed_by": "directed_by", "film__film__directed_by": "film__film__directed_by",
+    assert got == {"Directed_By": "Directed_By", "film__film__directed_by": "film__film__directed_by",
                    "film.film.directed_by": "film__film__directed_by_2",  # clash: the plain name keeps its own
                    "order": "rel_order", "2hop": "rel_2hop", "has part": "has_part",
-                   "Directed_By": "Directed_By_2"}  # kuzu table names ignore case
+                   "directed_by": "directed_by_2"}  # kuzu table names ignore case; sorted order: "D" < "d"
     assert len(set(got.values())) == len(got)
     assert relation_type_names(["x.y", "new"], {"x.y": "kept"}) == {"x.y": "kept", "new": "new"}
