@@ -370,11 +370,19 @@ class SGR(BaseReasoner):
                 "near_types": ", ".join(self.rel_types[r] for r in near if r in self.rel_types)}
 
     def schema_text(self, schema_val: dict | None, db_types: bool) -> str:
-        """``S_q`` as prompt lines; ``db_types``: relations written as the DB's relationship types."""
+        """``S_q`` as prompt lines. ``db_types``: as Cypher patterns with the DB's relationship
+        types and bare variables (a real 1.5B model copied ``?x`` into its query), e.g.
+        ``(:Entity {name: 'Daisy Miller'})-[:directed_by]->(x)``; else ``(h, r, t)`` triples."""
         if not schema_val:
             return "(no schema)"
-        rt = self.rel_types if db_types else {}
-        return "\n".join(f"({h}, {rt.get(r, r)}, {tl})" for h, r, tl in schema_val["schema"])
+        if not db_types:
+            return "\n".join(f"({h}, {r}, {tl})" for h, r, tl in schema_val["schema"])
+
+        def node(v: str) -> str:
+            return f"({v[1:]})" if v.startswith("?") else "(:Entity {name: '" + v.replace("'", "\\'") + "'})"
+        lines = [f"{node(h)}-[:{self.rel_types.get(r, r)}]->{node(tl)}" for h, r, tl in schema_val["schema"]]
+        avar = self._answer_var(schema_val)
+        return "\n".join(lines + ([f"answer variable: {avar[1:]}"] if avar else []))
 
     # ------------------------------------------------------------------ §3.1.2 candidate subgraph
     def candidate_subgraph(self, t: Trace, question: str, sub) -> tuple[np.ndarray, int]:

@@ -379,7 +379,9 @@ def test_cypher_prompt_states_graph_schema_and_refine_gets_db_error_with_types(e
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
     cy = next(c for c in llm.calls if CYPHER_P in c.messages[-1].content).messages[-1].content
     assert "Node label: Entity" in cy and "- film__film__directed_by  (KG relation film.film.directed_by)" in cy
-    assert f"({topic}, film__film__directed_by, ?d)" in cy  # S_q written with the DB's types
+    # S_q written as Cypher patterns with the DB's types and bare variables (no `?d` to copy)
+    assert "(:Entity {name: '" + _q(topic) + "'})-[:film__film__directed_by]->(d)" in cy
+    assert "(d)-[:people__person__place_of_birth]->(answer)" in cy and "?d" not in cy
     ref = next(c for c in llm.calls if REFINE_P in c.messages[-1].content).messages[-1].content
     assert "directed_by does not exist" in ref
     assert "Valid relationship types near the topic entities:" in ref and "people__person__place_of_birth" in ref
