@@ -23,12 +23,12 @@ from conftest import REPO, compose_cfg
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
 
 
-def open_files_under(root: Path) -> list[str]:
-    """Paths under ``root`` that this process holds a file descriptor on."""
+def open_files_under(root: Path, pid: int | str = "self") -> list[str]:
+    """Paths under ``root`` that this process (or process ``pid``) holds a file descriptor on."""
     out = []
-    for fd in os.listdir("/proc/self/fd"):
+    for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:  # closed while listing (the listing's own fd)
             continue
         if target.startswith(str(root)):
@@ -180,14 +180,15 @@ def test_every_resource_close_is_idempotent(tmp_path, embedded_kg):
     assert any("llm_calls.sqlite" in p for p in open_files_under(tmp_path))
     db = LazyGraphDB("kuzu", kg=embedded_kg, cache_dir=str(tmp_path / "cypher"))
     assert db.run_read("MATCH (n:Entity) RETURN count(n) AS c")[0]["c"] == embedded_kg.n_entities
-    worker = db._db._sandbox._proc  # the read ran in the sandbox worker, which holds the kuzu file
-    assert worker.poll() is None
+    # LLM-written reads run in the sandbox worker (kgreason/kg/sandbox.py): it holds the DB files
+    worker = db.open()._sandbox._proc
+    assert worker is not None and any("kuzu" in p for p in open_files_under(tmp_path, worker.pid))
     emb = Embedder()
     for _ in range(2):
         llm.close()
         db.close()
         emb.close()
     assert open_files_under(tmp_path) == [] and not db.opened and not emb.loaded
-    assert worker.poll() is not None
+    assert worker.poll() is not None  # the sandbox worker is gone with the DB
     with pytest.raises(RuntimeError, match="after the run closed it"):
         llm.generate([ChatRequest.of("hi")])

@@ -4,15 +4,29 @@
 Data model (the same on every engine)::
 
     (:Entity {id: INT64, name: STRING, label: STRING, type: STRING})
-    (:Entity)-[:R {type: STRING, rid: INT64}]->(:Entity)
+    (:Entity)-[:<relation type> {relation: STRING, rid: INT64}]->(:Entity)
 
-Relation names such as ``film.film.directed_by`` are not valid identifiers, so every edge has the
-one relationship table/type ``R`` and carries the KG relation name in ``type``; ``rid`` is a
-stable edge id. A 2-hop question is thus::
+One relationship type per KG relation, so a query is written the way Cypher is written
+(``MATCH (f:Entity {name: 'Daisy Miller'})-[:directed_by]->(d) RETURN d.name``). On kuzu every
+relation type is its own REL TABLE. ``relation`` holds the KG's own relation name and ``rid`` a
+stable edge id.
 
-    MATCH (s:Entity {name: $topic})-[r1:R]->(m:Entity)-[r2:R]->(x:Entity)
-    WHERE r1.type = 'film.film.directed_by' AND r2.type = 'people.person.place_of_birth'
+Relation type names (:func:`relation_type_names`): a KG relation name that is already a plain
+identifier (``[A-Za-z_][A-Za-z0-9_]*``, not a reserved word) is used as is (MetaQA's
+``directed_by``). Otherwise ``.`` and ``/`` become ``__``, every other character outside
+``[A-Za-z0-9_]`` becomes ``_``, leading/trailing ``_`` are dropped, a leading digit or a reserved
+word gets the prefix ``rel_``, and a name equal (case-insensitively: kuzu table names ignore
+case) to one already taken gets ``_2``, ``_3``... (Freebase ``film.film.directed_by`` →
+``film__film__directed_by``). The mapping is reversible: every edge carries its KG name in
+``relation``, and :meth:`GraphDB.relation_types` returns the exported ``{KG name: type}`` table
+(kept in the export state, so an incremental export never renames a type already in the DB).
+A 2-hop question is thus::
+
+    MATCH (s:Entity {name: $topic})-[:film__film__directed_by]->(m:Entity)
+          -[:people__person__place_of_birth]->(x:Entity)
     RETURN DISTINCT x.name
+
+and a query over every relation leaves the type out (``MATCH (a:Entity)-[r]->(b:Entity)``).
 
 Engines:
 
@@ -37,6 +51,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -99,6 +114,57 @@ def triple_keys(kg: KG) -> np.ndarray:
     return out
 
 
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# words that cannot be a bare relationship type in Cypher on some engine, plus our node/meta labels
+RESERVED_TYPES = frozenset("""
+all and as asc ascending by call case contains count create delete desc descending detach distinct
+drop else end ends entity exists false in is kgreasonexport limit load match merge not null of on
+optional or order remove return set skip starts then true union unwind where when with xor yield
+""".split())
+
+
+def _sanitise(name: str) -> str:
+    out = re.sub(r"[./]", "__", str(name))
+    out = re.sub(r"[^A-Za-z0-9_]", "_", out).strip("_")
+    if not out or out[0].isdigit() or out.lower() in RESERVED_TYPES:
+        out = "rel_" + out
+    return out
+
+
+def relation_type_names(names, existing: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{KG relation name: relationship type}`` for ``names`` (module docstring: the rule).
+
+    ``existing`` (an earlier export's table) is kept as is; new names are assigned in sorted order,
+    names that are already identifiers first, so the result depends only on the set of names and
+    the earlier table.
+    """
+    table = dict(existing or {})
+    taken = {v.lower() for v in table.values()}
+    new = sorted(set(map(str, names)) - set(table))
+    plain = [n for n in new if _IDENT.match(n) and n.lower() not in RESERVED_TYPES]
+    for nm in plain + [n for n in new if n not in set(plain)]:  # names kept as is win a clash
+        base = nm if nm in plain else _sanitise(nm)
+        cand, k = base, 1
+        while cand.lower() in taken:
+            k += 1
+            cand = f"{base}_{k}"
+        table[nm] = cand
+        taken.add(cand.lower())
+    return table
+
+
+def graph_schema_text(rel_types: Mapping[str, str], shown: list[str] | None = None) -> str:
+    """The exact graph schema as a Cypher prompt states it: the node label and its properties,
+    the relationship types (``shown``: those KG relation names only, else all) and their
+    properties, with the KG name beside every type that differs from it."""
+    names = list(shown) if shown is not None else sorted(rel_types)
+    lines = [f"- {rel_types[n]}" + (f"  (KG relation {n})" if rel_types[n] != n else "") for n in names if n in rel_types]
+    total = "" if shown is None else f" ({len(lines)} of the graph's {len(rel_types)} shown: those near the topic entities)"
+    return ("Node label: Entity, properties: id (INT64), name (STRING), label (STRING), type (STRING)\n"
+            f"Relationship types{total}, each (:Entity)-[:TYPE]->(:Entity) with properties relation "
+            "(STRING, the KG relation name) and rid (INT64):\n" + ("\n".join(lines) or "(none)"))
+
+
 class GraphDB(ABC):
     """A Cypher graph database holding a KG export.
 
@@ -108,6 +174,7 @@ class GraphDB(ABC):
     """
 
     engine = "base"
+    type_fn = "type"  # Cypher function giving a relationship's type (kuzu: label)
 
     def __init__(self, *, row_limit: int = 200, timeout_ms: int = 10_000) -> None:
         self.row_limit = int(row_limit)
@@ -123,8 +190,9 @@ class GraphDB(ABC):
     def _save_state(self, state: dict[str, Any]) -> None: ...
 
     @abstractmethod
-    def _load(self, nodes: list[tuple[int, str, str, str]], edges: list[tuple[int, int, str, int]]) -> None:
-        """Write new nodes ``(id, name, label, type)`` and edges ``(src id, dst id, type, rid)``."""
+    def _load(self, nodes: list[tuple[int, str, str, str]], edges: list[tuple[int, int, str, str, int]]) -> None:
+        """Write new nodes ``(id, name, label, type)`` and edges ``(src id, dst id, relationship
+        type, KG relation name, rid)``; a relationship type not yet in the DB is created."""
 
     @abstractmethod
     def _execute_read(self, query: str, params: Mapping[str, Any], limit: int, timeout_ms: int) -> list[dict]:
@@ -133,6 +201,10 @@ class GraphDB(ABC):
     @abstractmethod
     def counts(self) -> tuple[int, int]:
         """``(n_nodes, n_edges)`` in the DB."""
+
+    def relation_types(self) -> dict[str, str]:
+        """``{KG relation name: relationship type}`` of the exported KG (:func:`relation_type_names`)."""
+        return dict(self._state().get("rel_types", {}))
 
     def open(self) -> "GraphDB":
         """This (already open) database; :meth:`LazyGraphDB.open` has the same shape."""
@@ -168,14 +240,17 @@ class GraphDB(ABC):
         sel = np.flatnonzero(is_new & keep)
         next_rid = int(state.get("next_rid", 0))
         en, rn = kg.entity_names, kg.relation_names
+        rel_types = relation_type_names(rn, state.get("rel_types"))
         edges = [
-            (names[en[int(kg.heads[t])]], names[en[int(kg.tails[t])]], rn[int(kg.rels[t])], next_rid + j)
+            (names[en[int(kg.heads[t])]], names[en[int(kg.tails[t])]], rel_types[rn[int(kg.rels[t])]],
+             rn[int(kg.rels[t])], next_rid + j)
             for j, t in enumerate(sel.tolist())
         ]
         with progress.stage(f"exporting KG to {self.engine}: {len(new_nodes)} nodes, {len(edges)} edges"):
             self._load(new_nodes, edges)
         all_keys = np.union1d(old_keys, keys[sel]).astype(np.uint64)
-        self._save_state({"hash": digest, "names": names, "keys": all_keys, "next_rid": next_rid + len(edges)})
+        self._save_state({"hash": digest, "names": names, "keys": all_keys, "next_rid": next_rid + len(edges),
+                          "rel_types": rel_types})
         n, m = self.counts()
         return ExportStats(self.engine, len(new_nodes), len(edges), n, m, time.perf_counter() - t0, False)
 
@@ -197,8 +272,8 @@ class GraphDB(ABC):
         """SHA-256 over every node and edge (sorted): proves a query battery changed nothing."""
         nodes = self._execute_read("MATCH (n:Entity) RETURN n.id AS id, n.name AS name, n.label AS label, n.type AS type",
                                    {}, 10**9, 600_000)
-        edges = self._execute_read("MATCH (a:Entity)-[r:R]->(b:Entity) RETURN a.id AS s, b.id AS d, r.type AS t, r.rid AS rid",
-                                   {}, 10**9, 600_000)
+        edges = self._execute_read(f"MATCH (a:Entity)-[r]->(b:Entity) RETURN a.id AS s, b.id AS d, {self.type_fn}(r) AS t, "
+                                   "r.relation AS rel, r.rid AS rid", {}, 10**9, 600_000) if self.counts()[1] else []
         h = hashlib.sha256()
         for row in sorted(json.dumps(r, sort_keys=True) for r in nodes):
             h.update(row.encode())
@@ -213,6 +288,14 @@ class GraphDB(ABC):
         self.close()
 
 
+def _edges_by_type(edges) -> list[tuple[str, list[list]]]:
+    """``[(relationship type, [[src, dst, KG relation, rid], ...])]`` sorted by type."""
+    out: dict[str, list[list]] = {}
+    for src, dst, typ, rel, rid in edges:
+        out.setdefault(typ, []).append([src, dst, rel, rid])
+    return sorted(out.items())
+
+
 # ============================================================================ kuzu
 
 
@@ -225,6 +308,7 @@ class KuzuDB(GraphDB):
     """
 
     engine = "kuzu"
+    type_fn = "label"
 
     def __init__(self, path: str | Path, sandbox: bool = True, sandbox_memory_mb: int = 2048,
                  max_output_bytes: int = 4_000_000, **kw: Any) -> None:
@@ -329,15 +413,21 @@ class KuzuDB(GraphDB):
         try:
             if fresh:
                 conn.execute("CREATE NODE TABLE Entity(id INT64, name STRING, label STRING, type STRING, PRIMARY KEY(id))")
-                conn.execute("CREATE REL TABLE R(FROM Entity TO Entity, type STRING, rid INT64)")
+            have = {row[0].lower() for row in conn.execute("CALL show_tables() RETURN name").get_all()}
+            by_type: dict[str, list] = {}
+            for src, dst, typ, rel, rid in edges:
+                by_type.setdefault(typ, []).append((src, dst, rel, rid))
+            for typ in sorted(by_type):  # one REL TABLE per relation type
+                if typ.lower() not in have:
+                    conn.execute(f"CREATE REL TABLE `{typ}`(FROM Entity TO Entity, relation STRING, rid INT64)")
             with tempfile.TemporaryDirectory(prefix="kgreason-kuzu-") as tmp:
-                for table, rows in (("Entity", nodes), ("R", edges)):
+                for i, (table, rows) in enumerate([("Entity", nodes)] + sorted(by_type.items())):
                     if not rows:
                         continue
-                    f = Path(tmp) / f"{table}.csv"
+                    f = Path(tmp) / f"t{i}.csv"
                     with f.open("w", newline="", encoding="utf-8") as fh:
                         csv.writer(fh, quoting=csv.QUOTE_MINIMAL).writerows(rows)
-                    conn.execute(f"COPY {table} FROM '{f.as_posix()}' (HEADER=false, PARALLEL=false)")
+                    conn.execute(f"COPY `{table}` FROM '{f.as_posix()}' (HEADER=false, PARALLEL=false)")
         finally:
             conn.close()
             db.close()
@@ -386,7 +476,9 @@ class KuzuDB(GraphDB):
         if not self._db_file.exists():
             return 0, 0
         n = self._execute_read("MATCH (n:Entity) RETURN count(n) AS c", {}, 1, 600_000)[0]["c"]
-        m = self._execute_read("MATCH ()-[r:R]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
+        if not self._state().get("rel_types"):  # no REL TABLE yet: kuzu cannot bind -[r]->
+            return int(n), 0
+        m = self._execute_read("MATCH ()-[r]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
         return int(n), int(m)
 
     def close(self) -> None:
@@ -492,10 +584,10 @@ class FalkorDB(GraphDB):
         for s in range(0, len(nodes), batch):
             rows = [list(r) for r in nodes[s : s + batch]]
             g.query("UNWIND $rows AS r CREATE (:Entity {id: r[0], name: r[1], label: r[2], type: r[3]})", {"rows": rows})
-        for s in range(0, len(edges), batch):
-            rows = [list(r) for r in edges[s : s + batch]]
-            g.query("UNWIND $rows AS r MATCH (a:Entity {id: r[0]}), (b:Entity {id: r[1]}) "
-                    "CREATE (a)-[:R {type: r[2], rid: r[3]}]->(b)", {"rows": rows})
+        for typ, group in _edges_by_type(edges):  # a relationship type cannot be a parameter
+            for s in range(0, len(group), batch):
+                g.query("UNWIND $rows AS r MATCH (a:Entity {id: r[0]}), (b:Entity {id: r[1]}) "
+                        f"CREATE (a)-[:`{typ}` {{relation: r[2], rid: r[3]}}]->(b)", {"rows": group[s : s + batch]})
 
     def _execute_read(self, query, params, limit, timeout_ms):
         try:
@@ -513,7 +605,7 @@ class FalkorDB(GraphDB):
     def counts(self) -> tuple[int, int]:
         try:
             n = self._execute_read("MATCH (n:Entity) RETURN count(n) AS c", {}, 1, 600_000)[0]["c"]
-            m = self._execute_read("MATCH ()-[r:R]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
+            m = self._execute_read("MATCH ()-[r]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
         except CypherError:
             return 0, 0
         return int(n), int(m)
@@ -589,9 +681,10 @@ class Neo4jDB(GraphDB):
             for i in range(0, len(nodes), batch):
                 s.run("UNWIND $rows AS r CREATE (:Entity {id: r[0], name: r[1], label: r[2], type: r[3]})",
                       rows=[list(r) for r in nodes[i : i + batch]]).consume()
-            for i in range(0, len(edges), batch):
-                s.run("UNWIND $rows AS r MATCH (a:Entity {id: r[0]}), (b:Entity {id: r[1]}) "
-                      "CREATE (a)-[:R {type: r[2], rid: r[3]}]->(b)", rows=[list(r) for r in edges[i : i + batch]]).consume()
+            for typ, group in _edges_by_type(edges):  # a relationship type cannot be a parameter
+                for i in range(0, len(group), batch):
+                    s.run("UNWIND $rows AS r MATCH (a:Entity {id: r[0]}), (b:Entity {id: r[1]}) "
+                          f"CREATE (a)-[:`{typ}` {{relation: r[2], rid: r[3]}}]->(b)", rows=group[i : i + batch]).consume()
 
     def _execute_read(self, query, params, limit, timeout_ms):
         neo4j = self._neo4j
@@ -613,7 +706,7 @@ class Neo4jDB(GraphDB):
 
     def counts(self) -> tuple[int, int]:
         n = self._execute_read("MATCH (n:Entity) RETURN count(n) AS c", {}, 1, 600_000)[0]["c"]
-        m = self._execute_read("MATCH ()-[r:R]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
+        m = self._execute_read("MATCH ()-[r]->() RETURN count(r) AS c", {}, 1, 600_000)[0]["c"]
         return int(n), int(m)
 
     def close(self) -> None:
@@ -703,4 +796,5 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
 
 
 __all__ = ["GraphDB", "LazyGraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
-           "GraphDBUnavailable", "CypherError", "CypherRejected", "kg_content_hash", "triple_keys"]
+           "GraphDBUnavailable", "CypherError", "CypherRejected", "kg_content_hash", "triple_keys",
+           "relation_type_names", "graph_schema_text"]

@@ -10,24 +10,31 @@ per step, named in brackets):
    ``e_i`` is verbalised and scored ``s(e_i, q) = cos(φ(e_i), φ(q))`` with all-MiniLM-L6-v2;
    ``E*_q`` keeps the triples with ``s ≥ τ`` (``tau``), or the ``top_k`` best (Eq. 6) when
    ``tau`` is null.
-3. **Schema** [``generate_schema``] (§3.4.1, Eq. 15, prompt as described at the end of §3.3;
-   ablation ``schema=false`` = SGR Fig. 2): the LLM, prompted as a KG expert with sample triples
-   of ``E*_q``, writes ``S_q = {(v_i, r_i, v_j)}`` as JSON chains; unknown relations are
-   dropped.
+3. **Schema** [``generate_schema``] (§3.4.1, Eq. 15, prompt as described at the end of §3.3):
+   the LLM, prompted as a KG expert with sample triples of ``E*_q``, writes
+   ``S_q = {(v_i, r_i, v_j)}`` as JSON chains; unknown relations are dropped. Ablation
+   ``schema=false`` (Fig. 2) keeps ``S_q`` out of the Cypher/Refine prompts (``c_q = g(q)``) but
+   still generates it for the validation of step 5.
 4. **Direct reasoning** [``direct_reasoning``: ``write_cypher``, ``execute_and_validate``;
-   ``embedding_candidates`` for the ablation] (§3.4.1, Eq. 16–17; ablation ``cypher=false`` =
-   SGR Fig. 3): the LLM writes Cypher ``c_q = g(q, S_q)``; it passes the read-only guard and
-   runs on the Cypher DB (``A_q = Exec(c_q, G)``). With ``cypher=false`` the DB is never
-   touched: ``A_q`` = the entities of ``E*_q`` (embedding top-k over the k-hop triples).
+   ``embedding_candidates`` for the ablation] (§3.4.1, Eq. 16–17): the LLM, shown the exact
+   graph schema (node label, one relationship type per KG relation, properties;
+   :func:`~kgreason.kg.cypher.graph_schema_text`), writes Cypher ``c_q = g(q, S_q)``; it passes
+   the read-only guard and runs on the Cypher DB (``A_q = Exec(c_q, G)``). Ablation
+   ``cypher=false`` (Fig. 3) removes structured retrieval: ``A_q`` = the entities of ``E*_q``
+   (embedding top-k over the k-hop triples), not validated (Eq. 19 walks the graph), and Eq. 18
+   chooses among them; the DB is never touched.
 5. **Validation** [``valid_answer_set``, ``validate``] (§3.4.2, Eq. 19–20): ``V(a, S_q, G) = 1``
    iff ``a`` is bound to the schema's answer variable when the schema's constraints are
    propagated through the KG from its constant entities (for a chain: ``a`` is reachable from
    the topic through the relation chain). Without a schema, ``V`` = membership in the k-hop
    subgraph.
 6. **Refine** [``refine_cypher``] (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds``
-   times, the LLM gets the previous queries with their guard rejection / engine error / empty or
-   invalid result and writes a new query. Non-empty ``A+_q`` is ranked by ``P_θ(a | q, A+_q,
-   S_q)`` (Eq. 21) [``rank_valid_answers``].
+   times, the LLM gets the graph schema and the previous queries with their guard rejection /
+   the database's own error (with the valid relationship types near the topics) / empty or
+   invalid result, and writes a new query. The answer is ``argmax P_θ(a | q, A+_q, S_q)``
+   (Eq. 18/21) [``rank_valid_answers``, ``choose``]: ``P_θ`` from prompt log-probs where the
+   backend has them, else the model is asked to choose (chat-only endpoints); the trace and
+   ``extra.p_theta_source`` say which (``logprobs`` | ``chat_choice``).
 7. **Collaborative reasoning** [``collaborative``: ``reasoning_path``, ``path_p_theta``,
    :func:`vote`] (§3.5, Eq. 23–31), when direct reasoning found nothing valid (or always, with
    ``collaborate=always``): ``M = num_paths`` sampled paths; each alternates a hypothesis
@@ -37,26 +44,43 @@ per step, named in brackets):
    (Eq. 29) and ``â = argmax_a Σ_i β_i I(a_i = a)`` (Eq. 31; ``vote=majority`` drops the
    weights).
 
-``P_θ`` comes from ``llm.score`` (log-probabilities, softmax-normalised over the distinct
-answers) where the backend supports it, else from the sampling frequency of ``a_i`` over the M
-paths; the trace records which (``p_theta_source``).
+Eq. 29's ``P_θ(a_i | q, p_i)`` comes from ``llm.score`` (log-probabilities, softmax-normalised
+over the distinct answers) where the backend supports it, else from the sampling frequency of
+``a_i`` over the M paths; the trace records which (``p_theta_source``: ``logprobs`` |
+``frequency``). ``extra.retrieved`` (the retrieval rate) holds the entities retrieved from the KG
+(k-hop subgraph and database rows), never the answers.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Sequence
 
 import numpy as np
 
 from kgreason.embed import Embedder
-from kgreason.kg.cypher import CypherError, GraphDB
+from kgreason.kg.cypher import CypherError, GraphDB, graph_schema_text
 from kgreason.kg.cypher_guard import CypherRejected
 from kgreason.kg.linking import link_example
 from kgreason.llm.base import ScoringUnsupported
 from kgreason.llm.parsing import ParseResult, parse_cypher, parse_hypothesis, parse_schema
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.types import ChatRequest, Example, Message, Prediction
+
+def parse_choice(candidates: Sequence[str]):
+    """Parser for the Eq. 18/21 choice reply: a candidate's number (1-based) or its exact name."""
+    def parse(text: str) -> ParseResult:
+        txt = text.strip().strip("`*. ").strip()
+        m = re.match(r"^\D{0,20}?(\d+)\b", txt)
+        if m and 1 <= int(m.group(1)) <= len(candidates) and len(txt) <= 40:
+            return ParseResult(True, int(m.group(1)) - 1)
+        low = [c.lower() for c in candidates]
+        if txt.lower() in low:
+            return ParseResult(True, low.index(txt.lower()))
+        return ParseResult(False, None, f"reply with one number between 1 and {len(candidates)}")
+    return parse
+
 
 def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confidence") -> list[tuple[str, float]]:
     """Eq. 31: ``score(a) = Σ_i β_i I(a_i = a)`` (``majority``: every β_i = 1). Empty answers do
@@ -70,13 +94,23 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
+def _check_settings(vote: str, collaborate: str, lam: float) -> None:
+    if vote not in ("confidence", "majority"):
+        raise ValueError(f"vote must be 'confidence' or 'majority', got {vote!r}")
+    if collaborate not in ("fallback", "always", "never"):
+        raise ValueError(f"collaborate must be fallback|always|never, got {collaborate!r}")
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam (λ, Eq. 29) must be in [0, 1], got {lam}")
+
+
 class SGR(BaseReasoner):
     """The SGR reasoner. Settings map to paper knobs; see conf/reasoner/sgr.yaml.
 
     Args:
-        schema: generate the schema ``S_q`` (False = ablation "without schema", Fig. 2).
+        schema: show the schema ``S_q`` to the Cypher/Refine prompts (False = ablation "without
+            schema", Fig. 2; ``S_q`` is still generated for validation).
         cypher: query the Cypher DB (False = ablation "without neo4j", Fig. 3: embedding top-k
-            over the k-hop triples; the DB is never opened).
+            over the k-hop triples, unvalidated; the DB is never opened).
         lam: λ of Eq. 29 (model confidence vs graph consistency).
         num_paths: M, collaborative reasoning paths (Eq. 27).
         collab_iterations: T, hypothesis/retrieval rounds per path (Eq. 23–26).
@@ -93,6 +127,9 @@ class SGR(BaseReasoner):
         evidence_k: triples added per collaborative retrieval step.
         temperature, seed: sampling of the collaborative paths (path i uses ``seed + i``).
         max_reasks: parse re-asks per LLM call.
+        max_schema_types: the Cypher prompt lists every relationship type up to this many, else
+            those of the k-hop subgraph.
+        choice_cap: candidates shown to the Eq. 18/21 choice prompt.
         row_limit, query_timeout_ms: applied to every LLM query.
         graphdb: the run's graph database (``conf/graphdb/``): a
             :class:`~kgreason.kg.cypher.LazyGraphDB` or an open :class:`GraphDB`; required when
@@ -130,17 +167,14 @@ class SGR(BaseReasoner):
         seed: int = 0,
         max_reasks: int = 1,
         max_tokens: int = 512,
+        max_schema_types: int = 200,
+        choice_cap: int = 50,
         row_limit: int = 100,
         query_timeout_ms: int = 10_000,
         graphdb: GraphDB | None = None,
         embedder=None,
     ) -> None:
-        if vote not in ("confidence", "majority"):
-            raise ValueError(f"vote must be 'confidence' or 'majority', got {vote!r}")
-        if collaborate not in ("fallback", "always", "never"):
-            raise ValueError(f"collaborate must be fallback|always|never, got {collaborate!r}")
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"lam (λ, Eq. 29) must be in [0, 1], got {lam}")
+        _check_settings(vote, collaborate, lam)
         self.kg, self.retriever, self.llm = kg, retriever, llm
         self.max_tokens = int(max_tokens)
         self.use_schema, self.use_cypher = bool(schema), bool(cypher)
@@ -153,7 +187,9 @@ class SGR(BaseReasoner):
         self.reask = ReaskPolicy(self.max_reasks)
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
         self.embedder = embedder if embedder is not None else Embedder()
+        self.max_schema_types, self.choice_cap = int(max_schema_types), int(choice_cap)
         self.db: GraphDB | None = None
+        self.rel_types: dict[str, str] = {}  # {KG relation: relationship type} of the DB export
         if self.use_cypher and graphdb is None:
             from kgreason.kg.source import require_in_memory
 
@@ -164,7 +200,8 @@ class SGR(BaseReasoner):
                                  "(got graphdb=none), or reasoner.cypher=false")
             # opened (and the KG exported) up front: an unavailable engine fails the run at build
             self.db = graphdb.open()
-        self.prompts = {s: load_prompt("sgr", s) for s in ("schema", "cypher", "refine", "hypothesis", "answer")}
+            self.rel_types = self.db.relation_types()
+        self.prompts = {s: load_prompt("sgr", s) for s in ("schema", "cypher", "refine", "hypothesis", "answer", "choose")}
 
     # ------------------------------------------------------------------ helpers
     def _ask(self, t: Trace, purpose: str, prompt: str, parser, *, temperature: float = 0.0,
@@ -299,27 +336,56 @@ class SGR(BaseReasoner):
         topics = link.ids
         sub = t.retrieval("khop", self.retriever.retrieve(topics, self.hop_budget(example)), self.kg)
         estar, n_cand = self.candidate_subgraph(t, example.question, sub)
-        ctx = {"question": example.question, "topics": ", ".join(self._label(i) for i in topics),
-               "relations": "\n".join(self.nearby_relations(sub)) or "(none)"}
-        schema_val = self.generate_schema(t, ctx, estar) if self.use_schema else None
+        ctx = self.prompt_context(example.question, topics, sub, estar)
+        # S_q also serves validation (Eq. 19-20), so "without schema" still generates it (see ablations)
+        schema_val = self.generate_schema(t, ctx, estar) if (self.use_schema or self.use_cypher) else None
         subgraph_ents = set(sub.entities().tolist())
-        allowed = self.valid_answer_set(schema_val, topics, subgraph_ents)
-        ctx["schema"] = ("\n".join(f"({h}, {r}, {tl})" for h, r, tl in schema_val["schema"])
-                         if schema_val else "(no schema)")
+        db_ents: list[int] = []
         if self.use_cypher:
-            valid, refine_rounds = self.direct_reasoning(t, ctx, allowed)
-        else:
-            valid, refine_rounds = self.embedding_candidates(t, estar, topics, allowed), 0
+            allowed = self.valid_answer_set(schema_val, topics, subgraph_ents)
+            ctx["schema"] = self.schema_text(schema_val, db_types=True) if self.use_schema else "(no schema)"
+            valid, refine_rounds, db_ents = self.direct_reasoning(t, ctx, allowed)
+        else:  # "without neo4j": no structured retrieval at all, so nothing to validate against
+            ctx["schema"] = self.schema_text(schema_val, db_types=False)
+            valid, refine_rounds = self.embedding_candidates(t, estar, topics), 0
         answers, p_source = self.rank_valid_answers(t, ctx, valid) if valid else ([], None)
         path = "direct"
         if (not valid and self.collaborate == "fallback") or self.collaborate == "always":
             path = "collaborative"
             voted, p_source = self.collaborative(t, example, estar)
             answers = [a for a, _ in voted]
-        retrieved = sorted({self._label(e) for e in subgraph_ents} | set(answers))
+        # retrieval rate: entities retrieved from the KG (k-hop subgraph, database rows), never answers
+        retrieved = sorted({self._label(e) for e in subgraph_ents | set(db_ents)})
         return t.finish(example, answers, retrieved=retrieved, search_space=int(n_cand),
                         refine_rounds=refine_rounds, path=path, p_theta_source=p_source,
-                        schema_ok=schema_val is not None)
+                        schema_ok=schema_val is not None, vote_mode=self.vote_mode if path == "collaborative" else None)
+
+    def prompt_context(self, question: str, topics: Sequence[int], sub, estar: np.ndarray) -> dict:
+        """What every prompt shares: question, topic names, the k-hop relations, the evidence
+        triples of ``E*_q`` and the exact graph schema of the DB (all types, or those near the
+        topics when the graph has more than ``max_schema_types``)."""
+        near = self.nearby_relations(sub)
+        shown = None if len(self.rel_types) <= self.max_schema_types else near
+        return {"question": question, "topics": ", ".join(self._label(i) for i in topics),
+                "relations": "\n".join(near) or "(none)",
+                "evidence": "\n".join(self.kg.verbalise(tr) for tr in estar[: self.evidence_k]) or "(none)",
+                "graph_schema": graph_schema_text(self.rel_types, shown) if self.use_cypher else "",
+                "near_types": ", ".join(self.rel_types[r] for r in near if r in self.rel_types)}
+
+    def schema_text(self, schema_val: dict | None, db_types: bool) -> str:
+        """``S_q`` as prompt lines. ``db_types``: as Cypher patterns with the DB's relationship
+        types and bare variables (a real 1.5B model copied ``?x`` into its query), e.g.
+        ``(:Entity {name: 'Daisy Miller'})-[:directed_by]->(x)``; else ``(h, r, t)`` triples."""
+        if not schema_val:
+            return "(no schema)"
+        if not db_types:
+            return "\n".join(f"({h}, {r}, {tl})" for h, r, tl in schema_val["schema"])
+
+        def node(v: str) -> str:
+            return f"({v[1:]})" if v.startswith("?") else "(:Entity {name: '" + v.replace("'", "\\'") + "'})"
+        lines = [f"{node(h)}-[:{self.rel_types.get(r, r)}]->{node(tl)}" for h, r, tl in schema_val["schema"]]
+        avar = self._answer_var(schema_val)
+        return "\n".join(lines + ([f"answer variable: {avar[1:]}"] if avar else []))
 
     # ------------------------------------------------------------------ §3.1.2 candidate subgraph
     def candidate_subgraph(self, t: Trace, question: str, sub) -> tuple[np.ndarray, int]:
@@ -372,11 +438,13 @@ class SGR(BaseReasoner):
         return [c for c in cands if c in allowed]
 
     # ------------------------------------------------------------------ §3.4 direct reasoning
-    def direct_reasoning(self, t: Trace, ctx: dict, allowed: set[int]) -> tuple[list[int], int]:
+    def direct_reasoning(self, t: Trace, ctx: dict, allowed: set[int]) -> tuple[list[int], int, list[int]]:
         """§3.4: write ``c_q = g(q, S_q)`` (Eq. 16), execute and validate it (Eq. 17, 19–20);
-        while ``A+_q`` is empty, Refine (Eq. 22) up to ``max_refine_rounds`` times.
-        Returns ``(A+_q, refine rounds used)``."""
+        while ``A+_q`` is empty, Refine (Eq. 22) up to ``max_refine_rounds`` times; a database
+        error goes back with the valid relationship types. Returns ``(A+_q, refine rounds used,
+        every entity the DB returned)``."""
         valid: list[int] = []
+        seen: list[int] = []
         refine_rounds = 0
         attempts: list[tuple[str, str]] = []
         query = self.write_cypher(t, ctx)
@@ -387,11 +455,14 @@ class SGR(BaseReasoner):
             if not query:
                 attempts.append(("", "no query could be parsed from the reply"))
                 continue
-            valid, msg = self.execute_and_validate(t, query, round_, allowed)
+            valid, msg, cands = self.execute_and_validate(t, query, round_, allowed)
+            seen += cands
             if valid:
                 break
+            if msg.startswith("database error"):
+                msg += f"\nValid relationship types near the topic entities: {ctx['near_types'] or '(none)'}"
             attempts.append((query, msg))
-        return valid, refine_rounds
+        return valid, refine_rounds, list(dict.fromkeys(seen))
 
     def write_cypher(self, t: Trace, ctx: dict) -> str:
         """§3.4.1, Eq. 16: ``c_q = g_φ(q, S_q)``, the NL→Cypher call ("" when unparseable)."""
@@ -406,9 +477,9 @@ class SGR(BaseReasoner):
         t.add("refine", f"round_{round_}", previous=[m for _, m in attempts])
         return res.value if res.ok else ""
 
-    def execute_and_validate(self, t: Trace, query: str, round_: int, allowed: set[int]) -> tuple[list[int], str]:
+    def execute_and_validate(self, t: Trace, query: str, round_: int, allowed: set[int]) -> tuple[list[int], str, list[int]]:
         """Eq. 17 ``A_q = Exec(c_q, G)`` through the read-only guard, then Eq. 19–20.
-        Returns ``(A+_q, what went wrong for the refine prompt)``."""
+        Returns ``(A+_q, what went wrong for the refine prompt, A_q)``."""
         rows, msg = self._run_cypher(t, "direct" if round_ == 0 else f"refine_{round_}", query)
         cands = self._rows_to_entities(rows or [])
         valid = self.validate(cands, allowed)
@@ -419,25 +490,26 @@ class SGR(BaseReasoner):
                    "satisfies the schema constraints in the graph")
         elif not valid and rows is not None and rows:
             msg = "the rows contain no entity names of the graph (return the answer names)"
-        return valid, msg
+        return valid, msg, cands
 
-    def embedding_candidates(self, t: Trace, estar: np.ndarray, topics: Sequence[int], allowed: set[int]) -> list[int]:
-        """Ablation "without neo4j" (Fig. 3): ``A_q`` = the entities of ``E*_q``, best triple
-        first, validated by Eq. 19–20; the graph database is never touched."""
+    def embedding_candidates(self, t: Trace, estar: np.ndarray, topics: Sequence[int]) -> list[int]:
+        """Ablation "without neo4j" (Fig. 3): no structured retrieval, so ``A_q`` = the entities of
+        ``E*_q`` (embedding top-k), best triple first, not validated against the graph (Eq. 19's
+        check is itself a graph query); Eq. 18 then chooses among them."""
         cands = []
         for h, _, tl in estar.tolist():
             for e in (tl, h):
                 if e not in topics:
                     cands.append(int(e))
         cands = list(dict.fromkeys(cands))
-        valid = self.validate(cands, allowed)
-        t.add("validate", "embedding_topk", candidates=[self._label(c) for c in cands[:50]],
-              valid=[self._label(c) for c in valid[:50]])
-        return valid
+        t.add("candidates", "embedding_topk", candidates=[self._label(c) for c in cands[:50]])
+        return cands
 
     def rank_valid_answers(self, t: Trace, ctx: dict, valid: list[int]) -> tuple[list[str], str | None]:
-        """Eq. 21: order ``A+_q`` by ``P_θ(a | q, A+_q, S_q)`` when the backend scores (else the
-        query's order). Returns ``(answer names, P_θ source or None for a single answer)``."""
+        """Eq. 18/21: ``â = argmax_a P_θ(a | q, A+_q, S_q)``. ``P_θ`` from prompt log-probs
+        (``llm.score``, source ``logprobs``) where the backend has them, else the model is asked
+        to choose one of the first ``choice_cap`` candidates (:meth:`choose`, ``chat_choice``).
+        Returns ``(answer names, best first; P_θ source, None for a single answer)``."""
         names = [self._label(c) for c in valid]
         p_source = None
         if len(names) > 1:
@@ -445,32 +517,47 @@ class SGR(BaseReasoner):
                             path=f"schema: {ctx['schema']}\nvalid answers: {', '.join(names[:50])}")
             p = self._p_theta(prompt, names)
             if p is not None:
-                p_source = "score"
-                order = np.argsort(-np.asarray(p), kind="stable")
-                names = [names[i] for i in order]
+                p_source = "logprobs"
+                names = [names[i] for i in np.argsort(-np.asarray(p), kind="stable")]
             else:
-                p_source = "query_order"
+                names, p_source = self.choose(t, ctx, names)
         t.add("answer", "direct", answers=names[:20], p_theta_source=p_source)
         return names, p_source
 
+    def choose(self, t: Trace, ctx: dict, names: list[str]) -> tuple[list[str], str]:
+        """Eq. 18/21 on a chat-only endpoint: the model picks one candidate by number; it goes
+        first, the rest keep their order. An unparseable reply keeps the order
+        (``chat_choice_unparsed``)."""
+        shown = names[: self.choice_cap]
+        prompt = render(self.prompts["choose"], question=ctx["question"], schema=ctx["schema"],
+                        evidence=ctx["evidence"], candidates="\n".join(f"{i + 1}. {n}" for i, n in enumerate(shown)))
+        res = self._ask(t, "choose", prompt, parse_choice(shown))
+        if not res.ok:
+            return names, "chat_choice_unparsed"
+        best = shown[res.value]
+        return [best] + [n for n in names if n != best], "chat_choice"
+
     # ------------------------------------------------------------------ §3.5 collaborative
-    def _retrieve_evidence(self, t: Trace, hypothesis: dict) -> list[str]:
-        """Eq. 24: triples around the entities the hypothesis names, ranked by cosine to it."""
+    def _retrieve_evidence(self, t: Trace, hypothesis: dict, pool: list[str]) -> list[str]:
+        """Eq. 24: triples around the entities the hypothesis names (a Cypher query), ranked by
+        cosine to it. Without the DB ("without neo4j") no structured retrieval runs: the
+        ``pool`` of ``E*_q`` triples is ranked by cosine instead."""
         kg = self.kg
+        if not self.use_cypher:
+            if not pool:
+                return []
+            sims = self.embedder.similarity([hypothesis["hypothesis"] or hypothesis["answer"]], pool)[0]
+            return [pool[i] for i in np.argsort(-sims, kind="stable")[: self.evidence_k]]
         names = [x for c in hypothesis["claims"] for x in (c[0], c[2])] + [hypothesis["answer"]]
         ids = list(dict.fromkeys(i for i in (kg.find_entity(n) for n in names if n) if i >= 0))
         if not ids:
             return []
-        if self.use_cypher:
-            rows, _ = self._run_cypher(
-                t, "retrieve",
-                "MATCH (a:Entity)-[r:R]->(b:Entity) WHERE a.name IN $names OR b.name IN $names "
-                "RETURN a.name AS h, r.type AS rel, b.name AS tl", {"names": [kg.entity_names[i] for i in ids]})
-            texts = [f"{kg.entity_label(kg.find_entity(r['h']))} | {r['rel']} | {kg.entity_label(kg.find_entity(r['tl']))}"
-                     for r in rows or []]
-        else:
-            tids = np.unique(np.concatenate([np.concatenate([kg.out_triples(i), kg.in_triples(i)]) for i in ids]))
-            texts = [kg.verbalise((kg.heads[x], kg.rels[x], kg.tails[x])) for x in tids[: self.max_candidate_triples]]
+        rows, _ = self._run_cypher(
+            t, "retrieve",
+            "MATCH (a:Entity)-[r]->(b:Entity) WHERE a.name IN $names OR b.name IN $names "
+            "RETURN a.name AS h, r.relation AS rel, b.name AS tl", {"names": [kg.entity_names[i] for i in ids]})
+        texts = [f"{kg.entity_label(kg.find_entity(r['h']))} | {r['rel']} | {kg.entity_label(kg.find_entity(r['tl']))}"
+                 for r in rows or []]
         if not texts:
             return []
         sims = self.embedder.similarity([hypothesis["hypothesis"] or hypothesis["answer"]], texts)[0]
@@ -498,10 +585,11 @@ class SGR(BaseReasoner):
         """§3.5, Eq. 23–31: ``M`` reasoning paths (:meth:`reasoning_path`), their confidence
         ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C(p_i, G)`` (Eq. 29) and the weighted vote
         (Eq. 31). Returns ``(ranking, P_θ source)``."""
-        base_evidence = [self.kg.verbalise(tr) for tr in estar[: self.evidence_k]]
+        pool = [self.kg.verbalise(tr) for tr in estar]
+        base_evidence = pool[: self.evidence_k]
         answers, consistency, paths_txt = [], [], []
         for i in range(self.num_paths):
-            a, c, txt = self.reasoning_path(t, example, i, base_evidence)
+            a, c, txt = self.reasoning_path(t, example, i, base_evidence, pool)
             answers.append(a)
             consistency.append(c)
             paths_txt.append(txt)
@@ -512,7 +600,8 @@ class SGR(BaseReasoner):
               lam=self.lam, p_theta_source=source, ranking=ranking)
         return ranking, source
 
-    def reasoning_path(self, t: Trace, example: Example, i: int, base_evidence: list[str]) -> tuple[str, float, str]:
+    def reasoning_path(self, t: Trace, example: Example, i: int, base_evidence: list[str],
+                       pool: list[str]) -> tuple[str, float, str]:
         """§3.5, Eq. 23–28 and 30: path ``p_i`` alternates ``T`` hypotheses
         ``h_t = f_θ(q, E_<t, h_<t)`` (sampled, seed ``seed + i``) and retrievals
         ``E_t = Retrieve(h_t, G)``. Returns ``(a_i, C(p_i, G), the path as text)`` where ``C`` is
@@ -532,7 +621,7 @@ class SGR(BaseReasoner):
             h = res.value
             hyps.append(h)
             grounded.append(self._claims_in_graph(h["claims"]))
-            new = self._retrieve_evidence(t, h)
+            new = self._retrieve_evidence(t, h, pool)
             evidence = list(dict.fromkeys(evidence + new))
         a = hyps[-1]["answer"] if hyps else ""
         ai = self.kg.find_entity(a) if a else -1
@@ -544,7 +633,7 @@ class SGR(BaseReasoner):
     def path_p_theta(self, example: Example, answers: list[str], paths_txt: list[str]) -> tuple[list[float], str]:
         """Eq. 29's ``P_θ(a_i | q, p_i)`` per path: ``llm.score`` softmax-normalised over the
         distinct answers when the backend scores, else ``a_i``'s frequency over the M paths.
-        Returns ``(values, "score" | "frequency")``."""
+        Returns ``(values, "logprobs" | "frequency")``."""
         distinct = list(dict.fromkeys(a for a in answers if a))
         scored = None
         if distinct:
@@ -557,7 +646,7 @@ class SGR(BaseReasoner):
                     break
                 scored.append(p[distinct.index(a)] if a else 0.0)
         if scored is not None and distinct:
-            return scored, "score"
+            return scored, "logprobs"
         freq = Counter(a for a in answers if a)
         return [freq[a] / len(answers) if a else 0.0 for a in answers], "frequency"
 

@@ -3,10 +3,10 @@ engine's (the reference for walk/within semantics).
 
 Why these queries match the engine's semantics:
 
-* walk, 2 hops: ``MATCH (s)-[:R]->(m) WITH DISTINCT m MATCH (m)-[:R]->(x)``. Two MATCH clauses
+* walk, 2 hops: ``MATCH (s)-[]->(m) WITH DISTINCT m MATCH (m)-[]->(x)``. Two MATCH clauses
   do not share Cypher's relationship-uniqueness constraint (it applies within one pattern), so a
   walk may reuse an edge, exactly like ``q·(SUB·OBJ)^2``.
-* within, 1..2 hops: ``MATCH (s)-[:R*1..2]->(x) WHERE NOT x.id IN seeds``. Neo4j var-length
+* within, 1..2 hops: ``MATCH (s)-[*1..2]->(x) WHERE NOT x.id IN seeds``. Neo4j var-length
   patterns are trails (no repeated relationship); kuzu's default is walk. The *set of endpoints*
   is the same either way: a length-2 walk that repeats an edge must be a self-loop
   ``a→a→a``, whose endpoint ``a`` is already reachable in one hop. Seeds are excluded in both.
@@ -24,18 +24,19 @@ import os
 import numpy as np
 import pytest
 
-from kgreason.kg.cypher import FalkorDB, GraphDBUnavailable, KuzuDB, Neo4jDB, open_graphdb
+from kgreason.kg.cypher import (CypherError, FalkorDB, GraphDBUnavailable, KuzuDB, Neo4jDB, open_graphdb,
+                                 relation_type_names)
 from kgreason.kg.cypher_guard import CypherRejected
 from kgreason.kg.store import KG
 from kgreason.retrieval.scipy_engine import ScipyRetriever
 
-WALK2 = ("MATCH (s:Entity)-[:R]->(m:Entity) WHERE s.id IN $seeds WITH DISTINCT m "
-         "MATCH (m)-[:R]->(x:Entity) RETURN DISTINCT x.name AS name")
-WITHIN2 = ("MATCH (s:Entity)-[:R*1..2]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
+WALK2 = ("MATCH (s:Entity)-[]->(m:Entity) WHERE s.id IN $seeds WITH DISTINCT m "
+         "MATCH (m)-[]->(x:Entity) RETURN DISTINCT x.name AS name")
+WITHIN2 = ("MATCH (s:Entity)-[*1..2]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
            "RETURN DISTINCT x.name AS name")
-WITHIN2_FIXED = ("MATCH (s:Entity)-[:R]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
+WITHIN2_FIXED = ("MATCH (s:Entity)-[]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
                  "RETURN x.name AS name UNION "
-                 "MATCH (s:Entity)-[:R]->(:Entity)-[:R]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
+                 "MATCH (s:Entity)-[]->(:Entity)-[]->(x:Entity) WHERE s.id IN $seeds AND NOT x.id IN $seeds "
                  "RETURN x.name AS name")
 
 
@@ -108,7 +109,7 @@ def test_export_idempotent_and_incremental(tmp_path, engine):
         # a re-ordered KG with the same triples adds nothing
         re = db.export(_kg(list(reversed(more))))
         assert (re.nodes_added, re.edges_added) == (0, 0) and db.counts() == (4, 5)
-        rows = db.run_read("MATCH (a:Entity)-[r:R]->(b:Entity) WHERE a.name = 'C' RETURN b.name AS t, r.type AS rel")
+        rows = db.run_read("MATCH (a:Entity)-[r]->(b:Entity) WHERE a.name = 'C' RETURN b.name AS t, r.relation AS rel")
         assert rows == [{"t": "D", "rel": "r"}]
     finally:
         db.close()
@@ -151,3 +152,100 @@ def test_neo4j_roundtrip(tiny_kg):  # pragma: no cover - needs a server
             db.run_read("MATCH (n) DETACH DELETE n")
     finally:
         db.close()
+
+
+# ----------------------------------------------------------------------------- one type per relation
+# Queries written the way a model writes them from the schema prompt (issue 17: a 1.5B model wrote
+# the first one on MetaQA; with one rel table R, kuzu answered "Table directed_by does not exist").
+
+METAQA_LIKE = [
+    ("Daisy Miller", "directed_by", "Peter Bogdanovich"),
+    ("The Last Picture Show", "directed_by", "Peter Bogdanovich"),
+    ("Daisy Miller", "starred_actors", "Cybill Shepherd"),
+    ("The Last Picture Show", "starred_actors", "Cybill Shepherd"),
+    ("Daisy Miller", "release_year", "1974"),
+    ("Paper Moon", "written_by", "Peter Bogdanovich"),
+]
+MODEL_QUERIES = [
+    # the measured 1.5B query, 1 hop
+    ("MATCH (daisy:Entity {name: 'Daisy Miller'})-[:directed_by]->(director) RETURN director.name",
+     {"Peter Bogdanovich"}),
+    # MetaQA 2-hop: films by the same director
+    ("MATCH (daisy:Entity {name: 'Daisy Miller'})-[:directed_by]->(d)<-[:directed_by]-(f) "
+     "WHERE f.name <> 'Daisy Miller' RETURN DISTINCT f.name AS answer", {"The Last Picture Show"}),
+    # relationship type alternation
+    ("MATCH (m:Entity {name: 'Daisy Miller'})-[:directed_by|starred_actors]->(p) RETURN DISTINCT p.name AS answer",
+     {"Peter Bogdanovich", "Cybill Shepherd"}),
+    # variable-length path over one type, undirected
+    ("MATCH (m:Entity {name: 'Paper Moon'})-[:written_by|directed_by*1..2]-(x:Entity) "
+     "WHERE x.name <> 'Paper Moon' RETURN DISTINCT x.name AS answer",
+     {"Peter Bogdanovich", "Daisy Miller", "The Last Picture Show"}),
+    # an untyped relationship reads the KG name from the `relation` property
+    ("MATCH (m:Entity {name: 'Daisy Miller'})-[r]->(x) WHERE r.relation = 'release_year' RETURN x.name AS answer",
+     {"1974"}),
+]
+
+
+@pytest.mark.parametrize("engine", ["kuzu", "falkordb"])
+def test_model_written_queries_run(tmp_path, engine):
+    db = KuzuDB(tmp_path / "db") if engine == "kuzu" else _falkor_or_skip()
+    try:
+        db.export(KG.from_triples(METAQA_LIKE, name="metaqa_like"))
+        assert db.relation_types() == {r: r for r in ("directed_by", "starred_actors", "release_year", "written_by")}
+        for q, want in MODEL_QUERIES:
+            got = {next(iter(r.values())) for r in db.run_read(q)}
+            assert got == want, q
+        unknown = "MATCH (a:Entity {name: 'Paper Moon'})-[:written_by_x]->(w) RETURN w.name"
+        if engine == "kuzu":  # kuzu refuses an unknown type; FalkorDB just matches nothing
+            with pytest.raises(CypherError, match="written_by_x does not exist"):
+                db.run_read(unknown)
+        else:
+            assert db.run_read(unknown) == []
+    finally:
+        db.close()
+
+
+FREEBASE_LIKE = [
+    ("Daisy Miller", "film.film.directed_by", "Peter Bogdanovich"),
+    ("Peter Bogdanovich", "people.person.place_of_birth", "Kingston"),
+    ("Daisy Miller", "/film/film/genre", "Drama"),
+    ("Daisy Miller", "award.award_nominated_work.award_nominations|award.award_nomination.award", "Oscar"),
+]
+
+
+@pytest.mark.parametrize("engine", ["kuzu", "falkordb"])
+def test_freebase_names_become_identifier_types(tmp_path, engine):
+    """Names that are not identifiers map to ``a__b__c`` types; the KG name stays on ``relation``;
+    a superset export keeps the earlier table and adds a REL TABLE for the new type."""
+    db = KuzuDB(tmp_path / "db") if engine == "kuzu" else _falkor_or_skip()
+    try:
+        db.export(KG.from_triples(FREEBASE_LIKE[:3], name="fb"))
+        types = db.relation_types()
+        assert types == {"film.film.directed_by": "film__film__directed_by",
+                         "people.person.place_of_birth": "people__person__place_of_birth",
+                         "/film/film/genre": "film__film__genre"}
+        rows = db.run_read("MATCH (f:Entity {name: 'Daisy Miller'})-[:film__film__directed_by]->(d)"
+                           "-[:people__person__place_of_birth]->(x) RETURN x.name AS answer")
+        assert rows == [{"answer": "Kingston"}]
+        db.export(KG.from_triples(FREEBASE_LIKE, name="fb"))
+        new = db.relation_types()
+        assert {k: new[k] for k in types} == types
+        cvt = new["award.award_nominated_work.award_nominations|award.award_nomination.award"]
+        assert cvt == "award__award_nominated_work__award_nominations_award__award_nomination__award"
+        rows = db.run_read(f"MATCH (f:Entity)-[r:{cvt}]->(x) RETURN x.name AS answer, r.relation AS rel")
+        assert rows == [{"answer": "Oscar", "rel": FREEBASE_LIKE[3][1]}]
+        assert db.counts() == (5, 4)
+    finally:
+        db.close()
+
+
+def test_relation_type_names_rule():
+    """Golden table of the documented mapping (kgreason/kg/cypher.py module docstring)."""
+    got = relation_type_names(["directed_by", "film.film.directed_by", "film__film__directed_by", "order",
+                               "2hop", "has part", "Directed_By"])
+    assert got == {"Directed_By": "Directed_By", "film__film__directed_by": "film__film__directed_by",
+                   "film.film.directed_by": "film__film__directed_by_2",  # clash: the plain name keeps its own
+                   "order": "rel_order", "2hop": "rel_2hop", "has part": "has_part",
+                   "directed_by": "directed_by_2"}  # kuzu table names ignore case; sorted order: "D" < "d"
+    assert len(set(got.values())) == len(got)
+    assert relation_type_names(["x.y", "new"], {"x.y": "kept"}) == {"x.y": "kept", "new": "new"}

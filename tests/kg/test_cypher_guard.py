@@ -16,7 +16,7 @@ INJECTIONS = [
     "MATCH (n:Entity) SET n.name = 'pwned'",
     "MATCH (n:Entity) REMOVE n.label",
     "MERGE (n:Entity {id: 1})",
-    "DROP TABLE R",
+    "DROP TABLE film__film__directed_by",
     "MATCH (n:Entity) WHERE n.id = 1 RETURN n UNION MATCH (m:Entity) SET m.name = 'x' RETURN m",
     # case tricks
     "match (n:Entity) detach delete n",
@@ -138,8 +138,8 @@ def test_battery_leaves_db_unchanged_and_engine_layer_holds(kuzu_db, embedded_kg
         "MATCH (n:Entity) DELETE n",
         "MATCH (n:Entity) SET n.name = 'pwned'",
         "MERGE (n:Entity {id: 1})",
-        "DROP TABLE R",
-        "MATCH (a:Entity {id: 0}), (b:Entity {id: 1}) CREATE (a)-[:R {type: 'x', rid: -1}]->(b)",
+        "DROP TABLE film__film__directed_by",
+        "MATCH (a:Entity {id: 0}), (b:Entity {id: 1}) CREATE (a)-[:film__film__directed_by {relation: 'x', rid: -1}]->(b)",
         "COPY Entity FROM '/tmp/does-not-matter.csv'",
     ]
     succeeded = []
