@@ -259,3 +259,12 @@ def test_parse_list_extra_text_and_prose(text, items):
 def test_parse_answer_field_sentences(text, value):
     r = parse_answer_field(text)
     assert r.ok and r.value == value
+
+
+def test_parse_answers_never_returns_a_relation_name():
+    # RAG reply (MetaQA, Qwen2.5-Coder-1.5B): facts in the prompt's "head | relation | tail"
+    # form and no Answer: line. Splitting on "|" used to give 'directed_by' as an answer.
+    r = parse_answers("The Glass Agency | directed_by | Peter Bogdanovich; Hitchcock | directed_by | Peter Bogdanovich")
+    assert not r.ok  # no Answer: line: still a parse failure
+    assert r.value == ["The Glass Agency", "Peter Bogdanovich", "Hitchcock"]
+    assert parse_answers("Answer: film.film.directed_by; Paper Moon").value == ["Paper Moon"]
