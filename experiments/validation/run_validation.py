@@ -10,9 +10,9 @@ Each row is one ``python -m kgreason`` run (printed, and stored in the JSON as `
 sample. Run dirs are ``outputs/validation/n<N>/<row>`` (resumable: a killed row restarts where it
 stopped) and every LLM call goes through one call cache (``--cache``, default
 ``~/.cache/kgreason/validation``), so re-running a finished row costs no model call; the table can
-be built over several sittings. The row's ``wall_s`` is the run's own ``timing.json`` wall time of
-the sitting that last ran it (``backend_calls`` says how many calls that sitting made: 0 = a cache
-replay, whose wall time is not the method's cost — the first sitting's figure is kept then).
+be built over several sittings. The row's ``wall_s`` is the run's own ``timing.json`` wall time
+(model load included) of the sitting that made the model calls; a later sitting that only
+replayed the cache (``backend_calls`` 0, ``replayed_from_cache``) keeps that figure.
 
 Results are merged into ``experiments/validation/validation_n<N>.json`` (one entry per row: the
 command, N, the dataset's metrics, unparseable replies, LLM calls per question, wall time).
@@ -80,6 +80,27 @@ def summarise(run_dir: Path) -> dict:
     }
 
 
+KEY_METRICS = {"metaqa": ["hits_at_1", "answer_set_f1", "answer_coverage"], "hotpotqa": ["em", "f1"],
+               "ddxplus": ["hits_at_1", "dx_f1", "dx_baseline_f1", "dx_round1_f1", "dx_round2_f1"]}
+
+
+def markdown() -> str:
+    """Every row of every ``validation_n*.json`` as one markdown table (for the docs)."""
+    lines = ["| row | N | metrics | unparseable replies | LLM calls / question | wall s |", "|---|---|---|---|---|---|"]
+    for f in sorted(HERE.glob("validation_n*.json")):
+        for row, e in json.loads(f.read_text()).items():
+            if "metrics" not in e:
+                lines.append(f"| {row} | {e.get('n')} | {e.get('status')} | | | |")
+                continue
+            keys = KEY_METRICS[row.split("_")[0]]
+            ms = ", ".join(f"{k} {e['metrics'][k]:.3f}" if isinstance(e["metrics"].get(k), (int, float))
+                           else f"{k} –" for k in keys)
+            wall = f"{e['wall_s']:.0f}" if isinstance(e.get("wall_s"), (int, float)) else "–"
+            lines.append(f"| {row} | {e['n_examples']} | {ms} | {e['unparseable_replies']} | "
+                         f"{e['llm_calls_per_question']:.1f} | {wall} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20, help="questions per row (dataset.limit)")
@@ -88,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--print", action="store_true", help="print the commands and exit")
     ap.add_argument("--fresh", action="store_true",
                     help="delete each row's run dir first (re-parse every cached reply, e.g. after a parser fix)")
+    ap.add_argument("--table", action="store_true", help="print the committed rows as markdown and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown())
+        return 0
     rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -112,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             entry = summarise(run_dir)
             prev = table.get(row, {})
-            if entry["backend_calls"] == 0 and prev.get("wall_s") is not None:
-                entry["wall_s"], entry["replayed_from_cache"] = prev["wall_s"], True
+            if entry["backend_calls"] == 0:  # a replay: its wall time is not the method's cost
+                entry["wall_s"], entry["replayed_from_cache"] = prev.get("wall_s"), True
+                if prev.get("wall_note"):
+                    entry["wall_note"] = prev["wall_note"]
             table[row] = {"command": shown, "n": args.n, **entry, "sitting_s": round(time.time() - t0, 1)}
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
     return 0
