@@ -111,7 +111,13 @@ def _clean_item(x: str) -> str:
 def parse_list(text: str) -> ParseResult:
     """A list of strings: a JSON array (text around it ignored; a cut-off array gives its
     complete items, noted in ``error`` on a successful result), else numbered/bulleted lines,
-    else a ``;``/``,`` list (a final ``and``/``or`` after commas splits too)."""
+    else a ``;``/``,`` list (a final ``and``/``or`` after commas splits too). Repeats are dropped, first
+    place kept (a small model loops on one item until ``max_tokens``)."""
+    res = _parse_list(text)
+    return ParseResult(res.ok, list(dict.fromkeys(res.value)), res.error) if res.value else res
+
+
+def _parse_list(text: str) -> ParseResult:
     js = parse_json(text)
     if js.ok and isinstance(js.value, list):
         return ParseResult(True, [str(x).strip() for x in js.value if str(x).strip()])

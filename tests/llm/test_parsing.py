@@ -268,3 +268,10 @@ def test_parse_answers_never_returns_a_relation_name():
     assert not r.ok  # no Answer: line: still a parse failure
     assert r.value == ["The Glass Agency", "Peter Bogdanovich", "Hitchcock"]
     assert parse_answers("Answer: film.film.directed_by; Paper Moon").value == ["Paper Moon"]
+
+
+def test_parse_list_drops_repeats():
+    # HotpotQA IO reply: the model looped on one item until max_tokens cut the list
+    r = parse_list('["Actress", "Actress", "Actress", "Act')
+    assert r.ok and r.value == ["Actress"]
+    assert parse_list('["a", "b", "a"]').value == ["a", "b"]
