@@ -287,8 +287,10 @@ def parse_answers(text: str) -> ParseResult:
     list in prose, :func:`split_prose_list`; a repeated ``Answer:`` prefix and a sentence
     lead-in such as ``The films ... are`` are dropped).
 
-    When no such line (or prose form) exists the last non-empty line is read instead and the
-    result is marked failed while still carrying those answers, so a terse model gets scored.
+    When no such line (or prose form) exists, a reply of one line made only of names (``Thriller``,
+    ``A Single Shot; Hitchcock``) is read as the answer line. Otherwise the last non-empty line is
+    read and the result is marked failed while still carrying those answers, so a terse model
+    gets scored; copied ``head | relation | tail`` facts are never a bare answer.
 
     >>> parse_answers("Step 1 ...\\nAnswer: Paris; Lyon").value
     ['Paris', 'Lyon']
@@ -309,10 +311,24 @@ def parse_answers(text: str) -> ParseResult:
     pieces = [_ANSWER_PREFIX.sub("", p) for p in re.split(r"\s*[;|]\s*", line)]
     parts = [x for p in pieces for x in split_prose_list(strip_lead_in(p))] if len(pieces) == 1 else \
         [_clean_item(_ANSWER_PREFIX.sub("", p)) for p in pieces]
+    facts = any(_RELATION_NAME.match(p) for p in parts)
     parts = [p for p in parts if p and p.lower() not in ("unknown", "none", "n/a") and not _RELATION_NAME.match(p)]
     if not parts:
         return ParseResult(False, [], "empty answer")
+    if not ok:  # a one-line reply of names only is an answer line without its prefix
+        ok = not facts and len(text.strip().splitlines()) == 1 and all(_looks_like_a_name(p) for p in parts)
     return ParseResult(ok, list(dict.fromkeys(parts)), "" if ok else "no 'Answer:' line")
+
+
+_SENTENCE_WORD = re.compile(r"^(?:i|it|he|she|they|we|you|this|that|there)\b|\b(?:is|are|was|were|has|have|had|"
+                            r"did|does|think|believe|cannot|can't|don't)\b")
+
+
+def _looks_like_a_name(part: str) -> bool:
+    """A short answer item, not a sentence: at most 8 words, no pronoun opening and no
+    lower-case verb such as ``is`` or ``think`` (a title like ``Life is Beautiful`` is then
+    counted unparsed, though still scored)."""
+    return len(part.split()) <= 8 and not _SENTENCE_WORD.search(part)
 
 
 def parse_answer_field(text: str) -> ParseResult:

@@ -275,3 +275,19 @@ def test_parse_list_drops_repeats():
     r = parse_list('["Actress", "Actress", "Actress", "Act')
     assert r.ok and r.value == ["Actress"]
     assert parse_list('["a", "b", "a"]').value == ["a", "b"]
+
+
+@pytest.mark.parametrize("text, value, ok", [
+    # MetaQA RAG replies of Qwen2.5-Coder-1.5B without the Answer: line: a one-line reply that is
+    # only names is the answer a careful reader takes, so it parses
+    ("Thriller", ["Thriller"], True),
+    ("What's Up, Doc?", ["What's Up, Doc?"], True),
+    ("A Single Shot; Hitchcock", ["A Single Shot", "Hitchcock"], True),
+    # a sentence, several lines of reasoning, or copied facts are not an answer line
+    ("I think it is Berlin", ["I think it is Berlin"], False),
+    ("Daisy Miller was directed by Peter Bogdanovich.\nHe also made Paper Moon.", ["He also made Paper Moon"], False),
+    ("Paper Moon | directed_by | Peter Bogdanovich", ["Paper Moon", "Peter Bogdanovich"], False),
+])
+def test_parse_answers_a_bare_one_line_reply(text, value, ok):
+    r = parse_answers(text)
+    assert (r.value, r.ok) == (value, ok)
