@@ -119,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--rows: unknown {unknown}; expected some of {list(ROWS)}")
     out = HERE / f"validation_n{args.n}.json"
-    table = json.loads(out.read_text()) if out.exists() else {}
     for row in rows:
         cmd = command(row, args.n, args.cache)
         shown = "KGREASON_DATA=/work/shared/data python " + shlex.join(cmd[1:]).replace(args.cache, "~/.cache/kgreason/validation")
@@ -131,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(run_dir)
         t0 = time.time()
         rc = subprocess.call(cmd, cwd=ROOT)
+        table = json.loads(out.read_text()) if out.exists() else {}  # re-read: other sittings may have written
         if rc != 0 or not (run_dir / "metrics.json").exists():
             print(f"row {row}: exit status {rc}, no metrics (see {run_dir}/run.log)", file=sys.stderr, flush=True)
             table[row] = {"command": shown, "n": args.n, "status": f"failed (exit {rc})"}
