@@ -71,7 +71,10 @@ def summarise(run_dir: Path) -> dict:
         "metrics": {k.removeprefix("metric/"): v for k, v in m.items() if k.startswith("metric/")},
         "unparseable_replies": m.get("llm/parse_failures"),
         "reasks": m.get("llm/reasks"),
-        "llm_calls_per_question": m.get("llm/calls_per_question"),
+        # the method's calls (answer, score, index purposes), answered by the model or the cache:
+        # llm/calls_per_question counts only this sitting's model calls, 0 on a replay
+        "llm_calls_per_question": (sum(m.get(f"llm/{p}/{k}", 0) or 0 for p in ("answer", "score", "index")
+                                       for k in ("calls", "cache_hits")) / n_ex) if n_ex else None,
         "tokens_per_question": m.get("llm/tokens_per_question"),
         "backend_calls": m.get("llm/calls"),
         "cache_hits": m.get("llm/cache_hits"),
