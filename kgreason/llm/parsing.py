@@ -83,7 +83,7 @@ def parse_json(text: str) -> ParseResult:
     return ParseResult(False, None, "no JSON object or array found")
 
 
-def _truncated_json_list(text: str) -> list[str] | None:
+def truncated_json_list(text: str) -> list[str] | None:
     """The complete string/number items of a JSON array cut off before its ``]`` (a reply that
     ran into ``max_tokens``), or ``None`` when ``text`` holds no unclosed array. An item cut in the
     middle is dropped: it is not what the model meant to write."""
@@ -125,7 +125,7 @@ def _parse_list(text: str) -> ParseResult:
         for v in js.value.values():
             if isinstance(v, list):
                 return ParseResult(True, [str(x).strip() for x in v if str(x).strip()])
-    cut = _truncated_json_list(text)
+    cut = truncated_json_list(text)
     if cut is not None:
         if cut:
             return ParseResult(True, cut, f"JSON list cut off: kept its {len(cut)} complete items")

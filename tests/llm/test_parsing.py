@@ -291,3 +291,13 @@ def test_parse_list_drops_repeats():
 def test_parse_answers_a_bare_one_line_reply(text, value, ok):
     r = parse_answers(text)
     assert (r.value, r.ok) == (value, ok)
+
+
+def test_dx_name_list_keeps_the_complete_items_of_a_cut_off_list():
+    # LogosKG-Dx baseline reply (DDXPlus, Qwen2.5-Coder-1.5B) looping until max_tokens: it was
+    # unparseable, re-asked, cut again, and the baseline differential was lost
+    from kgreason.reasoners.dx_common import parse_name_list
+
+    r = parse_name_list('["COPD", "Gastroesophageal Reflux", "Chronic Bronchitis", "COPD", "Lung Infe')
+    assert r.ok and r.value == ["COPD", "Gastroesophageal Reflux", "Chronic Bronchitis"]
+    assert not parse_name_list('["CO').ok
