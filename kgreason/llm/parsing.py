@@ -321,7 +321,7 @@ def parse_answers(text: str) -> ParseResult:
 
 
 _SENTENCE_WORD = re.compile(r"^(?:i|it|he|she|they|we|you|this|that|there)\b|\b(?:is|are|was|were|has|have|had|"
-                            r"did|does|think|believe|cannot|can't|don't)\b")
+                            r"am|not|did|does|know|sure|sorry|think|believe|cannot|can't|don't)\b")
 
 
 def _looks_like_a_name(part: str) -> bool:

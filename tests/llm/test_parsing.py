@@ -285,6 +285,8 @@ def test_parse_list_drops_repeats():
     ("A Single Shot; Hitchcock", ["A Single Shot", "Hitchcock"], True),
     # a sentence, several lines of reasoning, or copied facts are not an answer line
     ("I think it is Berlin", ["I think it is Berlin"], False),
+    ("I am not sure", ["I am not sure"], False),
+    ("I Am Legend", ["I Am Legend"], True),
     ("Daisy Miller was directed by Peter Bogdanovich.\nHe also made Paper Moon.", ["He also made Paper Moon"], False),
     ("Paper Moon | directed_by | Peter Bogdanovich", ["Paper Moon", "Peter Bogdanovich"], False),
 ])
