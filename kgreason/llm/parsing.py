@@ -31,6 +31,7 @@ class ParseResult:
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
+_FENCE_OPEN = re.compile(r"```(?:json)?\s*", re.I)
 
 
 def _repair(s: str) -> str:
@@ -82,8 +83,41 @@ def parse_json(text: str) -> ParseResult:
     return ParseResult(False, None, "no JSON object or array found")
 
 
+def truncated_json_list(text: str) -> list[str] | None:
+    """The complete string/number items of a JSON array cut off before its ``]`` (a reply that
+    ran into ``max_tokens``), or ``None`` when ``text`` holds no unclosed array. An item cut in the
+    middle is dropped: it is not what the model meant to write."""
+    m = _FENCE_OPEN.search(text)
+    body = text[m.end():] if m else text
+    start = body.find("[")
+    if start < 0 or body[:start].strip() or _balanced(body, "[", "]"):
+        return None
+    dec, i, out = json.JSONDecoder(), start + 1, []
+    while True:
+        while i < len(body) and body[i] in " \t\r\n,":
+            i += 1
+        try:
+            item, i = dec.raw_decode(body, i)
+        except ValueError:
+            return out
+        if isinstance(item, (str, int, float)) and str(item).strip():
+            out.append(str(item).strip())
+
+
+def _clean_item(x: str) -> str:
+    return x.strip().strip("[]").strip().strip("\"'").strip().rstrip(".").strip()
+
+
 def parse_list(text: str) -> ParseResult:
-    """A list of strings: a JSON array, else numbered/bulleted lines, else a comma/semicolon list."""
+    """A list of strings: a JSON array (text around it ignored; a cut-off array gives its
+    complete items, noted in ``error`` on a successful result), else numbered/bulleted lines,
+    else a ``;``/``,`` list (a final ``and``/``or`` after commas splits too). Repeats are dropped, first
+    place kept (a small model loops on one item until ``max_tokens``)."""
+    res = _parse_list(text)
+    return ParseResult(res.ok, list(dict.fromkeys(res.value)), res.error) if res.value else res
+
+
+def _parse_list(text: str) -> ParseResult:
     js = parse_json(text)
     if js.ok and isinstance(js.value, list):
         return ParseResult(True, [str(x).strip() for x in js.value if str(x).strip()])
@@ -91,18 +125,31 @@ def parse_list(text: str) -> ParseResult:
         for v in js.value.values():
             if isinstance(v, list):
                 return ParseResult(True, [str(x).strip() for x in v if str(x).strip()])
+    cut = truncated_json_list(text)
+    if cut is not None:
+        if cut:
+            return ParseResult(True, cut, f"JSON list cut off: kept its {len(cut)} complete items")
+        return ParseResult(False, [], "JSON list cut off before its first complete item")
     lines = [re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", ln).strip() for ln in text.strip().splitlines()]
     lines = [ln for ln in lines if ln]
     if len(lines) > 1:
-        return ParseResult(True, lines)
+        return ParseResult(True, [c for c in (_clean_item(ln) for ln in lines) if c])
     if lines:
-        items = [x.strip(" .") for x in re.split(r"[;,]", lines[0]) if x.strip(" .")]
+        items = [c for x in re.split(r"[;,]", lines[0]) for c in [_clean_item(x)] if c]
+        if items and len(items) > 1:
+            items[-1:] = _split_final_conjunction(items[-1])
         if items:
             return ParseResult(True, items)
     return ParseResult(False, [], "empty reply")
 
 
 _NUM = re.compile(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?")
+# "1." / "2:" / "3)" / "Candidate 4 -" opening a line: a list number, never a score
+_LIST_NUMBER = re.compile(r"^\s*(?:[-*•]\s*)?(?:(?:candidate|relation|entity|option|item)\s*)?#?\d+\s*[.:)\-]?(?=\s)", re.I | re.M)
+# the same, followed by the score on the line: "1: 0.5", "2. 0.9", "Candidate 2 (Score: 0.7)", "1) score = 0.1"
+_INDEXED_SCORE = re.compile(
+    r"^\s*(?:[-*•]\s*)?(?:(?:candidate|relation|entity|option|item)\s*)?#?(\d+)\s*[.:)\-]?\s*"
+    r"(?:\(?\s*score\s*[:=]?\s*)?([-+]?\d*\.?\d+)\s*(%?)", re.I | re.M)
 
 
 def parse_score(text: str, lo: float = 0.0, hi: float = 1.0) -> ParseResult:
@@ -124,6 +171,8 @@ def parse_scores(text: str, n: int, lo: float = 0.0, hi: float = 1.0) -> ParseRe
         vals = [float(x) for x in js.value if isinstance(x, (int, float))]
     elif js.ok and isinstance(js.value, dict):
         vals = [float(x) for x in js.value.values() if isinstance(x, (int, float))]
+    if len(vals) < n:
+        vals = [float(x) for x in _NUM.findall(_LIST_NUMBER.sub("", text))]
     if len(vals) < n:
         vals = [float(x) for x in _NUM.findall(text)]
     if len(vals) < n:
@@ -173,6 +222,60 @@ def with_reask(llm, request: ChatRequest, parser: Callable[[str], ParseResult], 
 
 # --------------------------------------------------------------------------- reasoner formats
 
+def _split_final_conjunction(x: str) -> list[str]:
+    """The last item of a comma list: ``"and C"`` → ``["C"]`` (Oxford comma), ``"B and C"`` →
+    ``["B", "C"]``; else ``[x]``."""
+    m = re.match(r"(?:and|or)\s+(.+)$", x, re.I)
+    if m:
+        return [m.group(1).strip()]
+    halves = re.split(r"\s+(?:and|or)\s+", x)
+    return [h.strip() for h in halves] if len(halves) == 2 and all(halves) else [x]
+
+
+def split_prose_list(text: str) -> list[str]:
+    """Names from an answer written as a list: ``;`` or ``|`` separated, else a comma list in
+    prose (``A, B and C``, ``A, B, and C``). One comma without a conjunction is read as part of
+    a name (``What's Up, Doc?``), and so is an ``and`` with no comma before it (``Pride and
+    Prejudice``); a name with ``and`` that ends a comma list is split (``X, Romeo and Juliet`` →
+    three names), the price of reading ``A, B and C``.
+
+    >>> split_prose_list("At Long Last Love, A Short Film About Love, American Buffalo, and Black Venus")
+    ['At Long Last Love', 'A Short Film About Love', 'American Buffalo', 'Black Venus']
+    """
+    if re.search(r"[;|]", text):
+        parts = re.split(r"\s*[;|]\s*", text)
+    else:
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) == 2 and _split_final_conjunction(parts[1]) == [parts[1]]:
+            parts = [text]
+        elif len(parts) > 1:
+            parts[-1:] = _split_final_conjunction(parts[-1])
+    return [c for c in (_clean_item(p) for p in parts) if c]
+
+
+# "The films directed by X are A, B" / "The answer is A": a lead-in that is a sentence (it has a
+# lower-case word of 3+ letters and a lower-case verb), not a title such as "The Man Who Was Thursday"
+_LEAD_IN = re.compile(r"^(?P<lead>(?:the|these|those|his|her|their|its|it|they)\b[^,;:]*?)\s+"
+                      r"(?:is|are|was|were|include|includes|would be)\s*:?\s+(?P<rest>\S.*)$", re.I)
+
+
+def strip_lead_in(text: str) -> str:
+    """``text`` without a sentence lead-in such as ``The answer is`` / ``The films ... are``."""
+    m = _LEAD_IN.match(text.strip())
+    if not m:
+        return text.strip()
+    verb = text.strip()[len(m.group("lead")):].split()[0]
+    if verb != verb.lower() or not re.search(r"(?:^|\s)[a-z]{3,}\b", m.group("lead")):
+        return text.strip()
+    return m.group("rest").strip()
+
+
+# a KG relation identifier ("directed_by", "film.film.directed_by"): never an answer, even when a
+# reply copies the prompt's "head | relation | tail" facts and the "|" split lands on it
+_RELATION_NAME = re.compile(r"^[a-z][a-z0-9]*(?:[._][a-z0-9]+)+$")
+
+_ANSWER_PREFIX = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*", re.I)
+
 _ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*(.*)$", re.I | re.M)
 # prose forms small models use instead: "The answer (to this question) is: X", "The answers are X"
 _ANSWER_PROSE = re.compile(
@@ -180,10 +283,14 @@ _ANSWER_PROSE = re.compile(
 
 
 def parse_answers(text: str) -> ParseResult:
-    """Answers from the last ``Answer: ...`` line (``;``/``|``-separated, or a JSON list).
+    """Answers from the last ``Answer: ...`` line (``;``/``|``-separated, a JSON list, or a
+    list in prose, :func:`split_prose_list`; a repeated ``Answer:`` prefix and a sentence
+    lead-in such as ``The films ... are`` are dropped).
 
-    When no such line (or prose form) exists the last non-empty line is read instead and the
-    result is marked failed while still carrying those answers, so a terse model gets scored.
+    When no such line (or prose form) exists, a reply of one line made only of names (``Thriller``,
+    ``A Single Shot; Hitchcock``) is read as the answer line. Otherwise the last non-empty line is
+    read and the result is marked failed while still carrying those answers, so a terse model
+    gets scored; copied ``head | relation | tail`` facts are never a bare answer.
 
     >>> parse_answers("Step 1 ...\\nAnswer: Paris; Lyon").value
     ['Paris', 'Lyon']
@@ -200,22 +307,39 @@ def parse_answers(text: str) -> ParseResult:
             return ParseResult(ok, [v for v in vals if v], "" if ok else "no 'Answer:' line")
         except (ValueError, TypeError):
             line = line.strip("[]")
-    parts = [p.strip().strip("\"'").rstrip(".").strip() for p in re.split(r"\s*[;|]\s*", line)]
-    parts = [p for p in parts if p and p.lower() not in ("unknown", "none", "n/a")]
+    # "Answer: A; Answer: B": the prefix repeated inside the line
+    pieces = [_ANSWER_PREFIX.sub("", p) for p in re.split(r"\s*[;|]\s*", line)]
+    parts = [x for p in pieces for x in split_prose_list(strip_lead_in(p))] if len(pieces) == 1 else \
+        [_clean_item(_ANSWER_PREFIX.sub("", p)) for p in pieces]
+    facts = any(_RELATION_NAME.match(p) for p in parts)
+    parts = [p for p in parts if p and p.lower() not in ("unknown", "none", "n/a") and not _RELATION_NAME.match(p)]
     if not parts:
         return ParseResult(False, [], "empty answer")
+    if not ok:  # a one-line reply of names only is an answer line without its prefix
+        ok = not facts and len(text.strip().splitlines()) == 1 and all(_looks_like_a_name(p) for p in parts)
     return ParseResult(ok, list(dict.fromkeys(parts)), "" if ok else "no 'Answer:' line")
+
+
+_SENTENCE_WORD = re.compile(r"^(?:i|it|he|she|they|we|you|this|that|there)\b|\b(?:is|are|was|were|has|have|had|"
+                            r"am|not|did|does|know|sure|sorry|think|believe|cannot|can't|don't)\b")
+
+
+def _looks_like_a_name(part: str) -> bool:
+    """A short answer item, not a sentence: at most 8 words, no pronoun opening and no
+    lower-case verb such as ``is`` or ``think`` (a title like ``Life is Beautiful`` is then
+    counted unparsed, though still scored)."""
+    return len(part.split()) <= 8 and not _SENTENCE_WORD.search(part)
 
 
 def parse_answer_field(text: str) -> ParseResult:
     """One answer string: the ``answer`` field of a JSON reply, else the first non-empty line
-    (``Answer:`` prefix dropped). Failed (value ``""``) when that is empty."""
+    (``Answer:`` prefix and a sentence lead-in such as ``The answer is`` dropped). Failed (value ``""``) when that is empty."""
     js = parse_json(text)
     if js.ok and isinstance(js.value, dict) and "answer" in js.value:
         ans = str(js.value["answer"]).strip()
     else:
         lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-        ans = lines[0].removeprefix("Answer:").strip() if lines else ""
+        ans = strip_lead_in(_ANSWER_PREFIX.sub("", lines[0])).rstrip(".").strip() if lines else ""
     return ParseResult(bool(ans), ans, "" if ans else "empty answer")
 
 
@@ -241,6 +365,15 @@ def parse_candidate_scores(text: str, names: list[str] | tuple[str, ...]) -> Par
         m = pat.search(text)
         if m:
             found[i] = min(1.0, max(0.0, float(m.group(1))))
+    if found:
+        return ParseResult(True, [found.get(i, 0.0) for i in range(len(names))])
+    for m in _INDEXED_SCORE.finditer(text):
+        k = int(m.group(1))
+        if "." in m.group(1) or not 1 <= k <= len(names):
+            found = {}
+            break
+        v = float(m.group(2)) / (100.0 if m.group(3) else 1.0)
+        found.setdefault(k - 1, min(1.0, max(0.0, v)))
     if found:
         return ParseResult(True, [found.get(i, 0.0) for i in range(len(names))])
     return parse_scores(text, len(names))
@@ -283,8 +416,10 @@ def parse_schema(text: str) -> ParseResult:
 
 
 def parse_hypothesis(text: str) -> ParseResult:
-    """``{"hypothesis": str, "claims": [(h, r, t), ...], "answer": str}`` from a JSON object
-    (claims that are not triples are dropped; a list answer gives its first item)."""
+    """``{"hypothesis": str, "claims": [(h, r, t), ...], "answer": str, "answers": [str]}`` from
+    a JSON object (claims that are not triples are dropped). ``answers`` is the answer as a list
+    (a JSON list, or a list in prose split by :func:`split_prose_list`); ``answer`` is its first
+    item, SGR's one answer ``a_i`` per path."""
     js = parse_json(text)
     if not js.ok or not isinstance(js.value, dict):
         return ParseResult(False, None, "expected a JSON object with hypothesis/claims/answer")
@@ -293,9 +428,11 @@ def parse_hypothesis(text: str) -> ParseResult:
               if isinstance(c, (list, tuple)) and len(c) == 3]
     ans = v.get("answer")
     if isinstance(ans, list):
-        ans = ans[0] if ans else ""
+        answers = [str(x).strip() for x in ans if x is not None and str(x).strip()]
+    else:
+        answers = split_prose_list(strip_lead_in(str(ans or "")))
     return ParseResult(True, {"hypothesis": str(v.get("hypothesis", "")), "claims": claims,
-                              "answer": str(ans or "").strip()})
+                              "answer": answers[0] if answers else "", "answers": answers})
 
 
 def parse_triple_answer(text: str) -> ParseResult:

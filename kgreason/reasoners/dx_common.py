@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kgreason.llm.parsing import ParseResult, parse_json
+from kgreason.llm.parsing import ParseResult, parse_json, truncated_json_list
 
 
 def diagnosis_types(kg, disease_type: str | Sequence[str], who: str) -> list[str]:
@@ -79,6 +79,9 @@ def parse_name_list(text: str) -> ParseResult:
         lists = [v for v in val.values() if isinstance(v, list)]
         val = lists[0] if lists else None
     if not js.ok or not isinstance(val, list):
+        cut = truncated_json_list(text)  # cut off at max_tokens: its complete items (docs/validation.md)
+        if cut:
+            return ParseResult(True, list(dict.fromkeys(cut)), f"JSON list cut off: kept its {len(cut)} complete items")
         return ParseResult(False, [], "expected a JSON list of strings")
     out = [str(x).strip() for x in val if isinstance(x, (str, int, float)) and str(x).strip()]
     return ParseResult(True, list(dict.fromkeys(out)))

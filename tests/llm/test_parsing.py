@@ -156,8 +156,8 @@ def test_parse_schema_forms():
 
 def test_parse_hypothesis():
     r = parse_hypothesis('{"hypothesis": "h", "claims": [["A", "r", "B"], ["bad"]], "answer": ["X", "Y"]}')
-    assert r.ok and r.value == {"hypothesis": "h", "claims": [("A", "r", "B")], "answer": "X"}
-    assert parse_hypothesis('{"answer": null}').value == {"hypothesis": "", "claims": [], "answer": ""}
+    assert r.ok and r.value == {"hypothesis": "h", "claims": [("A", "r", "B")], "answer": "X", "answers": ["X", "Y"]}
+    assert parse_hypothesis('{"answer": null}').value == {"hypothesis": "", "claims": [], "answer": "", "answers": []}
     assert not parse_hypothesis('["not", "an", "object"]').ok
 
 
@@ -167,3 +167,139 @@ def test_parse_triple_answer():
     assert parse_triple_answer('{"answer": "Paris"}').value["sufficient"] is True
     assert parse_triple_answer('{"answer": null, "used": null}').value == {"answer": "", "used": [], "sufficient": True}
     assert not parse_triple_answer("Paris").ok
+
+
+# --------------------------------------------------------------------------- replies Qwen2.5-Coder-1.5B wrote
+# Each case below is a reply the issue-21 model (llm=qwen_coder_1_5b) actually gave, or its
+# shape; docs/validation.md shows them in their traces.
+
+def test_tog_scores_keyed_by_list_number_are_not_read_as_scores():
+    # ToG lists the candidates as "1. name"; the model answered by number. The list numbers
+    # used to be taken as scores: [1.0, 0.5, 1.0, 0.5, 1.0].
+    names = ["film.directed_by", "film.written_by", "film.starred_actors", "film.has_genre", "film.release_year"]
+    r = parse_candidate_scores("1: 0.5\n2: 0.5\n3: 0.5\n4: 0.5\n5: 0.5", names)
+    assert r.ok and r.value == [0.5] * 5
+    r = parse_candidate_scores("1. 0.9\n3. 0.2", names)  # unnumbered candidates score 0
+    assert r.ok and r.value == [0.9, 0.0, 0.2, 0.0, 0.0]
+    r = parse_candidate_scores("Candidate 2 (Score: 0.7)\n1) score = 0.1", names)
+    assert r.ok and r.value == [0.1, 0.7, 0.0, 0.0, 0.0]
+    # a number outside 1..n is not an index: read in order as before
+    assert parse_candidate_scores("0.4 and 0.6", names[:2]).value == [0.4, 0.6]
+
+
+def test_parse_scores_skips_list_numbers():
+    assert parse_scores("1: 0.5\n2: 0.25", 2).value == [0.5, 0.25]
+    assert parse_scores("1. 0.8\n2. 0.1\n3. 0.3", 3).value == [0.8, 0.1, 0.3]
+
+
+@pytest.mark.parametrize("text, value", [
+    ("Answer: Peter Bogdanovich; Answer: Daisy Miller", ["Peter Bogdanovich", "Daisy Miller"]),
+    ("Answer: Paris; answer: Lyon", ["Paris", "Lyon"]),
+    ("**Answer:** Paris", ["Paris"]),
+])
+def test_parse_answers_repeated_answer_prefix(text, value):
+    r = parse_answers(text)
+    assert r.ok and r.value == value
+
+
+@pytest.mark.parametrize("text, value", [
+    # a list in prose (Oxford "and", plain "and" after commas)
+    ("Answer: At Long Last Love, A Short Film About Love, American Buffalo, and Black Venus",
+     ["At Long Last Love", "A Short Film About Love", "American Buffalo", "Black Venus"]),
+    ("Answer: Paper Moon, Mask and Texasville", ["Paper Moon", "Mask", "Texasville"]),
+    # one comma and no conjunction is a title, not a list
+    ("Answer: What's Up, Doc?", ["What's Up, Doc?"]),
+    # "and" without a comma is part of the name
+    ("Answer: Pride and Prejudice", ["Pride and Prejudice"]),
+    # a sentence around the names
+    ("Answer: The films directed by Peter Bogdanovich are Paper Moon, Mask, and Texasville.",
+     ["Paper Moon", "Mask", "Texasville"]),
+    ("The answer is Thriller.", ["Thriller"]),
+])
+def test_parse_answers_lists_and_sentences_in_prose(text, value):
+    r = parse_answers(text)
+    assert r.ok and r.value == value
+
+
+def test_parse_hypothesis_splits_a_prose_list_answer():
+    r = parse_hypothesis('{"hypothesis": "h", "claims": [], "answer": '
+                         '"At Long Last Love, A Short Film About Love, American Buffalo, and Black Venus"}')
+    assert r.ok
+    assert r.value["answers"] == ["At Long Last Love", "A Short Film About Love", "American Buffalo", "Black Venus"]
+    assert r.value["answer"] == "At Long Last Love"  # SGR's a_i: one answer per path (Eq. 29)
+
+
+def test_parse_list_recovers_the_complete_items_of_a_cut_off_json_list():
+    # IO reply cut at max_tokens: used to become the answer '["The Great Gatsby"' with no failure
+    r = parse_list('["The Great Gatsby", "The Sound of Music", "The Wizard of Oz", "The Godf')
+    assert r.ok and r.value == ["The Great Gatsby", "The Sound of Music", "The Wizard of Oz"]
+    assert "cut off" in r.error  # noted on the (successful) result
+    r = parse_list('```json\n["The Great Gatsby"')
+    assert r.ok and r.value == ["The Great Gatsby"]
+    r = parse_list('["The Gre')  # no complete item: a parse failure
+    assert not r.ok and r.value == []
+
+
+@pytest.mark.parametrize("text, items", [
+    ('Sure! Here is the list: ["Paper Moon", "Mask"]. Hope this helps.', ["Paper Moon", "Mask"]),
+    ('{"answers": ["Thriller"]} (based on his filmography)', ["Thriller"]),
+    ('"Paper Moon", "Mask"', ["Paper Moon", "Mask"]),  # quotes without brackets
+    ("Paper Moon, Mask and Texasville", ["Paper Moon", "Mask", "Texasville"]),
+])
+def test_parse_list_extra_text_and_prose(text, items):
+    r = parse_list(text)
+    assert r.ok and r.value == items
+
+
+@pytest.mark.parametrize("text, value", [
+    ("The answer is Paris.", "Paris"),
+    ('Sure. {"answer": "Paris"} is my answer.', "Paris"),
+    ("Answer: The Beatles", "The Beatles"),
+])
+def test_parse_answer_field_sentences(text, value):
+    r = parse_answer_field(text)
+    assert r.ok and r.value == value
+
+
+def test_parse_answers_never_returns_a_relation_name():
+    # RAG reply (MetaQA, Qwen2.5-Coder-1.5B): facts in the prompt's "head | relation | tail"
+    # form and no Answer: line. Splitting on "|" used to give 'directed_by' as an answer.
+    r = parse_answers("The Glass Agency | directed_by | Peter Bogdanovich; Hitchcock | directed_by | Peter Bogdanovich")
+    assert not r.ok  # no Answer: line: still a parse failure
+    assert r.value == ["The Glass Agency", "Peter Bogdanovich", "Hitchcock"]
+    assert parse_answers("Answer: film.film.directed_by; Paper Moon").value == ["Paper Moon"]
+
+
+def test_parse_list_drops_repeats():
+    # HotpotQA IO reply: the model looped on one item until max_tokens cut the list
+    r = parse_list('["Actress", "Actress", "Actress", "Act')
+    assert r.ok and r.value == ["Actress"]
+    assert parse_list('["a", "b", "a"]').value == ["a", "b"]
+
+
+@pytest.mark.parametrize("text, value, ok", [
+    # MetaQA RAG replies of Qwen2.5-Coder-1.5B without the Answer: line: a one-line reply that is
+    # only names is the answer a careful reader takes, so it parses
+    ("Thriller", ["Thriller"], True),
+    ("What's Up, Doc?", ["What's Up, Doc?"], True),
+    ("A Single Shot; Hitchcock", ["A Single Shot", "Hitchcock"], True),
+    # a sentence, several lines of reasoning, or copied facts are not an answer line
+    ("I think it is Berlin", ["I think it is Berlin"], False),
+    ("I am not sure", ["I am not sure"], False),
+    ("I Am Legend", ["I Am Legend"], True),
+    ("Daisy Miller was directed by Peter Bogdanovich.\nHe also made Paper Moon.", ["He also made Paper Moon"], False),
+    ("Paper Moon | directed_by | Peter Bogdanovich", ["Paper Moon", "Peter Bogdanovich"], False),
+])
+def test_parse_answers_a_bare_one_line_reply(text, value, ok):
+    r = parse_answers(text)
+    assert (r.value, r.ok) == (value, ok)
+
+
+def test_dx_name_list_keeps_the_complete_items_of_a_cut_off_list():
+    # LogosKG-Dx baseline reply (DDXPlus, Qwen2.5-Coder-1.5B) looping until max_tokens: it was
+    # unparseable, re-asked, cut again, and the baseline differential was lost
+    from kgreason.reasoners.dx_common import parse_name_list
+
+    r = parse_name_list('["COPD", "Gastroesophageal Reflux", "Chronic Bronchitis", "COPD", "Lung Infe')
+    assert r.ok and r.value == ["COPD", "Gastroesophageal Reflux", "Chronic Bronchitis"]
+    assert not parse_name_list('["CO').ok
