@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -166,6 +167,9 @@ def protect_run_dir(cfg: DictConfig | Mapping[str, Any], out_dir: str | Path) ->
     data = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
     problems = register_from_config(data)
     install_log_filter()
+    # trackers record the command line (W&B's run metadata keeps sys.argv): a key typed as an
+    # override must not be there either; Hydra has parsed the arguments already
+    sys.argv[:] = [scrub(a) for a in sys.argv]
     out_dir = Path(out_dir)
     for f in [*sorted((out_dir / ".hydra").glob("*.yaml")), out_dir.parent / "multirun.yaml"]:
         scrub_file(f)

@@ -85,8 +85,8 @@ def test_cli_run_dir_never_holds_the_key(tmp_path, case):
     with FakeChatServer(faults=faults) as srv:
         args = ["reasoner=io", "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=fake-model",
                 "dataset.limit=2", "tracking=wandb", "fail_on_error_rate=false", f"hydra.run.dir={out}"]
-        if case == "server_quotes_key":
-            args.append(f"llm.api_key_env={KEY_ENV}")
+        if case == "server_quotes_key":  # no start-up probe: the rejection must reach the rows
+            args += [f"llm.api_key_env={KEY_ENV}", "preflight.probe_llm=false"]
         elif case == "plus_api_key":
             args += [f"llm.api_key_env={KEY_ENV}", f"+llm.api_key={KEY}"]
         else:
