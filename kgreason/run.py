@@ -35,6 +35,7 @@ from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric
 from kgreason.record import check_resume, choices, run_record
 from kgreason.runs import PredictionStore, gold_fields, protect_run_dir, scrub_secrets, write_json
+from kgreason.textio import forget_files_read
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
 log = logging.getLogger("kgreason")
@@ -411,6 +412,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
+    forget_files_read()  # run.json lists the data files this run reads (not an earlier job's)
     uses_llm = _start_checks(cfg)  # bad settings stop here, before any example is paid for
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         examples = list(c.dataset)

@@ -36,6 +36,12 @@ def note_file(path: str | Path, sha256: str, size: int) -> None:
         _READ[str(Path(path).resolve())] = {"sha256": sha256, "bytes": int(size)}
 
 
+def forget_files_read() -> None:
+    """Start a new list (each run of a multirun in one process lists only its own files)."""
+    with _READ_LOCK:
+        _READ.clear()
+
+
 def files_read() -> dict[str, dict]:
     """``{absolute path: {"sha256", "bytes"}}`` of every data file read through this module (or
     hashed by the compiled-KG cache) in this process: the run record lists them, so two runs on
@@ -142,4 +148,4 @@ def _sha256_file(p: Path) -> str:
     return h.hexdigest()
 
 
-__all__ = ["note_file", "files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]
+__all__ = ["note_file", "files_read", "forget_files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]

@@ -175,8 +175,20 @@ def test_end_to_end_scripted(tmp_path, emb_dir):
 def test_end_to_end_local(tmp_path, emb_dir):
     from kgreason.run import run
 
+    import json as _json
+
+    from kgreason.reasoners.rag_text import load_corpus
+
+    # the real model indexes every passage of the pool before the first question (§2.1): keep the
+    # pool to the question's supporting passages plus a few others, so CI's 2 cores can run it
+    ex = next(iter(__import__("kgreason.data.embedded", fromlist=["x"]).load_embedded(task="multihop", limit=1)))
+    world = load_corpus("embedded", 0)
+    keep = [p for p in world if p[0] in set(ex.supporting)][:4] + world[:2]
+    corpus = tmp_path / "pool.jsonl"
+    corpus.write_text("".join(_json.dumps({"title": t, "text": x}) + "\n" for t, x in keep))
     cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=local",
-                       "dataset.limit=1", "tracking=none", "reasoner.max_tokens=64",
+                       "dataset.limit=1", "tracking=none", "reasoner.max_tokens=64", f"reasoner.corpus={corpus}",
+                       f"reasoner.index_dir={tmp_path / 'idx'}",
                        f"embedder.cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
     res = run(cfg, tmp_path)
     assert res.metrics["run/n_examples"] == 1 and res.metrics["llm/calls"] > 0
