@@ -305,15 +305,7 @@ class NumbaRetriever(GraphRetriever):
             tids_by_hop = [T[toff[h]:toff[h + 1]] for h in range(done)]
         else:
             tids_by_hop = []
-        paths, truncated = ((), False)
-        if self.max_paths > 0 and not timed_out and layers:
-            try:
-                paths, truncated = self._paths(seeds_arr, layers, tids_by_hop, deadline)
-            except QueryTimeout:
-                timed_out = True
-        triples_by_hop = [self._triples(t) for t in tids_by_hop] if self.return_triples else []
-        return Subgraph(seeds=seeds_arr, entities_by_hop=layers, triples_by_hop=triples_by_hop,
-                        paths=paths, paths_truncated=truncated, timed_out=timed_out)
+        return self._finish(seeds_arr, layers, tids_by_hop, deadline, timed_out)
 
     def _hop(self, active, rel_mask, deadline):
         """One hop (the base-class primitive), through the same compiled loop under walk rules."""

@@ -77,15 +77,7 @@ class SparqlRetriever(GraphRetriever):
                 active = new
         except QueryTimeout:
             timed_out = True
-        paths, truncated = ((), False)
-        if self.max_paths > 0 and not timed_out and layers:
-            try:
-                paths, truncated = self._paths(seeds_arr, layers, tids_by_hop, deadline)
-            except QueryTimeout:
-                timed_out = True
-        triples_by_hop = [self._triples(t) for t in tids_by_hop] if self.return_triples else []
-        return Subgraph(seeds=seeds_arr, entities_by_hop=layers, triples_by_hop=triples_by_hop,
-                        paths=paths, paths_truncated=truncated, timed_out=timed_out)
+        return self._finish(seeds_arr, layers, tids_by_hop, deadline, timed_out)
 
     def retrieve_many(self, seed_sets: Sequence[Sequence[int]], hops: int,
                       relations: Sequence[int] | None = None) -> list[Subgraph]:
