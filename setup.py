@@ -9,7 +9,7 @@ config group directory is listed as a (data-only) subpackage so setuptools ships
 
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 HERE = Path(__file__).resolve().parent
 conf_packages = ["kgreason.conf"] + sorted(
@@ -19,6 +19,9 @@ conf_packages = ["kgreason.conf"] + sorted(
 )
 
 setup(
-    packages=find_packages(include=["kgreason", "kgreason.*"]) + conf_packages,
+    # namespace discovery also lists the data-only folders (reasoners/prompts/*, judges/rubrics),
+    # which setuptools otherwise warns it may stop shipping
+    packages=find_namespace_packages(include=["kgreason", "kgreason.*"],
+                                     exclude=["kgreason.conf", "kgreason.conf.*", "*.__pycache__"]) + conf_packages,
     package_dir={"kgreason.conf": "conf"},
 )

@@ -33,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout, Semantics
+from kgreason.retrieval.base import Direction, GraphRetriever, Semantics
 from kgreason.types import Subgraph
 
 try:  # numba is a core dependency; keep the import error readable if it is missing
