@@ -15,6 +15,7 @@ use) and the embedder loads its model on first use, so passing them costs nothin
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import time
@@ -29,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kgreason import preflight
 from kgreason.judges.base import judge_llm_config, judge_metrics
-from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics
+from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
 from kgreason.llm.cache import check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric
@@ -201,6 +202,22 @@ def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001
             row["judge"] = {"error": f"{type(e).__name__}: {e}"}
     return row
+
+
+def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path) -> Ledger:
+    """The reasoner's run-level set-up (SubQRAG's corpus index), given the rows a resumed run
+    keeps; ``kept=None``: nothing is left to answer, so no set-up. Its LLM calls are counted in
+    their own ledger, paid by ``[run id, PREPARE_ID]``, so a resumed run counts the calls it paid
+    for before the kill, as an uninterrupted run did; the ledger is kept in
+    ``prepare_usage.json`` for a re-invocation that has nothing left to answer."""
+    path = out_dir / "prepare_usage.json"
+    if kept is None:
+        return Ledger.from_json(json.loads(path.read_text())) if path.exists() else Ledger()
+    with example_ledger(payer=(c.run_id, PREPARE_ID) if c.run_id else None) as led:
+        c.reasoner.prepare(c.dataset, done=kept)
+    if led.by_purpose:
+        write_json(path, led.to_json())
+    return led
 
 
 def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int,
@@ -431,13 +448,12 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
         pending = _pending(examples, store, bool(cfg.get("retry_errors", True)))
         log.info("dataset %s: %d examples (%d already done, %d to retry)", getattr(c.dataset, "name", "?"),
                  len(examples), len(examples) - len(pending), len(pending) - (len(examples) - done_before))
-        if pending:  # run-level set-up (SubQRAG's corpus index), given the rows a resumed run keeps
-            todo = {ex.id for ex in pending}
-            kept = [store.rows[ex.id] for ex in examples if ex.id in store and ex.id not in todo]
-            c.reasoner.prepare(c.dataset, done=kept)
+        todo = {ex.id for ex in pending}
+        kept = [store.rows[ex.id] for ex in examples if ex.id in store and ex.id not in todo]
+        prepared = _prepare(c, kept if pending else None, out_dir)
         _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
         rows = [store.rows[ex.id] for ex in examples if ex.id in store]  # dataset order, last row per id
-        outside = Ledger()
+        outside = prepared
         for meter in (c.llm, getattr(c.judge, "llm", None)):
             for p, u in getattr(getattr(meter, "outside", None), "by_purpose", {}).items():
                 outside.add(p, u)

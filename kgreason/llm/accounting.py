@@ -213,6 +213,25 @@ def claim_paid(key: str, paid_by: Any) -> bool:
     return led.claim(key)
 
 
+PREPARE_ID = "<prepare>"
+"""The example id of the run-level set-up's payer (``[run id, PREPARE_ID]``): the calls a
+reasoner makes in ``prepare`` (SubQRAG's corpus index) before the first example."""
+
+
+def credit_paid(key: str, paid_by: Any, usage: Usage) -> bool:
+    """Resume accounting for a call recorded outside the call cache (SubQRAG's extraction log
+    keeps each finished passage, so a resumed run reads it back instead of calling): when the
+    record was paid for by the current payer and ``key`` is not yet claimed in this attempt, add
+    its ``usage`` to the current ledger under the current purpose, as an uninterrupted run counted
+    it (:func:`claim_paid`). Returns whether it was counted."""
+    if not claim_paid(key, paid_by):
+        return False
+    led = _LEDGER.get()
+    if led is not None:
+        led.add(_PURPOSE.get() or "answer", usage)
+    return True
+
+
 def mark_score_cached() -> None:
     """Called by the call cache when a ``score`` call is answered from the cache."""
     flag = _SCORE_HIT.get()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import re
+import traceback
 from typing import Any
 
 from kgreason.embed import Embedder
@@ -203,10 +204,10 @@ class SubQRAG(BaseReasoner):
         self._extracted = set()
         self._graph = self._index_graph() if self.kg_source == "index" else self._injected_graph()
         for row in done:  # resume: the same graph as an uninterrupted run at this point
-            if not row.get("error"):
-                for wb in (row.get("extra") or {}).get("write_back", []):
-                    self._extracted.add(wb["passage"])
-                    self._graph.add([tuple(x) for x in wb["triples"]], source=wb["passage"])
+            # (an error row too: a failing example keeps what it wrote back before it failed)
+            for wb in (row.get("extra") or {}).get("write_back", []):
+                self._extracted.add(wb["passage"])
+                self._graph.add([tuple(x) for x in wb["triples"]], source=wb["passage"])
 
     def _injected_graph(self) -> WorkingGraph:
         kg = self._kg
@@ -305,7 +306,17 @@ class SubQRAG(BaseReasoner):
 
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
+        self.graph  # noqa: B018 - answering before prepare() is a programming error: it raises here
         t = Trace()
+        try:
+            return self._answer(t, example)
+        except Exception as e:  # noqa: BLE001 - recorded like the run loop records any failure
+            # The run-long graph keeps what this attempt wrote back before it failed (Eq. 4), so the
+            # error row carries those write-backs (t.extra["write_back"]) and a resume replays them.
+            return t.finish(example, [], error=f"{type(e).__name__}: {e}",
+                            traceback=traceback.format_exc(limit=8))
+
+    def _answer(self, t: Trace, example: Example) -> Prediction:
         q = example.question
         subs = self.decompose(t, q) if self.decomposition else [q]
         prev: list[tuple[str, str]] = []

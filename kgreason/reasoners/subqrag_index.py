@@ -26,6 +26,7 @@ from typing import Sequence
 
 from kgreason import progress
 from kgreason.kg.store import KG
+from kgreason.llm.accounting import credit_paid, current_payer
 from kgreason.llm.parsing import ParseResult, parse_json
 from kgreason.reasoners.base import load_prompt, render
 from kgreason.types import ChatRequest, Completion, Usage, to_jsonable
@@ -181,7 +182,7 @@ def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: b
                 continue
             triples, _req, comp, bad = extract_triples(llm, title, text, validate=validate, max_tokens=max_tokens)
             rec = {"id": pid, "triples": [list(t) for t in triples], "rejected": bad,
-                   "usage": to_jsonable(comp.usage)}
+                   "usage": to_jsonable(comp.usage), "paid_by": current_payer()}
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             f.flush()
             done[pid] = rec
@@ -213,6 +214,9 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     d.mkdir(parents=True, exist_ok=True)
     done = _read_extractions(d / "extractions.jsonl")
     cached = sum(1 for i in ids if i in done)
+    for pid in ids:  # a resumed run counts the passages it paid for before the kill (docs/llm.md)
+        if pid in done:
+            credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), Usage(**done[pid]["usage"]))
     made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens)
     usage, rejected = Usage(), 0
     seen: dict[tuple[str, str, str], Triple] = {}

@@ -103,9 +103,35 @@ def test_answering_before_prepare_is_an_error(emb_dir):
         r.answer(EX0)
 
 
-def test_run_indexes_at_start_up_and_a_resume_makes_no_indexing_call(tmp_path, emb_dir):
-    """Through run(): llm/index/calls = one per pool passage before the first example; after a
-    kill (last row gone), the resumed run reads the index back (0 indexing calls)."""
+def test_an_example_that_fails_after_writing_back_keeps_its_write_backs(tmp_path, emb_dir, monkeypatch):
+    """Issue 18: the run-long graph keeps what a failing example wrote back (Eq. 4) before it
+    raised, so its row must carry those write-backs and a resume must replay them; before, the
+    error row had no ``extra`` and a resumed run's graph lacked them."""
+    ds = ExampleSet("docs", [EX0, EX1])
+    r1 = _reasoner(_llm(), tmp_path / "idx", emb_dir)
+    r1.prepare(ds)
+    real = SubQRAG._call
+
+    def failing(self, t, purpose, prompt, parser):
+        if purpose == "final_answer":
+            raise ConnectionError("endpoint gone")
+        return real(self, t, purpose, prompt, parser)
+
+    monkeypatch.setattr(SubQRAG, "_call", failing)
+    p0 = r1.answer(EX0)
+    monkeypatch.setattr(SubQRAG, "_call", real)
+    assert p0.error == "ConnectionError: endpoint gone" and "ConnectionError" in p0.extra["traceback"]
+    assert ("Bob Stone", "born in", "Riverton") in r1.graph  # the uninterrupted run keeps it
+    assert {"passage": "Bob Stone", "triples": [["Bob Stone", "born in", "Riverton"]]} in p0.extra["write_back"]
+    state = (list(r1.graph.triples), dict(r1.graph.provenance), set(r1._extracted))
+
+    row0 = json.loads(json.dumps({"id": EX0.id, "error": p0.error, "extra": to_jsonable(p0.extra)}))
+    r2 = _reasoner(_llm(), tmp_path / "idx", emb_dir)
+    r2.prepare(ds, done=[row0])  # kept as it is (retry_errors=false)
+    assert (list(r2.graph.triples), dict(r2.graph.provenance), set(r2._extracted)) == state
+
+
+def _hotpot_run(tmp_path, emb_dir):
     from kgreason.run import run
 
     data = tmp_path / "hotpot.jsonl"
@@ -114,11 +140,50 @@ def test_run_indexes_at_start_up_and_a_resume_makes_no_indexing_call(tmp_path, e
     data.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     out = tmp_path / "run"
     cfg = compose_cfg(["reasoner=subqrag", "dataset=hotpotqa", f"dataset.path={data}", "llm=scripted",
-                       "tracking=none", f"reasoner.index_dir={tmp_path / 'idx'}",
+                       "tracking=none", f"reasoner.index_dir={tmp_path / 'idx'}", f"llm_cache.dir={tmp_path / 'calls'}",
                        f"embedder.cache_dir={emb_dir}"], out)
-    first = run(cfg, out).metrics
+    return (lambda: run(cfg, out).metrics), out
+
+
+def test_run_indexes_at_start_up_before_the_first_example(tmp_path, emb_dir):
+    """Through run(): llm/index/calls = one per pool passage, made before the first example."""
+    go, out = _hotpot_run(tmp_path, emb_dir)
+    first = go()
     assert first["llm/index/calls"] == 3 and first["run/n_examples"] == 2
+    assert json.loads((out / "prepare_usage.json").read_text())["index"]["calls"] == 3
+
+
+@pytest.mark.parametrize("kill", ["after_first_example", "mid_indexing", "after_indexing", "finished"])
+def test_a_resumed_run_writes_the_uninterrupted_metrics_byte_for_byte(tmp_path, emb_dir, kill):
+    """Issue 18: whatever point a kill hits (indexing half done, indexing done and no row, one row,
+    every row), the resumed run's metrics.json equals the uninterrupted run's, ``llm/index/*``
+    included. Before, a resume counted only the indexing calls of its own invocation (0), and a
+    finished run invoked again rewrote its metrics without them."""
+    go, out = _hotpot_run(tmp_path, emb_dir)
+    go()
+    reference = (out / "metrics.json").read_bytes()
+    assert json.loads(reference)["llm/index/calls"] == 3
     preds = out / "predictions.jsonl"
-    preds.write_text(preds.read_text().splitlines()[0] + "\n")  # killed after the first example
-    resumed = run(cfg, out).metrics
-    assert resumed.get("llm/index/calls", 0) == 0 and resumed["run/n_examples"] == 2
+    if kill == "after_first_example":
+        preds.write_text(preds.read_text().splitlines()[0] + "\n")
+    elif kill in ("mid_indexing", "after_indexing"):
+        preds.unlink()
+        (out / "prepare_usage.json").unlink()
+        if kill == "mid_indexing":  # one passage logged; the other two calls sit in the call cache
+            (log,) = (tmp_path / "idx").glob("*/extractions.jsonl")
+            log.write_text(log.read_text().splitlines()[0] + "\n")
+    resumed = go()
+    assert resumed["run/n_examples"] == 2
+    assert (out / "metrics.json").read_bytes() == reference, (resumed, json.loads(reference))
+
+
+def test_another_run_dir_reusing_the_index_counts_no_indexing_call(tmp_path, emb_dir):
+    """The index cache is shared by runs: a second run dir reads it back and pays nothing for it
+    (its extraction rows were paid by the first run)."""
+    go, out = _hotpot_run(tmp_path, emb_dir)
+    go()
+    import shutil
+
+    shutil.rmtree(out)
+    again = go()
+    assert again.get("llm/index/calls", 0) == 0 and again["run/n_examples"] == 2
