@@ -277,6 +277,9 @@ _RELATION_NAME = re.compile(r"^[a-z][a-z0-9]*(?:[._][a-z0-9]+)+$")
 _ANSWER_PREFIX = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*", re.I)
 
 _ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*(.*)$", re.I | re.M)
+# the answer line written at the end of the last sentence: "... directed by X. Answer: X"
+_ANSWER_INLINE = re.compile(r"[.!?]\s+\**(?:final\s+)?answers?\**\s*[:：]\s*\**\s*(\S.*)$", re.I | re.M)
+_ABSTAIN = ("unknown", "none", "n/a")
 # prose forms small models use instead: "The answer (to this question) is: X", "The answers are X"
 _ANSWER_PROSE = re.compile(
     r"\b(?:final\s+)?answers?(?:\s+to\s+(?:this|the)\s+question)?\s+(?:is|are)\s*[:：]?\s*(.+)$", re.I | re.M)
@@ -287,6 +290,8 @@ def parse_answers(text: str) -> ParseResult:
     list in prose, :func:`split_prose_list`; a repeated ``Answer:`` prefix and a sentence
     lead-in such as ``The films ... are`` are dropped).
 
+    The answer line may also close the last sentence (``... by X. Answer: X``). An answer line that
+    is only ``None`` / ``unknown`` / ``n/a`` is read as an abstention: ``ok`` with no answers.
     When no such line (or prose form) exists, a reply of one line made only of names (``Thriller``,
     ``A Single Shot; Hitchcock``) is read as the answer line. Otherwise the last non-empty line is
     read and the result is marked failed while still carrying those answers, so a terse model
@@ -297,7 +302,7 @@ def parse_answers(text: str) -> ParseResult:
     >>> parse_answers("The answer to this question is: 2000.").value
     ['2000']
     """
-    hits = _ANSWER.findall(text) or _ANSWER_PROSE.findall(text)
+    hits = _ANSWER.findall(text) or _ANSWER_INLINE.findall(text) or _ANSWER_PROSE.findall(text)
     ok = bool(hits)
     line = hits[-1] if hits else next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "")
     line = line.strip().strip("*{}").strip()
@@ -312,7 +317,9 @@ def parse_answers(text: str) -> ParseResult:
     parts = [x for p in pieces for x in split_prose_list(strip_lead_in(p))] if len(pieces) == 1 else \
         [_clean_item(_ANSWER_PREFIX.sub("", p)) for p in pieces]
     facts = any(_RELATION_NAME.match(p) for p in parts)
-    parts = [p for p in parts if p and p.lower() not in ("unknown", "none", "n/a") and not _RELATION_NAME.match(p)]
+    if ok and parts and all(p.lower().rstrip(".") in _ABSTAIN for p in parts):
+        return ParseResult(True, [], "the model declined to answer")  # read: an abstention, not unreadable
+    parts = [p for p in parts if p and p.lower() not in _ABSTAIN and not _RELATION_NAME.match(p)]
     if not parts:
         return ParseResult(False, [], "empty answer")
     if not ok:  # a one-line reply of names only is an answer line without its prefix

@@ -98,7 +98,7 @@ from kgreason.llm.parsing import (  # noqa: E402
     ("The answer to this question is: 2000.", ["2000"], True),
     ("Some reasoning.\nThe answers are Paris; Lyon", ["Paris", "Lyon"], True),
     ("I think it is Berlin", ["I think it is Berlin"], False),  # last line kept, marked failed
-    ("Answer: n/a", [], False),
+    ("Answer: ", [], False),  # an empty answer line says nothing
 ])
 def test_parse_answers(text, value, ok):
     r = parse_answers(text)
@@ -291,6 +291,25 @@ def test_parse_list_drops_repeats():
     ("Paper Moon | directed_by | Peter Bogdanovich", ["Paper Moon", "Peter Bogdanovich"], False),
 ])
 def test_parse_answers_a_bare_one_line_reply(text, value, ok):
+    r = parse_answers(text)
+    assert (r.value, r.ok) == (value, ok)
+
+
+@pytest.mark.parametrize("text, value, ok", [
+    # Qwen2.5-Coder-1.5B CoT, MetaQA (validation N=20): the answer line written at the end of the
+    # reasoning sentence, not on its own line: a careful reader reads it
+    ("Ari Graynor starred in the films \"The Dark Knight\" (2008) and \"The Dark Knight Rises\" (2012), "
+     "which were directed by Christopher Nolan. Answer: Christopher Nolan", ["Christopher Nolan"], True),
+    ("It was made in 1999! Final answer: Paris; Lyon", ["Paris", "Lyon"], True),
+    # ...but "answer:" inside a sentence is not an answer line
+    ("The question asks for the answer: it is unclear", ["The question asks for the answer: it is unclear"], False),
+    # an explicit abstention is read (no answer), not an unreadable reply: counted as a parse
+    # failure it was re-asked and inflated the row's unparseable replies
+    ("Answer: None", [], True),
+    ("Reasoning...\nAnswer: unknown", [], True),
+    ("Answer: n/a", [], True),
+])
+def test_parse_answers_inline_answer_and_abstention(text, value, ok):
     r = parse_answers(text)
     assert (r.value, r.ok) == (value, ok)
 
