@@ -6,10 +6,10 @@ there. Run them with
 
     KGREASON_DATA=/work/shared/data pytest -p no:cacheprovider -m model tests/test_model_e2e.py
 
-Each test answers the first question of the row's dataset (``dataset.limit=1``, the same question
-as the first row of the validation table) with the row's own settings and checks that the run
-finished without an error and that **every** reply the model gave was read by its parser
-(``parse_ok`` on each LLM call in the trace). The calls go through the validation table's call
+Each test answers the first three questions of the row's dataset (``dataset.limit=3``, the same
+questions as the first three of the validation table's row) with the row's own settings and
+checks that the run finished without an error and that **every** reply the model gave was read
+by its parser (``parse_ok`` on each LLM call in the trace). The calls go through the validation table's call
 cache (``$KGREASON_MODEL_TEST_CACHE``, default ``~/.cache/kgreason/validation``), so once
 ``experiments/validation/run_validation.py`` has run a row, its test replays it for free; a cold
 run costs what one question of that row costs (docs/validation.md: up to minutes on a 2-core CPU).
@@ -26,6 +26,7 @@ import pytest
 from conftest import compose_cfg
 
 pytestmark = pytest.mark.model
+N = 3  # questions per row
 
 
 def _qwen_installed() -> bool:
@@ -71,15 +72,16 @@ def test_every_reply_of_the_real_model_parses(row, shared_data, tmp_path):
     data, reasoner = ROWS[row]
     cache = os.environ.get("KGREASON_MODEL_TEST_CACHE", str(Path.home() / ".cache" / "kgreason" / "validation"))
     cfg = compose_cfg([f"reasoner={reasoner}", *data, "llm=qwen_coder_1_5b", "llm.n_threads=1",
-                       "example_workers=1", "tracking=none", "dataset.limit=1", f"paths.data={shared_data}",
+                       "example_workers=1", "tracking=none", f"dataset.limit={N}", f"paths.data={shared_data}",
                        f"llm_cache.dir={cache}"], tmp_path)
     res = run(cfg, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
-    assert len(rows) == 1 and not rows[0].get("error"), rows[0].get("error")
+    assert len(rows) == N and not any(r.get("error") for r in rows), [r.get("error") for r in rows]
     assert res.metrics["run/errors"] == 0
-    calls = _llm_calls(rows[0]["trace"])
-    if reasoner != "kg_dx":  # kg_dx ranks from the KG alone: no LLM call to read
-        assert calls, f"{row}: the reasoner made no LLM call"
+    for r in rows:
+        if reasoner != "kg_dx":  # kg_dx ranks from the KG alone: no LLM call to read
+            assert _llm_calls(r["trace"]), f"{row}: the reasoner made no LLM call on {r['id']}"
+    calls = [c for r in rows for c in _llm_calls(r["trace"])]
     unread = [(c.get("prompt_id"), c.get("replies")) for c in calls if not c.get("parse_ok", True)]
     assert not unread, f"{row}: replies no parser could read: {unread}"
     assert res.metrics["llm/parse_failures"] == 0

@@ -280,6 +280,7 @@ _ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answers?\s*\**\s*[:：]\s*\**\s*(.
 # the answer line written at the end of the last sentence: "... directed by X. Answer: X"
 _ANSWER_INLINE = re.compile(r"[.!?]\s+\**(?:final\s+)?answers?\**\s*[:：]\s*\**\s*(\S.*)$", re.I | re.M)
 _ABSTAIN = ("unknown", "none", "n/a")
+_PLACEHOLDER = re.compile(r"^<[^<>]*>$")  # the prompt's "<answer>" copied back
 # prose forms small models use instead: "The answer (to this question) is: X", "The answers are X"
 _ANSWER_PROSE = re.compile(
     r"\b(?:final\s+)?answers?(?:\s+to\s+(?:this|the)\s+question)?\s+(?:is|are)\s*[:：]?\s*(.+)$", re.I | re.M)
@@ -319,7 +320,8 @@ def parse_answers(text: str) -> ParseResult:
     facts = any(_RELATION_NAME.match(p) for p in parts)
     if ok and parts and all(p.lower().rstrip(".") in _ABSTAIN for p in parts):
         return ParseResult(True, [], "the model declined to answer")  # read: an abstention, not unreadable
-    parts = [p for p in parts if p and p.lower() not in _ABSTAIN and not _RELATION_NAME.match(p)]
+    parts = [p for p in parts if p and p.lower() not in _ABSTAIN and not _RELATION_NAME.match(p)
+             and not _PLACEHOLDER.match(p)]
     if not parts:
         return ParseResult(False, [], "empty answer")
     if not ok:  # a one-line reply of names only is an answer line without its prefix

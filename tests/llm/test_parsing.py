@@ -308,6 +308,9 @@ def test_parse_answers_a_bare_one_line_reply(text, value, ok):
     ("Answer: None", [], True),
     ("Reasoning...\nAnswer: unknown", [], True),
     ("Answer: n/a", [], True),
+    # ToG, MetaQA: the prompt's own placeholder copied back is no answer (before: the answer "<answer>")
+    ("Answer: <answer>", [], False),
+    ("Answer: <answer>; Paris", ["Paris"], True),
 ])
 def test_parse_answers_inline_answer_and_abstention(text, value, ok):
     r = parse_answers(text)
