@@ -53,12 +53,16 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
     "hotpotqa_subqrag": (HOTPOT, "subqrag", []),
 }
 
-COMMON = ["llm=qwen_coder_1_5b", "llm.n_threads=1", "example_workers=1", "tracking=none"]
+COMMON = ["llm=qwen_coder_1_5b", "tracking=none"]
 
 
-def command(row: str, n: int, cache: str) -> list[str]:
+def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2) -> list[str]:
+    """One row's run. ``workers`` concurrent examples share one model through the cross-example
+    batcher (kgreason/llm/batching.py); the replies are the model's greedy replies either way, and
+    the call cache does not key on workers or threads, so sittings with other values replay."""
     data, reasoner, extra = ROWS[row]
-    return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON, *extra,
+    return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON,
+            f"llm.n_threads={threads}", f"example_workers={workers}", *extra,
             f"dataset.limit={n}", f"llm_cache.dir={cache}", f"hydra.run.dir=outputs/validation/n{n}/{row}"]
 
 
@@ -109,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=20, help="questions per row (dataset.limit)")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/kgreason/validation"))
+    ap.add_argument("--workers", type=int, default=8, help="example_workers (batched on the local model)")
+    ap.add_argument("--threads", type=int, default=2, help="llm.n_threads (torch CPU threads)")
     ap.add_argument("--print", action="store_true", help="print the commands and exit")
     ap.add_argument("--fresh", action="store_true",
                     help="delete each row's run dir first (re-parse every cached reply, e.g. after a parser fix)")
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rows: unknown {unknown}; expected some of {list(ROWS)}")
     out = HERE / f"validation_n{args.n}.json"
     for row in rows:
-        cmd = command(row, args.n, args.cache)
+        cmd = command(row, args.n, args.cache, args.workers, args.threads)
         shown = "KGREASON_DATA=/work/shared/data python " + shlex.join(cmd[1:]).replace(args.cache, "~/.cache/kgreason/validation")
         print(shown, flush=True)
         if args.print:
