@@ -180,6 +180,9 @@ class GraphDB(ABC):
         self.row_limit = int(row_limit)
         self.timeout_ms = int(timeout_ms)
         self.queries_run = 0  # read queries executed (tests use it to prove the DB was not touched)
+        # reads are serialised: concurrent examples (example_workers > 1) share one connection or
+        # sandbox process, which none of the engines' clients promises to share between threads
+        self._read_lock = threading.RLock()
 
     # --------------------------------------------------------------- subclass API
     @abstractmethod
@@ -265,8 +268,10 @@ class GraphDB(ABC):
         safe = check_read_only(query)
         lim = self.row_limit if limit is None else int(limit)
         safe = enforce_limit(safe, lim)
-        self.queries_run += 1
-        return self._execute_read(safe, dict(params or {}), lim, self.timeout_ms if timeout_ms is None else int(timeout_ms))
+        with self._read_lock:
+            self.queries_run += 1
+            return self._execute_read(safe, dict(params or {}), lim,
+                                      self.timeout_ms if timeout_ms is None else int(timeout_ms))
 
     def checksum(self) -> str:
         """SHA-256 over every node and edge (sorted): proves a query battery changed nothing."""

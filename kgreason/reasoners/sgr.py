@@ -140,7 +140,9 @@ class SGR(BaseReasoner):
 
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
 
-    thread_safe = False  # example_workers must stay 1: one graph-database connection per reasoner
+    # no per-question state lives on the reasoner, and GraphDB.run_read serialises the database's
+    # reads, so concurrent examples may share it (tests/reasoners/test_sgr.py)
+    thread_safe = True
 
     def __init__(
         self,

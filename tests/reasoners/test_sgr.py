@@ -444,3 +444,29 @@ def test_majority_vote_ablation_is_named_for_the_collaborative_vote(tmp_path):
     assert "vote: majority" in text and "Eq. 31" in text
     cfg = compose_cfg(["reasoner=sgr", "ablation=sgr_collab_majority_vote", "llm=scripted"], tmp_path)
     assert cfg.reasoner.vote == "majority"
+
+
+def test_concurrent_examples_share_one_graph_database(embedded_kg, world, retriever, db):
+    """SGR keeps no per-question state on the reasoner, and the graph database serialises its
+    reads, so ``example_workers > 1`` (batched generation on a local model, docs/llm.md) gives
+    the answers of one-at-a-time; before, SGR refused any worker count above 1."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    qs = [q for q in world.questions if q.question.startswith("Where was the director of") and "'" not in q.question][:8]
+    assert len(qs) >= 4
+    topic = r"Where was the director of (.+?) born"
+    llm = ScriptedLLM(rules=[
+        {"pattern": SCHEMA_P + ".*?" + topic,
+         "reply": '{{"schema": [["{0}", "film.film.directed_by", "?d"], ["?d", "people.person.place_of_birth", '
+                  '"?answer"]], "answer": "?answer"}}'},
+        {"pattern": CYPHER_P + ".*?" + topic,
+         "reply": "```cypher\nMATCH (f:Entity)-[a]->(d:Entity)-[b]->(c:Entity) WHERE f.name = '{0}' AND "
+                  "a.relation = 'film.film.directed_by' AND b.relation = 'people.person.place_of_birth' "
+                  "RETURN DISTINCT c.name AS answer\n```"}])
+    sgr = _sgr(embedded_kg, retriever, llm, graphdb=db)
+    assert sgr.thread_safe
+    one_by_one = [sgr.answer(q).answers for q in qs]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda q: sgr.answer(q).answers, qs))
+    assert together == one_by_one
+    assert all(set(a) == set(q.answers) for a, q in zip(one_by_one, qs))
