@@ -29,7 +29,7 @@ from kgreason.kg.store import KG
 from kgreason.llm.accounting import credit_paid, current_payer
 from kgreason.llm.parsing import ParseResult, parse_json
 from kgreason.reasoners.base import load_prompt, render
-from kgreason.types import ChatRequest, Completion, Usage, to_jsonable
+from kgreason.types import ChatRequest, Usage, to_jsonable
 
 _WS = re.compile(r"\s+")
 Triple = tuple[str, str, str]
@@ -118,16 +118,6 @@ def triple_parser(title: str, passage: str, *, validate: bool = True):
     return parse
 
 
-def extract_triples(llm, title: str, passage: str, *, validate: bool = True,
-                    max_tokens: int = 512) -> tuple[list[Triple], ChatRequest, Completion, int]:
-    """One LLM call: ``(valid triples, request, completion, n_rejected)`` for one passage (offline
-    indexing; the online update sends the same request through ``BaseReasoner.ask``)."""
-    req = extraction_request(title, passage, max_tokens)
-    comp = llm.generate([req])[0]
-    triples, bad = triple_parser(title, passage, validate=validate)(comp.text).value
-    return triples, req, comp, bad
-
-
 def corpus_hash(passages: Sequence[tuple[str, str, str]], model: str = "", prompt: str = "") -> str:
     """SHA-256 (16 hex) of ``(id, title, text)`` rows + model + prompt."""
     h = hashlib.sha256()
@@ -172,27 +162,34 @@ def _read_extractions(log: Path) -> dict[str, dict]:
     return done
 
 
-def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: bool, max_tokens: int) -> int:
-    """Extract the passages not in ``done`` (appending each to the log as it finishes)."""
+def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: bool, max_tokens: int,
+                     batch_size: int = 8) -> int:
+    """Extract the passages not in ``done``, ``batch_size`` requests per ``generate`` call (one
+    left-padded batch on a local model, concurrent requests on an HTTP backend), appending each
+    passage to the log as its batch finishes."""
     made = 0
+    todo = [r for r in rows if r[0] not in done]
+    step = max(1, int(batch_size))
     with log.open("a", encoding="utf-8") as f, progress.bar(len(rows), "SubQRAG indexing", "passage",
                                                             initial=len(done), show_llm=True) as bar:
-        for pid, title, text in rows:
-            if pid in done:
-                continue
-            triples, _req, comp, bad = extract_triples(llm, title, text, validate=validate, max_tokens=max_tokens)
-            rec = {"id": pid, "triples": [list(t) for t in triples], "rejected": bad,
-                   "usage": to_jsonable(comp.usage), "paid_by": current_payer()}
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        for start in range(0, len(todo), step):
+            chunk = todo[start:start + step]
+            comps = llm.generate([extraction_request(title, text, max_tokens) for _pid, title, text in chunk])
+            payer = current_payer()
+            for (pid, title, text), comp in zip(chunk, comps):
+                triples, bad = triple_parser(title, text, validate=validate)(comp.text).value
+                rec = {"id": pid, "triples": [list(t) for t in triples], "rejected": bad,
+                       "usage": to_jsonable(comp.usage), "paid_by": payer}
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                done[pid] = rec
+                made += 1
+                bar.update(1, rejected=bad)
             f.flush()
-            done[pid] = rec
-            made += 1
-            bar.update(1, rejected=bad)
     return made
 
 
 def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm, index_dir: str | Path, *,
-                 name: str = "indexed", validate: bool = True, max_tokens: int = 512,
+                 name: str = "indexed", validate: bool = True, max_tokens: int = 512, batch_size: int = 8,
                  price_per_mtok: tuple[float, float] | None = None) -> IndexResult:
     """Extract triples from every passage (resumable), de-duplicate, save a KG + provenance.
 
@@ -201,6 +198,7 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
         llm: anything with ``generate`` and a ``model`` attribute.
         index_dir: root folder; the index lives in ``index_dir/<corpus_hash>/``.
         validate: drop triples whose head/tail does not occur in the passage.
+        batch_size: passages per ``generate`` call (the replies are the same at any size).
         price_per_mtok: ``(prompt, completion)`` USD per million tokens, used only when the
             backend reports no ``cost_usd``.
     """
@@ -217,7 +215,8 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     for pid in ids:  # a resumed run counts the passages it paid for before the kill (docs/llm.md)
         if pid in done:
             credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), Usage(**done[pid]["usage"]))
-    made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens)
+    made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens,
+                            batch_size=batch_size)
     usage, rejected = Usage(), 0
     seen: dict[tuple[str, str, str], Triple] = {}
     prov: dict[Triple, list[str]] = {}

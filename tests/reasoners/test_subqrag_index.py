@@ -62,7 +62,7 @@ def test_index_dedupes_with_provenance_and_cost(tmp_path):
 def test_resume_after_interruption_repeats_no_call(tmp_path):
     crash = FailingLLM(fail_after=2)
     with pytest.raises(RuntimeError, match="connection lost"):
-        index_corpus(PASSAGES, crash, tmp_path)
+        index_corpus(PASSAGES, crash, tmp_path, batch_size=1)
     assert len(crash.calls) == 2
     resumed = FailingLLM()
     res = index_corpus(PASSAGES, resumed, tmp_path)
@@ -75,6 +75,25 @@ def test_resume_after_interruption_repeats_no_call(tmp_path):
     # a third run is fully cached: zero calls
     again = FailingLLM(fail_after=0)
     assert index_corpus(PASSAGES, again, tmp_path).calls_made == 0
+
+
+def test_passages_are_extracted_in_batches_with_the_same_result(tmp_path):
+    """Issue 21: a local model generates a batch of requests in one left-padded pass, so the
+    offline index sends ``batch_size`` passages per generate call (before: one call each, which
+    made a 20-question HotpotQA index (~200 passages) a multi-hour job on 2 CPU cores)."""
+    sizes = []
+
+    class Recording(FailingLLM):
+        def generate(self, requests):
+            sizes.append(len(requests))
+            return super().generate(requests)
+
+    batched = index_corpus(PASSAGES, Recording(), tmp_path / "b", batch_size=3)
+    assert sizes == [3, 1] and batched.calls_made == 4
+    single = index_corpus(PASSAGES, FailingLLM(), tmp_path / "s", batch_size=1)
+    assert (batched.triples, batched.provenance, batched.rejected) == (single.triples, single.provenance, single.rejected)
+    rows = lambda d: [json.loads(x)["id"] for x in (d / "extractions.jsonl").read_text().splitlines()]  # noqa: E731
+    assert rows(batched.directory) == rows(single.directory) == ["p1", "p2", "p3", "p4"]
 
 
 def test_duplicate_ids_rejected(tmp_path):
