@@ -142,7 +142,8 @@ def test_backward_step_reaches_the_films_a_director_directed(world):
     llm = ScriptedLLM(rules=[
         {"pattern": r"^TASK: score", "reply": scores},
         {"pattern": r"^TASK: decide", "reply": "Yes"},
-        {"pattern": r"^TASK: answer.*?Path 1 [^\n]*\n  (.+?) \| film\.film\.directed_by \|", "reply": "Answer: {0}"},
+        # the question's own paths come last (greedy .*), after the prompt's worked example
+        {"pattern": r"^TASK: answer.*Paths:\nPath 1 [^\n]*\n  ([^\n]+?) \| film\.film\.directed_by \|", "reply": "Answer: {0}"},
     ])
     pred = ReKnoS(kg=world.kg, llm=llm, width=2, depth=3).answer(q)
     assert pred.extra["paths"][0]["path"] == ["film.film (backward)"]
