@@ -44,6 +44,7 @@ Round 2 selections, candidate counts, per-hop counts and times, and the ranked c
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -80,6 +81,22 @@ class KHop:
     diseases_per_hop: list[int]
     retrieve_s: float
     hop_times_s: list[float]
+
+
+def match_candidate(pick: str, shown: Sequence[str]) -> str | None:
+    """The listed candidate a Round 2 pick names: the one equal to it once normalised, else the
+    only one that holds all of the pick's words as whole words (``COPD`` → ``Acute COPD
+    exacerbation / infection``; a small model shortens names); None when no candidate or several
+    do (``angina`` among Stable and Unstable angina is not guessed)."""
+    key = normalise_name(pick)
+    for n in shown:
+        if normalise_name(n) == key:
+            return n
+    words = set(re.findall(r"\w+", key))
+    if not words:
+        return None
+    hits = [n for n in shown if words <= set(re.findall(r"\w+", normalise_name(n)))]
+    return hits[0] if len(hits) == 1 else None
 
 
 class LogosKGDx(BaseReasoner):
@@ -291,9 +308,8 @@ class LogosKGDx(BaseReasoner):
         for i, part in enumerate(parts, 1):
             prompt = render(self.prompts["select"], note=note, hops=self.hops, limit=limit, kept=round1 or "none",
                             part=i, parts=len(parts), candidates="\n".join(f"- {n}" for n in part))
-            by_norm = {normalise_name(n): n for n in part}
             for p in self._ask(t, "select", prompt):
-                n = by_norm.get(normalise_name(p))
+                n = match_candidate(p, part)
                 if n is not None and n not in selected and self.kg.find_entity(n) not in kept_ids:
                     selected.append(n)
         selected = selected[: self.max_select] if self.max_select else selected

@@ -366,3 +366,19 @@ def test_chunk_by_chars_golden(budget, expected):
 def test_round2_budget_must_be_positive(world):
     with pytest.raises(ValueError, match="round2_chars"):
         _reasoner(world, _llm([]), round2_chars=0)
+
+
+@pytest.mark.parametrize("pick, shown, expected", [
+    # Qwen2.5-Coder-1.5B, DDXPlus (validation N=20): "COPD" for the listed "Acute COPD exacerbation /
+    # infection", the only candidate holding that word; before, the pick was dropped
+    ("COPD", ["GERD", "Acute COPD exacerbation / infection", "Pneumonia"], "Acute COPD exacerbation / infection"),
+    ("gerd", ["GERD", "Pneumonia"], "GERD"),  # exact (normalised) first
+    # ambiguous or partial-word picks are not guessed
+    ("angina", ["Unstable angina", "Stable angina"], None),
+    ("Pneum", ["Pneumonia"], None),
+    ("Sinusitis", ["Allergic sinusitis", "Acute rhinosinusitis"], "Allergic sinusitis"),
+])
+def test_round2_reads_a_pick_that_names_one_listed_candidate_by_a_part(pick, shown, expected):
+    from kgreason.reasoners.logoskg_dx import match_candidate
+
+    assert match_candidate(pick, shown) == expected
