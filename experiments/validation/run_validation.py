@@ -54,6 +54,9 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
 }
 
 COMMON = ["llm=qwen_coder_1_5b", "tracking=none"]
+# reasoners that answer examples in order (thread_safe=False): SubQRAG's graph updates must reach
+# later questions in dataset order, so its row runs one example at a time
+SEQUENTIAL = {"hotpotqa_subqrag"}
 
 
 def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2) -> list[str]:
@@ -62,7 +65,7 @@ def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2) ->
     the call cache does not key on workers or threads, so sittings with other values replay."""
     data, reasoner, extra = ROWS[row]
     return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON,
-            f"llm.n_threads={threads}", f"example_workers={workers}", *extra,
+            f"llm.n_threads={threads}", f"example_workers={1 if row in SEQUENTIAL else workers}", *extra,
             f"dataset.limit={n}", f"llm_cache.dir={cache}", f"hydra.run.dir=outputs/validation/n{n}/{row}"]
 
 
