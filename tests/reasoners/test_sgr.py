@@ -20,7 +20,7 @@ from kgreason.retrieval.scipy_engine import ScipyRetriever
 SCHEMA_P = "knowledge graph expert"
 CYPHER_P = "Translate the question"
 REFINE_P = "did not produce any answer"
-HYP_P = "step by step"
+HYP_P = "one step at a time"
 CHOOSE_P = "Choose the answer"
 
 
