@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             entry = summarise(run_dir)
             prev = table.get(row, {})
-            if entry["backend_calls"] == 0:  # a replay: its wall time is not the method's cost
+            if entry["backend_calls"] == 0 and entry.get("cache_hits"):  # a replay: its wall time is not the method's cost
                 entry["wall_s"], entry["replayed_from_cache"] = prev.get("wall_s"), True
                 if prev.get("wall_note"):
                     entry["wall_note"] = prev["wall_note"]
