@@ -58,6 +58,7 @@ KNOWN_UNPARSEABLE = {
     "metaqa_rag": "the reader continues the prompt's fact list (`X | directed_by | Y; ...`) with no answer line",
     "metaqa_reknos": "a scoring reply names `film.film (backward)`, copied from the Freebase few-shot examples, "
                      "not one of MetaQA's candidates",
+    "metaqa_sgr": "collaborative hypothesis replies in prose (`Next hypothesis: ...`) or `{none}` instead of the JSON",
 }
 
 
