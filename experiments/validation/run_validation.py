@@ -61,7 +61,7 @@ SEQUENTIAL = {"hotpotqa_subqrag"}
 
 def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2) -> list[str]:
     """One row's run. ``workers`` concurrent examples share one model through the cross-example
-    batcher (kgreason/llm/batching.py); the replies are the model's greedy replies either way, and
+    batcher (kgreason/llm/batching.py); greedy replies may round slightly differently in a batch, and
     the call cache does not key on workers or threads, so sittings with other values replay."""
     data, reasoner, extra = ROWS[row]
     return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON,

@@ -198,7 +198,9 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
         llm: anything with ``generate`` and a ``model`` attribute.
         index_dir: root folder; the index lives in ``index_dir/<corpus_hash>/``.
         validate: drop triples whose head/tail does not occur in the passage.
-        batch_size: passages per ``generate`` call (the replies are the same at any size).
+        batch_size: passages per ``generate`` call (same log as one at a time for a deterministic
+            backend; a real model's left-padded batches can round differently, so greedy replies
+            may differ slightly with the batch size).
         price_per_mtok: ``(prompt, completion)`` USD per million tokens, used only when the
             backend reports no ``cost_usd``.
     """
