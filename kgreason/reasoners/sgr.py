@@ -26,8 +26,10 @@ per step, named in brackets):
 5. **Validation** [``valid_answer_set``, ``validate``] (§3.4.2, Eq. 19–20): ``V(a, S_q, G) = 1``
    iff ``a`` is bound to the schema's answer variable when the schema's constraints are
    propagated through the KG from its constant entities (for a chain: ``a`` is reachable from
-   the topic through the relation chain). Without a schema, ``V`` = membership in the k-hop
-   subgraph.
+   the topic through the relation chain). A constraint is read along its edge direction, and
+   ``schema_direction=auto`` reads it either way only when that strict reading binds nothing
+   (a model-written S_q with a wrong-way arrow; §3.3 gives S_q no direction). Without a schema,
+   ``V`` = membership in the k-hop subgraph.
 6. **Refine** [``refine_cypher``] (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds``
    times, the LLM gets the graph schema and the previous queries with their guard rejection /
    the database's own error (with the valid relationship types near the topics) / empty or
@@ -130,6 +132,11 @@ class SGR(BaseReasoner):
         max_schema_types: the Cypher prompt lists every relationship type up to this many, else
             those of the k-hop subgraph.
         choice_cap: candidates shown to the Eq. 18/21 choice prompt.
+        schema_direction: how Eq. 19's ``a ⊨ S_q in G`` reads a constraint ``(h, r, t)``.
+            ``strict``: only the edge ``h -r-> t``. ``either``: ``h -r-> t`` or ``t -r-> h``
+            (§3.3 describes S_q as entities "linked by" relations, with no direction).
+            ``auto`` (default): strict, and the undirected reading only when the strict one binds
+            no entity to the answer variable (a schema written against the edge direction).
         row_limit, query_timeout_ms: applied to every LLM query.
         graphdb: the run's graph database (``conf/graphdb/``): a
             :class:`~kgreason.kg.cypher.LazyGraphDB` or an open :class:`GraphDB`; required when
@@ -173,10 +180,14 @@ class SGR(BaseReasoner):
         choice_cap: int = 50,
         row_limit: int = 100,
         query_timeout_ms: int = 10_000,
+        schema_direction: str = "auto",
         graphdb: GraphDB | None = None,
         embedder=None,
     ) -> None:
         _check_settings(vote, collaborate, lam)
+        if schema_direction not in ("strict", "either", "auto"):
+            raise ValueError(f"SGR: schema_direction must be strict | either | auto, got {schema_direction!r}")
+        self.schema_direction = schema_direction
         self.kg, self.retriever, self.llm = kg, retriever, llm
         self.max_tokens = int(max_tokens)
         self.use_schema, self.use_cypher = bool(schema), bool(cypher)
@@ -239,12 +250,14 @@ class SGR(BaseReasoner):
         return allt[order], sims[order], len(allt)
 
     # ------------------------------------------------------------------ Eq. 19–20 validation
-    def schema_bindings(self, schema: Sequence[tuple[str, str, str]], topics: Sequence[int]) -> dict[str, set[int]]:
+    def schema_bindings(self, schema: Sequence[tuple[str, str, str]], topics: Sequence[int],
+                        directed: bool = True) -> dict[str, set[int]]:
         """Propagate the schema constraints through the KG: every variable's possible entities.
 
         Constants are linked with ``KG.find_entity``; a topic entity named in the schema anchors it.
         Constraints are applied in order, forwards (head known → tails via r) and backwards
         (tail known → heads), intersecting with what a variable already holds, for ``L`` passes.
+        ``directed=False`` lets a constraint ``(h, r, t)`` match the edge ``t -r-> h`` as well.
         """
         kg = self.kg
         bind: dict[str, set[int]] = {}
@@ -255,6 +268,15 @@ class SGR(BaseReasoner):
             i = kg.find_entity(v)
             return {i} if i >= 0 else set()
 
+        def step(ents: set[int], rid: int, forward: bool) -> set[int]:
+            out: set[int] = set()
+            for e in ents:
+                if forward or not directed:
+                    out.update(int(kg.tails[x]) for x in kg.out_triples(e) if kg.rels[x] == rid)
+                if not forward or not directed:
+                    out.update(int(kg.heads[x]) for x in kg.in_triples(e) if kg.rels[x] == rid)
+            return out
+
         for _ in range(max(1, len(schema))):
             changed = False
             for h, r, tl in schema:
@@ -264,12 +286,12 @@ class SGR(BaseReasoner):
                     continue
                 hv, tv = val(h), val(tl)
                 if hv is not None and tl.startswith("?"):
-                    nxt = {int(kg.tails[x]) for e in hv for x in kg.out_triples(e) if kg.rels[x] == rid}
+                    nxt = step(hv, rid, forward=True)
                     new = nxt if tv is None else (tv & nxt)
                     if new != tv:
                         bind[tl], changed = new, True
                 if tv is not None and h.startswith("?"):
-                    prv = {int(kg.heads[x]) for e in (val(tl) or set()) for x in kg.in_triples(e) if kg.rels[x] == rid}
+                    prv = step(val(tl) or set(), rid, forward=False)
                     new = prv if hv is None else (hv & prv)
                     if new != hv:
                         bind[h], changed = new, True
@@ -344,7 +366,7 @@ class SGR(BaseReasoner):
         subgraph_ents = set(sub.entities().tolist())
         db_ents: list[int] = []
         if self.use_cypher:
-            allowed = self.valid_answer_set(schema_val, topics, subgraph_ents)
+            allowed = self.valid_answer_set(schema_val, topics, subgraph_ents, t)
             ctx["schema"] = self.schema_text(schema_val, db_types=True) if self.use_schema else "(no schema)"
             valid, refine_rounds, db_ents = self.direct_reasoning(t, ctx, allowed)
         else:  # "without neo4j": no structured retrieval at all, so nothing to validate against
@@ -422,17 +444,28 @@ class SGR(BaseReasoner):
         return schema_val
 
     # ------------------------------------------------------------------ §3.4.2 validation
-    def valid_answer_set(self, schema_val: dict | None, topics: Sequence[int], subgraph_ents: set[int]) -> set[int]:
+    def valid_answer_set(self, schema_val: dict | None, topics: Sequence[int], subgraph_ents: set[int],
+                         t: Trace | None = None) -> set[int]:
         """§3.4.2, Eq. 19: the entities ``a`` with ``V(a, S_q, G) = 1``: those bound to the
-        schema's answer variable (:meth:`schema_bindings`), or without a schema the k-hop
-        subgraph's entities; topic entities are never answers."""
-        if schema_val:
-            bind = self.schema_bindings(schema_val["schema"], topics)
-            avar = self._answer_var(schema_val)
-            allowed = bind.get(avar, set()) if avar else set()
-        else:
-            allowed = subgraph_ents
-        return allowed - set(topics)
+        schema's answer variable (:meth:`schema_bindings`, read as ``schema_direction`` says), or
+        without a schema the k-hop subgraph's entities; topic entities are never answers."""
+        if not schema_val:
+            return subgraph_ents - set(topics)
+        avar = self._answer_var(schema_val)
+        if not avar:
+            return set()
+        mode = self.schema_direction
+        allowed = self.schema_bindings(schema_val["schema"], topics, directed=mode != "either").get(avar, set())
+        allowed -= set(topics)
+        if mode == "auto":
+            if not allowed:
+                allowed = self.schema_bindings(schema_val["schema"], topics, directed=False).get(avar, set()) - set(topics)
+                mode = "either (strict bound nothing)"
+            else:
+                mode = "strict"
+        if t is not None:
+            t.add("schema", "V_reading", direction=mode, n_valid=len(allowed))
+        return allowed
 
     @staticmethod
     def validate(cands: list[int], allowed: set[int]) -> list[int]:

@@ -9,7 +9,11 @@ Per question (Fig. 1):
    LLM rewrite call (``llm_rewrite``) that injects the earlier answers.
 3. **Triple retrieval** (§2.3, Eq. 3): ``T_sub = top-k cos(f(q'_i), f((h,r,t)))`` over the
    verbalised triples of the working KG (MiniLM). The generator answers from ``T_sub`` and names
-   the triples it used (``T_used_i``, by index, JSON) and whether they sufficed.
+   the triples it used (``T_used_i``, by index, JSON) and whether they sufficed. With
+   ``require_grounded`` (default) "sufficient" also needs the answer to be named by a triple it
+   used (:func:`grounded`): a 1.5B generator called every sub-question sufficient, answering
+   with relation names and its own knowledge, so the corpus fallback never ran
+   (docs/subqrag.md). The paper (§2.3) leaves the judgement to the generator; ``false`` does so.
 4. **Dynamic graph update** (§2.3, Eq. 4): when they do not suffice, the top passages (cosine)
    answer the sub-question; new triples ``T*_new = Extract(D)`` are extracted from those passages,
    validated (well-formed, head and tail mentioned in the passage), de-duplicated against the
@@ -61,6 +65,30 @@ def passage_rows(pool: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
         n = seen[title] = seen.get(title, 0) + 1
         rows.append((title if n == 1 else f"{title} [{n}]", title, text))
     return rows
+
+
+_YES_NO = {"yes", "no"}
+
+
+def _words(x: str) -> str:
+    """``" a b "``: lower-cased words with punctuation dropped, padded for whole-word ``in``."""
+    return " " + " ".join(re.sub(r"[^\w ]+", " ", x.casefold()).split()) + " "
+
+
+def grounded(answer: str, triples: list[Triple]) -> bool:
+    """Whether ``answer`` is named by the head or tail of one of ``triples`` (case-insensitive,
+    either string inside the other); a yes/no answer needs at least one triple. A relation name
+    or an entity absent from the triples is not grounded."""
+    a = _words(answer)
+    if not a.strip() or not triples:
+        return False
+    if a.strip() in _YES_NO:
+        return True
+    for h, _, t in triples:
+        for e in (_words(h), _words(t)):
+            if e.strip() and (e in a or a in e):
+                return True
+    return False
 
 
 def verbalise(t: Triple) -> str:
@@ -144,6 +172,8 @@ class SubQRAG(BaseReasoner):
             pool is the dataset's own, else ``injected``.
         index_dir: root of the offline index cache.
         max_reasks: re-asks on an unparseable reply (kit policy; 0 = none).
+        require_grounded: a "sufficient" triple answer also needs a used triple that names it
+            (:func:`grounded`); false leaves sufficiency to the generator alone, as §2.3 words it.
     """
 
     tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
@@ -156,7 +186,7 @@ class SubQRAG(BaseReasoner):
                  corpus: str | None = "dataset", world_seed: int = 0, validate: bool = True,
                  max_tokens: int = 256, kg_source: str = "auto",
                  index_dir: str | None = ".cache/kgreason/subqrag_index", max_reasks: int = 0,
-                 embedder=None, graphdb=None) -> None:
+                 require_grounded: bool = True, embedder=None, graphdb=None) -> None:
         if kg_source not in ("auto", "injected", "index"):
             raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
         if kg_source == "index" and not index_dir:
@@ -170,6 +200,7 @@ class SubQRAG(BaseReasoner):
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
         self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
         self.max_tokens = max_tokens
+        self.require_grounded = bool(require_grounded)
         self.reask = ReaskPolicy(max_reasks)
         self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
@@ -271,6 +302,10 @@ class SubQRAG(BaseReasoner):
             if 0 <= j < len(ids) and ids[j] not in used:
                 used.append(ids[j])
         sufficient = res.value["sufficient"] and bool(ans) and ans.lower() not in ("unknown", "none")
+        if sufficient and self.require_grounded and not grounded(ans, [g.triples[i] for i in used]):
+            t.add("note", "ungrounded", answer=ans, used=[list(g.triples[i]) for i in used],
+                  reason="the generator called the triples sufficient, but no triple it used names the answer")
+            sufficient = False
         return ans, used, sufficient
 
     def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:

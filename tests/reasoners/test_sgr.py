@@ -150,6 +150,40 @@ def test_schema_bindings_follow_the_chain(tiny_kg, tmp_path):
     assert not parse_schema("no json").ok
 
 
+def test_schema_direction_reads_a_wrong_way_arrow_only_when_the_strict_reading_binds_nothing(tiny_kg):
+    """Eq. 19 on hand-computed cases. Seen with Qwen2.5-Coder-1.5B on 'films that share the
+    director of X': S_q = [(X, directed_by, ?x), (?x, directed_by, ?y)], a forward chain no film
+    satisfies (the films are the heads of directed_by), so the strict reading rejected the right
+    Cypher answers (docs/validation.md)."""
+    from kgreason.kg.store import KG
+    from kgreason.reasoners.base import Trace
+
+    name = lambda kg, s: {kg.entity_names[i] for i in s}  # noqa: E731
+    # tiny_kg: A -r-> B, C -r-> B. "Which entities share A's r-target?" written forward:
+    # strict: ?x = {B}, ?y = B's r-tails = {} ; either way: ?y = {A, C} minus the topic A = {C}
+    chain = {"schema": [("A", "r", "?x"), ("?x", "r", "?y")], "answer": "?y"}
+    got = {}
+    for mode in ("strict", "either", "auto"):
+        sgr = SGR(kg=tiny_kg, retriever=ScipyRetriever(tiny_kg), llm=ScriptedLLM(), cypher=False,
+                  schema_direction=mode)
+        t = Trace()
+        got[mode] = name(tiny_kg, sgr.valid_answer_set(chain, [0], set(), t))
+        if mode == "auto":
+            assert t.steps[-1].data["direction"].startswith("either")
+    assert got == {"strict": set(), "either": {"C"}, "auto": {"C"}}
+    # a schema the strict reading satisfies keeps it under auto: P -r-> Q -r-> R, S_q = [(Q, r, ?x)]
+    # strict and auto: {R}; either way: {P, R}
+    kg = KG.from_triples([("P", "r", "Q"), ("Q", "r", "R")], name="line")
+    one = {"schema": [("Q", "r", "?x")], "answer": "?x"}
+    q = kg.find_entity("Q")
+    got = {m: name(kg, SGR(kg=kg, retriever=ScipyRetriever(kg), llm=ScriptedLLM(), cypher=False,
+                           schema_direction=m).valid_answer_set(one, [q], set()))
+           for m in ("strict", "either", "auto")}
+    assert got == {"strict": {"R"}, "either": {"P", "R"}, "auto": {"R"}}
+    with pytest.raises(ValueError, match="schema_direction"):
+        SGR(kg=kg, retriever=ScipyRetriever(kg), llm=ScriptedLLM(), cypher=False, schema_direction="up")
+
+
 # ----------------------------------------------------------------------------- voting (Eq. 29–31)
 
 

@@ -24,8 +24,9 @@ EX1 = Example(id="d1", question="Which river is in Eastland?", answers=("Zeta",)
               corpus=(("Zeta", "Zeta is a river in Eastland."), ("Alpha", "Alpha is a film directed by Bob Stone.")))
 
 
-def _llm():
+def _llm(*first):
     return ScriptedLLM(rules=[
+        *first,
         {"pattern": r"Decompose.*Question: Where was the director of Alpha",
          "reply": '["Who directed Alpha?", "Where was #1 born?"]'},
         {"pattern": r"Decompose", "reply": '["Which river is in Eastland?"]'},
@@ -187,3 +188,26 @@ def test_another_run_dir_reusing_the_index_counts_no_indexing_call(tmp_path, emb
     shutil.rmtree(out)
     again = go()
     assert again.get("llm/index/calls", 0) == 0 and again["run/n_examples"] == 2
+
+
+@pytest.mark.parametrize("require_grounded", [True, False])
+def test_a_sufficient_claim_the_used_triples_do_not_name_falls_back_to_the_corpus(tmp_path, emb_dir, require_grounded):
+    """Seen with Qwen2.5-Coder-1.5B (docs/subqrag.md): the generator calls the triples sufficient
+    and answers with a relation name (`What is Shirley Temple's position?` → `final starring
+    role`), so §2.3's corpus fallback never ran. With ``require_grounded`` the answer must be
+    named by a triple it used; the relation name is not, so the passages answer and Eq. 4 writes
+    back. ``require_grounded=False`` takes the generator's word, as §2.3 words it."""
+    llm = _llm({"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Where was Bob Stone born",
+                "reply": '{{"answer": "directed by", "used": [{0}], "sufficient": true}}'})
+    r = SubQRAG(kg=None, llm=MeteredLLM(llm), index_dir=str(tmp_path / "idx"), top_k=2,
+                embedder=Embedder(cache_dir=str(emb_dir)), require_grounded=require_grounded)
+    r.prepare(ExampleSet("docs", [EX0, EX1]))
+    p = r.answer(EX0)
+    second = [s for s in p.trace if s.kind == "subquestion"][1].data
+    if require_grounded:
+        assert second["source"] == "passages" and second["answer"] == "Riverton"
+        assert ("Bob Stone", "born in", "Riverton") in r.graph
+        assert any(s.kind == "note" and s.name == "ungrounded" for s in p.trace)
+    else:
+        assert second["source"] == "triples" and second["answer"] == "directed by"
+        assert ("Bob Stone", "born in", "Riverton") not in r.graph
