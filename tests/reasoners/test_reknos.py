@@ -12,6 +12,7 @@ from kgreason.llm.scripted import ScriptedLLM
 from kgreason.reasoners.reknos import ReKnoS
 from kgreason.reasoners.superrel import (build_superrelations, hierarchy_superrelations, kmeans,
                                          random_superrelations)
+from kgreason.types import Example
 
 
 def _llm(score="", decide="No", answer="Answer: unknown"):
@@ -166,6 +167,22 @@ def test_few_shot_switch(world):
         llm = _llm(decide="Yes")
         ReKnoS(kg=world.kg, llm=llm, depth=1, few_shot=fs).answer(world.questions[0])
         assert ("Examples:" in llm.calls[0].messages[-1].content) is fs
+
+
+def test_few_shot_examples_use_the_kgs_own_naming(world, tiny_kg):
+    """The examples name super-relations as the candidates do: Freebase ``film.film (backward)``
+    on a domain.type KG, bare relation names on a flat KG (MetaQA). With the Freebase examples
+    on MetaQA, Qwen2.5-Coder-1.5B replied ``film.film (backward): 0.9`` to candidates named
+    ``directed_by (backward)``, which no parser can map (docs/validation.md)."""
+    seen = {}
+    for name, kg, q in (("freebase", world.kg, world.questions[0]),
+                        ("flat", tiny_kg, Example(id="t", question="what does A r?", answers=("B",),
+                                                  topic_entities=("A",)))):
+        llm = _llm(decide="Yes")
+        ReKnoS(kg=kg, llm=llm, depth=1).answer(q)
+        seen[name] = llm.calls[0].messages[-1].content.split("Q: ", 1)[1].split("\nQ: " + q.question)[0]
+    assert "film.film (backward): 0.85" in seen["freebase"]
+    assert "directed_by (backward): 0.85" in seen["flat"] and "film.film" not in seen["flat"]
 
 
 # ----------------------------------------------------------------------------- valid chains
