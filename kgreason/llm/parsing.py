@@ -424,24 +424,63 @@ def parse_schema(text: str) -> ParseResult:
     return ParseResult(True, {"schema": out, "answer": ans if isinstance(ans, str) else None})
 
 
-def parse_hypothesis(text: str) -> ParseResult:
-    """``{"hypothesis": str, "claims": [(h, r, t), ...], "answer": str, "answers": [str]}`` from
-    a JSON object (claims that are not triples are dropped). ``answers`` is the answer as a list
-    (a JSON list, or a list in prose split by :func:`split_prose_list`); ``answer`` is its first
-    item, SGR's one answer ``a_i`` per path."""
-    js = parse_json(text)
-    if not js.ok or not isinstance(js.value, dict):
-        return ParseResult(False, None, "expected a JSON object with hypothesis/claims/answer")
-    v = js.value
-    claims = [tuple(str(x).strip() for x in c) for c in v.get("claims", []) or []
-              if isinstance(c, (list, tuple)) and len(c) == 3]
-    ans = v.get("answer")
+_HYP_FIELD = re.compile(r'"hypothesis"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
+_ANS_FIELD = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
+_CLAIM_JSON = re.compile(r'\[\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]')
+_CLAIM_PIPE = re.compile(r"^\s*(?:[-*•]\s*)?([^|\n]+?)\s*\|\s*([^|\n]+?)\s*\|\s*([^|\n]+?)\s*$", re.M)
+_HYP_ANSWER_PROSE = re.compile(
+    r"\(answer:\s*([^()\n]+)\)|current best answer(?: entity)?\s*(?::|is)\s*\**([^\n]+?)\**\s*\.?\s*$", re.I | re.M)
+_HYP_LEAD = re.compile(r"^\s*(?:next\s+)?hypothesis\s*:\s*", re.I)
+
+
+def _unescape(x: str) -> str:
+    try:
+        return json.loads(f'"{x}"')
+    except ValueError:
+        return x
+
+
+def _hypothesis_value(hypothesis: str, claims: list, ans: Any) -> dict:
     if isinstance(ans, list):
         answers = [str(x).strip() for x in ans if x is not None and str(x).strip()]
     else:
         answers = split_prose_list(strip_lead_in(str(ans or "")))
-    return ParseResult(True, {"hypothesis": str(v.get("hypothesis", "")), "claims": claims,
-                              "answer": answers[0] if answers else "", "answers": answers})
+    return {"hypothesis": hypothesis, "claims": claims, "answer": answers[0] if answers else "", "answers": answers}
+
+
+def parse_hypothesis(text: str) -> ParseResult:
+    """``{"hypothesis": str, "claims": [(h, r, t), ...], "answer": str, "answers": [str]}`` from
+    a JSON object (claims that are not triples are dropped). ``answers`` is the answer as a list
+    (a JSON list, or a list in prose split by :func:`split_prose_list`); ``answer`` is its first
+    item, SGR's one answer ``a_i`` per path.
+
+    Two replies a real model writes are read too (Qwen2.5-Coder-1.5B, docs/validation.md):
+    JSON that does not load (a stray ``]``, cut off at the token limit) keeps the fields that
+    are whole (``"hypothesis"``, the 3-string claims, ``"answer"``); and the same three parts in
+    prose (``Next hypothesis: … (answer: X)``, evidence lines ``h | r | t``, ``Current best answer
+    entity: X``). Without an answer it is still unreadable."""
+    js = parse_json(text)
+    if js.ok and isinstance(js.value, dict):
+        v = js.value
+        claims = [tuple(str(x).strip() for x in c) for c in v.get("claims", []) or []
+                  if isinstance(c, (list, tuple)) and len(c) == 3]
+        return ParseResult(True, _hypothesis_value(str(v.get("hypothesis", "")), claims, v.get("answer")))
+    if '"answer"' in text:  # an object that does not load (or loads only in part): its whole fields
+        ans = _ANS_FIELD.search(text)
+        if ans:
+            hyp = _HYP_FIELD.search(text)
+            claims = [tuple(_unescape(x).strip() for x in m.groups()) for m in _CLAIM_JSON.finditer(text)]
+            return ParseResult(True, _hypothesis_value(_unescape(hyp.group(1)) if hyp else "", claims,
+                                                       _unescape(ans.group(1))))
+    m = _HYP_ANSWER_PROSE.search(text)
+    if m and '"hypothesis"' not in text:  # prose: an explicit answer marker is required
+        ans = (m.group(1) or m.group(2) or "").strip().strip("*").strip()
+        claims = [tuple(x.strip().strip("*") for x in c.groups()) for c in _CLAIM_PIPE.finditer(text)]
+        first = _HYP_LEAD.sub("", text.strip()).split("\n", 1)[0]
+        hyp = _HYP_ANSWER_PROSE.sub("", first).strip()
+        if ans:
+            return ParseResult(True, _hypothesis_value(hyp, claims, ans))
+    return ParseResult(False, None, "expected a JSON object with hypothesis/claims/answer")
 
 
 def parse_triple_answer(text: str) -> ParseResult:

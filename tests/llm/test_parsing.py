@@ -229,6 +229,43 @@ def test_parse_hypothesis_splits_a_prose_list_answer():
     assert r.value["answer"] == "At Long Last Love"  # SGR's a_i: one answer per path (Eq. 29)
 
 
+# Qwen2.5-Coder-1.5B's SGR hypothesis replies at N = 20 (outputs/validation/n20/metaqa_sgr, shortened):
+# reply -> (hypothesis, claims, answer); None = unreadable (no answer a careful reader could take)
+HYPOTHESIS_REPLIES = [
+    ("Next hypothesis:\nPeter Bogdanovich directed both Daisy Miller and Texasville (answer: Peter Bogdanovich)\n\n"
+     "Evidence triples:\nDaisy Miller | directed_by | Peter Bogdanovich\nTexasville | directed_by | Peter Bogdanovich\n\n"
+     "Current best answer entity: Peter Bogdanovich",
+     ("Peter Bogdanovich directed both Daisy Miller and Texasville",
+      [("Daisy Miller", "directed_by", "Peter Bogdanovich"), ("Texasville", "directed_by", "Peter Bogdanovich")],
+      "Peter Bogdanovich")),
+    ("The Story of Seabiscuit has the same director of Between the Devil and the Deep Blue Sea.\n\n"
+     "The evidence triples that support this hypothesis are:\nThe Story of Seabiscuit | directed_by | David Butler\n\n"
+     "The current best answer entity is David Butler.",
+     ("The Story of Seabiscuit has the same director of Between the Devil and the Deep Blue Sea.",
+      [("The Story of Seabiscuit", "directed_by", "David Butler")], "David Butler")),
+    # a stray "]" after the claims: the JSON does not load, its whole fields are read
+    ('{"hypothesis": "The languages of her films.", "claims": [["Snow Angels", "in_language", "English"], '
+     '["Whiteout", "in_language", "English"]]], "answer": "English"}',
+     ("The languages of her films.", [("Snow Angels", "in_language", "English"), ("Whiteout", "in_language", "English")],
+      "English")),
+    # cut off before the answer, a 5-item claim: nothing to take
+    ('{"hypothesis": "Janet Eilber is a co-star.", "claims": [["Being John Malkovich", "starred_actors", '
+     '"Michael Redgrave", "Jan Sterling", "Edmond O\'Brien"]],', None),
+    ("To find which films have the same director, I compare the evidence. Therefore, my next hypothesis is:\n"
+     "The Story of Seabiscuit has the same d", None),
+    ("{none}", None),
+]
+
+
+@pytest.mark.parametrize("reply,expected", HYPOTHESIS_REPLIES)
+def test_parse_hypothesis_reads_real_prose_and_broken_json(reply, expected):
+    r = parse_hypothesis(reply)
+    if expected is None:
+        assert not r.ok, r.value
+    else:
+        assert r.ok and (r.value["hypothesis"], r.value["claims"], r.value["answer"]) == expected
+
+
 def test_parse_list_recovers_the_complete_items_of_a_cut_off_json_list():
     # IO reply cut at max_tokens: used to become the answer '["The Great Gatsby"' with no failure
     r = parse_list('["The Great Gatsby", "The Sound of Music", "The Wizard of Oz", "The Godf')
