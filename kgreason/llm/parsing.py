@@ -429,7 +429,8 @@ _ANS_FIELD = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
 _CLAIM_JSON = re.compile(r'\[\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]')
 _CLAIM_PIPE = re.compile(r"^\s*(?:[-*•]\s*)?([^|\n]+?)\s*\|\s*([^|\n]+?)\s*\|\s*([^|\n]+?)\s*$", re.M)
 _HYP_ANSWER_PROSE = re.compile(
-    r"\(answer:\s*([^()\n]+)\)|current best answer(?: entity)?\s*(?::|is)\s*\**([^\n]+?)\**\s*\.?\s*$", re.I | re.M)
+    r"\(answer:\s*([^()\n]+)\)|current best answer(?: entity)?\s*(?::|is)\s*\**([^\n]+?)\**\s*\.?\s*$"
+    r"|\bthe answer is\s+\**([^\n]+?)\**\s*\.?\s*$", re.I | re.M)
 _HYP_LEAD = re.compile(r"^\s*(?:next\s+)?hypothesis\s*:\s*", re.I)
 
 
@@ -458,7 +459,7 @@ def parse_hypothesis(text: str) -> ParseResult:
     JSON that does not load (a stray ``]``, cut off at the token limit) keeps the fields that
     are whole (``"hypothesis"``, the 3-string claims, ``"answer"``); and the same three parts in
     prose (``Next hypothesis: … (answer: X)``, evidence lines ``h | r | t``, ``Current best answer
-    entity: X``). Without an answer it is still unreadable."""
+    entity: X``, or a line ending ``… the answer is X.``). Without an answer it is still unreadable."""
     js = parse_json(text)
     if js.ok and isinstance(js.value, dict):
         v = js.value
@@ -474,10 +475,10 @@ def parse_hypothesis(text: str) -> ParseResult:
                                                        _unescape(ans.group(1))))
     m = _HYP_ANSWER_PROSE.search(text)
     if m and '"hypothesis"' not in text:  # prose: an explicit answer marker is required
-        ans = (m.group(1) or m.group(2) or "").strip().strip("*").strip()
+        ans = (m.group(1) or m.group(2) or m.group(3) or "").strip().strip("*").strip()
         claims = [tuple(x.strip().strip("*") for x in c.groups()) for c in _CLAIM_PIPE.finditer(text)]
         first = _HYP_LEAD.sub("", text.strip()).split("\n", 1)[0]
-        hyp = _HYP_ANSWER_PROSE.sub("", first).strip()
+        hyp = re.sub(r"\s*\(answer:[^()\n]*\)", "", first).strip()
         if ans:
             return ParseResult(True, _hypothesis_value(hyp, claims, ans))
     return ParseResult(False, None, "expected a JSON object with hypothesis/claims/answer")

@@ -253,6 +253,8 @@ HYPOTHESIS_REPLIES = [
      '"Michael Redgrave", "Jan Sterling", "Edmond O\'Brien"]],', None),
     ("To find which films have the same director, I compare the evidence. Therefore, my next hypothesis is:\n"
      "The Story of Seabiscuit has the same d", None),
+    ("Barbary Coast Gent starred Wallace Beery, so the answer is Treasure Island.",
+     ("Barbary Coast Gent starred Wallace Beery, so the answer is Treasure Island.", [], "Treasure Island")),
     ("{none}", None),
 ]
 
