@@ -56,9 +56,6 @@ ROWS = {  # the validation table's rows (experiments/validation/run_validation.p
 # when a prompt fix makes the reply parse, the test says so and the mark must go.
 KNOWN_UNPARSEABLE = {
     "metaqa_rag": "the reader continues the prompt's fact list (`X | directed_by | Y; ...`) with no answer line",
-    "metaqa_reknos": "a scoring reply names `film.film (backward)` (the name the Freebase few-shot examples use), "
-                     "not one of MetaQA's candidates",
-    "metaqa_sgr": "collaborative hypothesis replies in prose (`Next hypothesis: ...`) or `{none}` instead of the JSON",
 }
 
 

@@ -99,3 +99,15 @@ def test_passages_are_extracted_in_batches_with_the_same_result(tmp_path):
 def test_duplicate_ids_rejected(tmp_path):
     with pytest.raises(ValueError, match="unique"):
         index_corpus([("a", "t", "x"), ("a", "u", "y")], FailingLLM(), tmp_path)
+
+
+def test_a_triple_list_cut_off_at_the_token_limit_keeps_its_complete_items():
+    """Qwen2.5-Coder-1.5B's extraction reply for the passage *Shirley Temple* ran into its 512
+    tokens (outputs/validation/n3/hotpotqa_subqrag, shortened): the two whole triples are kept,
+    the cut one is rejected; before, the whole reply was unreadable and nothing was written back."""
+    reply = ('[["Shirley Temple", "born in", "April 23, 1928"], ["Shirley Temple", "died in", '
+             '"February 10, 2014"], ["Shirl')
+    assert parse_triples(reply) == ([("Shirley Temple", "born in", "April 23, 1928"),
+                                     ("Shirley Temple", "died in", "February 10, 2014")], 1)
+    assert parse_triples('[["Shirl') == ([], 1)
+    assert parse_triples("[]") == ([], 0) and parse_triples("no list") == ([], 1)
