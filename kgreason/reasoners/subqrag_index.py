@@ -48,8 +48,8 @@ def triple_key(t: Triple) -> tuple[str, str, str]:
 
 
 # bump when parse_triples reads replies differently: the extraction log stores parsed triples
-# (2: the complete items of a list cut off at max_tokens are kept)
-PARSER_VERSION = "2"
+# (3: the complete items of a list cut off at max_tokens are kept, also when cut after a comma)
+PARSER_VERSION = "3"
 
 
 def _cut_off_items(text: str) -> list | None:
@@ -62,7 +62,9 @@ def _cut_off_items(text: str) -> list | None:
     while True:
         while i < len(text) and text[i] in " \t\r\n,":
             i += 1
-        if i >= len(text) or text[i] == "]":
+        if i >= len(text):
+            return out  # cut right after an item
+        if text[i] == "]":
             return None  # closed (or empty): not a cut-off list
         try:
             item, i = dec.raw_decode(text, i)
@@ -74,7 +76,7 @@ def _cut_off_items(text: str) -> list | None:
 def parse_triples(text: str) -> tuple[list[Triple], int]:
     """``(well-formed triples, n_rejected)`` from an LLM reply: a JSON list of 3-item lists or of
     ``{"head","relation","tail"}`` objects. Items that are not three non-empty strings are rejected.
-    A list cut off at the token limit keeps its complete items (the cut one counts as rejected):
+    A list cut off at the token limit keeps its complete items (the cut-off counts as one rejected):
     Qwen2.5-Coder-1.5B filled its 512 tokens on long passages (docs/subqrag.md)."""
     items = _outer_list(text)
     if items is None:

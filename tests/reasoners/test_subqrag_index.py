@@ -110,4 +110,8 @@ def test_a_triple_list_cut_off_at_the_token_limit_keeps_its_complete_items():
     assert parse_triples(reply) == ([("Shirley Temple", "born in", "April 23, 1928"),
                                      ("Shirley Temple", "died in", "February 10, 2014")], 1)
     assert parse_triples('[["Shirl') == ([], 1)
+    # cut right after a comma (the SFWA passage looped on one triple until the limit): the cut-off
+    # still counts as one rejection, and the repeats are parsed (the graph de-duplicates them)
+    assert parse_triples('[["SFWA", "presents", "Andre Norton Award"], ["SFWA", "presents", "Andre Norton Award"],') == (
+        [("SFWA", "presents", "Andre Norton Award")] * 2, 1)
     assert parse_triples("[]") == ([], 0) and parse_triples("no list") == ([], 1)
