@@ -428,9 +428,13 @@ _HYP_FIELD = re.compile(r'"hypothesis"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
 _ANS_FIELD = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
 _CLAIM_JSON = re.compile(r'\[\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]')
 _CLAIM_PIPE = re.compile(r"^\s*(?:[-*•]\s*)?([^|\n]+?)\s*\|\s*([^|\n]+?)\s*\|\s*([^|\n]+?)\s*$", re.M)
-_HYP_ANSWER_PROSE = re.compile(
-    r"\(answer:\s*([^()\n]+)\)|current best answer(?: entity)?\s*(?::|is)\s*\**([^\n]+?)\**\s*\.?\s*$"
-    r"|\bthe answer is\s+\**([^\n]+?)\**\s*\.?\s*$", re.I | re.M)
+# the answer markers of a prose hypothesis, strongest first: "(answer: X)", "Current best answer
+# entity: X" / "... is X", a line ending "the answer is X."
+_HYP_ANSWER_PROSE = (
+    re.compile(r"\(answer:\s*([^()\n]+)\)", re.I),
+    re.compile(r"current best answer(?: entity)?\s*(?::|is)\s*\**([^\n]+?)\**\s*\.?\s*$", re.I | re.M),
+    re.compile(r"\bthe answer is\s+\**([^\n(]+?)\**\s*\.?\s*$", re.I | re.M),
+)
 _HYP_LEAD = re.compile(r"^\s*(?:next\s+)?hypothesis\s*:\s*", re.I)
 
 
@@ -473,9 +477,9 @@ def parse_hypothesis(text: str) -> ParseResult:
             claims = [tuple(_unescape(x).strip() for x in m.groups()) for m in _CLAIM_JSON.finditer(text)]
             return ParseResult(True, _hypothesis_value(_unescape(hyp.group(1)) if hyp else "", claims,
                                                        _unescape(ans.group(1))))
-    m = _HYP_ANSWER_PROSE.search(text)
+    m = next((x for x in (p.search(text) for p in _HYP_ANSWER_PROSE) if x), None)
     if m and '"hypothesis"' not in text:  # prose: an explicit answer marker is required
-        ans = (m.group(1) or m.group(2) or m.group(3) or "").strip().strip("*").strip()
+        ans = m.group(1).strip().strip("*").strip()
         claims = [tuple(x.strip().strip("*") for x in c.groups()) for c in _CLAIM_PIPE.finditer(text)]
         first = _HYP_LEAD.sub("", text.strip()).split("\n", 1)[0]
         hyp = re.sub(r"\s*\(answer:[^()\n]*\)", "", first).strip()

@@ -255,6 +255,11 @@ HYPOTHESIS_REPLIES = [
      "The Story of Seabiscuit has the same d", None),
     ("Barbary Coast Gent starred Wallace Beery, so the answer is Treasure Island.",
      ("Barbary Coast Gent starred Wallace Beery, so the answer is Treasure Island.", [], "Treasure Island")),
+    # both markers: the "(answer: X)" one is read, not "Treasure Island (answer: Treasure Island)"
+    ("Barbary Coast Gent starred Wallace Beery, so the answer is Treasure Island (answer: Treasure Island)",
+     ("Barbary Coast Gent starred Wallace Beery, so the answer is Treasure Island", [], "Treasure Island")),
+    ("Chris Menges directed Second Best, so the answer is another film directed by Chris Menges (answer: CrissCross)",
+     ("Chris Menges directed Second Best, so the answer is another film directed by Chris Menges", [], "CrissCross")),
     ("{none}", None),
 ]
 
