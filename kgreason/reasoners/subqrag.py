@@ -11,7 +11,7 @@ Per question (Fig. 1):
    verbalised triples of the working KG (MiniLM). The generator answers from ``T_sub`` and names
    the triples it used (``T_used_i``, by index, JSON) and whether they sufficed. With
    ``require_grounded`` (default) "sufficient" also needs the answer to be named by a triple it
-   used (:func:`grounded`): a 1.5B generator called every sub-question sufficient, answering
+   used (:func:`answer_grounded`): a 1.5B generator called every sub-question sufficient, answering
    with relation names and its own knowledge, so the corpus fallback never ran
    (docs/subqrag.md). The paper (§2.3) leaves the judgement to the generator; ``false`` does so.
 4. **Dynamic graph update** (§2.3, Eq. 4): when they do not suffice, the top passages (cosine)
@@ -75,7 +75,7 @@ def _words(x: str) -> str:
     return " " + " ".join(re.sub(r"[^\w ]+", " ", x.casefold()).split()) + " "
 
 
-def grounded(answer: str, triples: list[Triple]) -> bool:
+def answer_grounded(answer: str, triples: list[Triple]) -> bool:
     """Whether ``answer`` is named by the head or tail of one of ``triples`` (case-insensitive,
     either string inside the other); a yes/no answer needs at least one triple. A relation name
     or an entity absent from the triples is not grounded."""
@@ -173,7 +173,7 @@ class SubQRAG(BaseReasoner):
         index_dir: root of the offline index cache.
         max_reasks: re-asks on an unparseable reply (kit policy; 0 = none).
         require_grounded: a "sufficient" triple answer also needs a used triple that names it
-            (:func:`grounded`); false leaves sufficiency to the generator alone, as §2.3 words it.
+            (:func:`answer_grounded`); false leaves sufficiency to the generator alone, as §2.3 words it.
     """
 
     tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
@@ -302,7 +302,7 @@ class SubQRAG(BaseReasoner):
             if 0 <= j < len(ids) and ids[j] not in used:
                 used.append(ids[j])
         sufficient = res.value["sufficient"] and bool(ans) and ans.lower() not in ("unknown", "none")
-        if sufficient and self.require_grounded and not grounded(ans, [g.triples[i] for i in used]):
+        if sufficient and self.require_grounded and not answer_grounded(ans, [g.triples[i] for i in used]):
             t.add("note", "ungrounded", answer=ans, used=[list(g.triples[i]) for i in used],
                   reason="the generator called the triples sufficient, but no triple it used names the answer")
             sufficient = False

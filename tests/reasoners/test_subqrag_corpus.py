@@ -211,3 +211,22 @@ def test_a_sufficient_claim_the_used_triples_do_not_name_falls_back_to_the_corpu
     else:
         assert second["source"] == "triples" and second["answer"] == "directed by"
         assert ("Bob Stone", "born in", "Riverton") not in r.graph
+
+
+@pytest.mark.parametrize("answer,expected", [
+    ("Shirley Temple", True),             # a head
+    ("shirley temple black", True),       # holds a head (whole words)
+    ("Chief of Protocol.", True),         # a tail, punctuation dropped
+    ("Temple", True),                     # inside a head, whole word
+    ("final starring role", False),       # a relation name (seen with Qwen2.5-Coder-1.5B)
+    ("Deputy Prime Minister", False),     # not in the used triples
+    ("1", False),                         # "1945" holds it, but not as a whole word
+    ("yes", True),                        # yes/no: needs one used triple
+])
+def test_answer_grounded_golden(answer, expected):
+    from kgreason.reasoners.subqrag import answer_grounded
+
+    used = [("Shirley Temple", "final starring role", "Kiss and Tell (1945 film)"),
+            ("Shirley Temple", "position", "Chief of Protocol")]
+    assert answer_grounded(answer, used) is expected
+    assert answer_grounded("yes", []) is False
