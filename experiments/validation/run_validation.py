@@ -55,7 +55,9 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
     "metaqa_sgr_strict": (METAQA, "sgr", ["reasoner.schema_direction=strict"]),
 }
 
-COMMON = ["llm=qwen_coder_1_5b", "tracking=none"]
+# legacy_batched_keys: the table's cache was filled by batched runs before 2026-11-24, when the
+# batcher hid the model's route from the cache key (docs/llm.md); harmless on a fresh cache
+COMMON = ["llm=qwen_coder_1_5b", "tracking=none", "llm_cache.legacy_batched_keys=true"]
 # reasoners that answer examples in order (thread_safe=False): SubQRAG's graph updates must reach
 # later questions in dataset order, so its row runs one example at a time
 SEQUENTIAL = {"hotpotqa_subqrag"}

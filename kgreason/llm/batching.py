@@ -70,6 +70,13 @@ class BatchingLLM:
         self._closed = False
 
     # ------------------------------------------------------------------ public
+    def cache_identity(self) -> dict[str, Any]:
+        """The wrapped model's reply-shaping settings: the call cache keys a batched run exactly
+        like an unbatched one (batching does not change what a request asks for)."""
+        from kgreason.llm.cache import backend_settings
+
+        return backend_settings(self.inner)
+
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         requests = list(requests)
         if not requests:

@@ -127,24 +127,37 @@ class CachedLLM:
     Misses of one ``generate`` batch are sent to the inner backend as one batch (order kept).
     """
 
-    def __init__(self, inner, store: CallStore) -> None:
+    def __init__(self, inner, store: CallStore, legacy_batched_keys: bool = False) -> None:
         self.inner, self.store = inner, store
         self.backend = str(getattr(inner, "backend", type(inner).__name__))
         self.model = str(getattr(inner, "model", "?"))
         self.settings = backend_settings(inner)
+        # opt-in (llm_cache.legacy_batched_keys): also read the entries a batched in-process run
+        # wrote before the batcher passed its model's settings on, keyed with none; a hit is
+        # copied to this run's key. Such entries do not tell routes apart, hence opt-in.
+        self._legacy = bool(legacy_batched_keys) and self.backend in ("local", "hf") and bool(self.settings)
 
     def _key(self, method: str, request: Any) -> str:
         return cache_key(self.backend, self.model, method, request, self.settings)
+
+    def _get(self, key: str, method: str, request: Any):
+        v = self.store.get(key)
+        if v is None and self._legacy:
+            v = self.store.get(cache_key(self.backend, self.model, method, request, {}))
+            if v is not None and self.store.mode == "readwrite":
+                self.store.put(key, v, backend=self.backend, model=self.model, method=method)
+        return v
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         requests = list(requests)
         if self.store.mode == "off":
             return self.inner.generate(requests)
-        keys = [self._key("generate", request_json(r)) for r in requests]
+        reqs = [request_json(r) for r in requests]
+        keys = [self._key("generate", r) for r in reqs]
         out: list[Completion | None] = [None] * len(requests)
         miss: list[int] = []
         for i, k in enumerate(keys):
-            v = self.store.get(k)
+            v = self._get(k, "generate", reqs[i])
             if not _is_generate_entry(v):  # absent, or of another shape: never used as a reply
                 miss.append(i)
                 continue
@@ -180,7 +193,7 @@ class CachedLLM:
             return self.inner.score(prompt, candidates)
         req = {"messages": [{"role": m.role, "content": m.content} for m in prompt], "candidates": list(candidates)}
         key = self._key("score", req)
-        v = self.store.get(key)
+        v = self._get(key, "score", req)
         ok = (isinstance(v, dict) and isinstance(v.get("scores"), list) and len(v["scores"]) == len(candidates)
               and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v["scores"]))
         if ok:

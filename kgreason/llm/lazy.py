@@ -28,7 +28,8 @@ def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, examp
     llm = maybe_batching(instantiate(cfg), int(example_workers or 1))
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return llm
-    return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])))
+    return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])),
+                     legacy_batched_keys=bool(cache_cfg.get("legacy_batched_keys", False)))
 
 
 class LazyLLM:

@@ -188,3 +188,54 @@ def test_run_lazy_llm_batches_local_backends_only_with_workers(tmp_path):
                               ["hello", "which city", "the film", "who is x"]))
     assert texts == [one.generate([ChatRequest.of(q, max_tokens=4)])[0].text
                      for q in ["hello", "which city", "the film", "who is x"]]
+
+
+def test_batched_and_unbatched_runs_share_cache_entries_and_the_route_stays_in_the_key(tmp_path):
+    """The batcher sits under the call cache with example_workers > 1. It used to hide the model's
+    reply-shaping settings (``route``, ``max_input_tokens``), so an 8-worker run and a 1-worker
+    run keyed the same request differently: the model tests (1 worker) paid again for every call
+    the validation table (8 workers) had cached. Now both key alike, and a different route still
+    gets its own entry."""
+    from kgreason.llm.cache import CachedLLM, CallStore, backend_settings
+
+    class Routed(RecordingLLM):
+        def __init__(self, route):
+            super().__init__(delay_s=0.0)
+            self.route, self.max_input_tokens = route, 4096
+
+    inner = Routed("transformers")
+    assert backend_settings(BatchingLLM(inner)) == backend_settings(inner) == {"route": "transformers",
+                                                                               "max_input_tokens": 4096}
+    store = CallStore.open(str(tmp_path), mode="readwrite")
+    batched = CachedLLM(BatchingLLM(inner), store)
+    _ask(batched, "q", 2)
+    alone = Routed("transformers")
+    assert _ask(CachedLLM(alone, store), "q", 2) == ["re: q#0", "re: q#1"] and alone.batches == []
+    other = Routed("llama_cpp")
+    _ask(CachedLLM(BatchingLLM(other), store), "q", 2)
+    assert other.batches == [["q#0", "q#1"]]  # another route: never served the transformers replies
+    batched.inner.close()
+
+
+def test_legacy_batched_keys_reads_entries_written_before_the_fix_only_when_asked(tmp_path):
+    """``llm_cache.legacy_batched_keys``: a cache that batched runs filled before the fix (keyed with
+    no settings) is read, and each hit is copied to the right key; off by default, because those
+    entries do not tell routes apart."""
+    from kgreason.llm.cache import CachedLLM, CallStore, cache_key, request_json
+
+    class Routed(RecordingLLM):
+        def __init__(self):
+            super().__init__(delay_s=0.0)
+            self.route = "transformers"
+
+    store = CallStore.open(str(tmp_path), mode="readwrite")
+    req = ChatRequest.of("old#0")
+    old_key = cache_key("local", "fake", "generate", request_json(req), {})
+    store.put(old_key, {"texts": ["from before"], "usage": {"calls": 1}}, backend="local", model="fake", method="generate")
+    fresh = Routed()
+    assert _ask(CachedLLM(fresh, store), "old") == ["re: old#0"] and fresh.batches == [["old#0"]]  # off: a miss
+    store2 = CallStore.open(str(tmp_path / "b"), mode="readwrite")
+    store2.put(old_key, {"texts": ["from before"], "usage": {"calls": 1}}, backend="local", model="fake", method="generate")
+    reader = Routed()
+    assert _ask(CachedLLM(reader, store2, legacy_batched_keys=True), "old") == ["from before"] and reader.batches == []
+    assert _ask(CachedLLM(Routed(), store2), "old") == ["from before"]  # copied to the new key
