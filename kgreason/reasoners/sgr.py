@@ -96,13 +96,15 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
-def _check_settings(vote: str, collaborate: str, lam: float) -> None:
+def _check_settings(vote: str, collaborate: str, lam: float, schema_direction: str = "auto") -> None:
     if vote not in ("confidence", "majority"):
         raise ValueError(f"vote must be 'confidence' or 'majority', got {vote!r}")
     if collaborate not in ("fallback", "always", "never"):
         raise ValueError(f"collaborate must be fallback|always|never, got {collaborate!r}")
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam (λ, Eq. 29) must be in [0, 1], got {lam}")
+    if schema_direction not in ("strict", "either", "auto"):
+        raise ValueError(f"SGR: schema_direction must be strict | either | auto, got {schema_direction!r}")
 
 
 class SGR(BaseReasoner):
@@ -178,17 +180,13 @@ class SGR(BaseReasoner):
         max_tokens: int = 512,
         max_schema_types: int = 200,
         choice_cap: int = 50,
-        row_limit: int = 100,
-        query_timeout_ms: int = 10_000,
+        row_limit: int = 100, query_timeout_ms: int = 10_000,
         schema_direction: str = "auto",
         graphdb: GraphDB | None = None,
         embedder=None,
     ) -> None:
-        _check_settings(vote, collaborate, lam)
-        if schema_direction not in ("strict", "either", "auto"):
-            raise ValueError(f"SGR: schema_direction must be strict | either | auto, got {schema_direction!r}")
-        self.schema_direction = schema_direction
-        self.kg, self.retriever, self.llm = kg, retriever, llm
+        _check_settings(vote, collaborate, lam, schema_direction)
+        self.kg, self.retriever, self.llm, self.schema_direction = kg, retriever, llm, schema_direction
         self.max_tokens = int(max_tokens)
         self.use_schema, self.use_cypher = bool(schema), bool(cypher)
         self.lam, self.num_paths, self.collab_iterations = float(lam), int(num_paths), int(collab_iterations)
