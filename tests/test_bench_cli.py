@@ -56,3 +56,30 @@ def test_hf_bench_reports_median_of_alternating_runs():
         assert len(runs) == 3 and r[mode]["s"] == round(sorted(runs)[1], 4)
         assert abs(r[mode]["req_per_s"] - 4 / r[mode]["s"]) <= 0.01 * r[mode]["req_per_s"]
     assert r["ratio"] == round(r["batched"]["req_per_s"] / r["sequential"]["req_per_s"], 2)
+
+
+def test_dtypes_bench_sends_batches_and_builds_the_llamacpp_route(monkeypatch):
+    """`--batch N`: one generate call of N requests per prompt and dtype; 'llamacpp' in the dtype
+    list is the llama.cpp route. A fake LocalLLM stands in for the model (no weights read)."""
+    from kgreason.bench import llm as bench_llm
+    from kgreason.llm import local
+    from kgreason.types import Completion, Usage
+
+    built, calls = [], []
+
+    class FakeLocal:
+        def __init__(self, model=None, dtype="auto", n_threads=None, route="transformers"):
+            self.tag = route if route == "llamacpp" else dtype
+            built.append((route, dtype))
+
+        def generate(self, reqs):
+            calls.append((self.tag, len(reqs)))
+            return [Completion(texts=(f"{self.tag}",), usage=Usage(calls=1, completion_tokens=2)) for _ in reqs]
+
+    monkeypatch.setattr(local, "LocalLLM", FakeLocal)
+    r = bench_llm.bench_dtypes("m", dtypes=("float32", "llamacpp"), max_tokens=4, prompts=("a", "b", "c"), batch=4)
+    assert built == [("transformers", "float32"), ("llamacpp", "auto")]
+    measured = [c for c in calls if c[1] != 1]  # minus the one-request warm-ups
+    assert measured == [("float32", 4), ("llamacpp", 4)] * 3
+    assert r["batch"] == 4 and r["float32"]["tokens"] == 3 * 4 * 2 and r["llamacpp"]["tokens"] == 24
+    assert r["llamacpp"]["same_greedy_as_float32"] == [False] * 3  # the fakes answer with their tag

@@ -56,8 +56,10 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
 }
 
 # legacy_batched_keys: the table's cache was filled by batched runs before 2026-11-24, when the
-# batcher hid the model's route from the cache key (docs/llm.md); harmless on a fresh cache
-COMMON = ["llm=qwen_coder_1_5b", "tracking=none", "llm_cache.legacy_batched_keys=true"]
+# batcher hid the model's route from the cache key (docs/llm.md); harmless on a fresh cache.
+# llm.dtype=bfloat16: every row's replies were made in bfloat16; `auto` picks float32 on a CPU
+# without native bfloat16 (docs/llm.md), whose replies are keyed apart and would not replay
+COMMON = ["llm=qwen_coder_1_5b", "llm.dtype=bfloat16", "tracking=none", "llm_cache.legacy_batched_keys=true"]
 # reasoners that answer examples in order (thread_safe=False): SubQRAG's graph updates must reach
 # later questions in dataset order, so its row runs one example at a time
 SEQUENTIAL = {"hotpotqa_subqrag"}
@@ -149,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         table = json.loads(out.read_text()) if out.exists() else {}  # re-read: other sittings may have written
         if rc != 0 or not (run_dir / "metrics.json").exists():
             print(f"row {row}: exit status {rc}, no metrics (see {run_dir}/run.log)", file=sys.stderr, flush=True)
-            table[row] = {"command": shown, "n": args.n, "status": f"failed (exit {rc})"}
+            prev = table.get(row, {})
+            if "metrics" in prev:  # a killed or failed later sitting never erases a measured row
+                table[row] = {**prev, "last_sitting": f"failed (exit {rc})"}
+            else:
+                table[row] = {**prev, "command": shown, "n": args.n, "status": f"failed (exit {rc})"}
         else:
             entry = summarise(run_dir)
             prev = table.get(row, {})

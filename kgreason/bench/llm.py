@@ -8,9 +8,10 @@
 * ``hf``: :class:`~kgreason.llm.hf.HFCausalLM` on a tiny random-weight Llama built locally
   (nothing downloaded): one left-padded batch vs one request at a time.
 * ``dtypes``: a real local model (``--model``, default the Qwen2.5-Coder-1.5B parts) in float32,
-  bfloat16 and int8 (dynamic quantisation): greedy tokens/s on the same prompts, one request
-  at a time, the dtypes alternating prompt by prompt (fair on a shared CPU), and whether each
-  dtype's greedy reply equals float32's.
+  bfloat16 and int8 (dynamic quantisation), and with ``--dtypes …,llamacpp`` the llama.cpp
+  route: greedy tokens/s on the same prompts, one request at a time or ``--batch N`` per
+  ``generate`` call, the dtypes alternating prompt by prompt (fair on a shared CPU), and whether
+  each dtype's greedy reply equals the first one's.
 * ``workers``: a whole run (``kgreason.run.run``, ``reasoner=io`` on MetaQA 2-hop, call cache
   off) with ``example_workers=1`` and ``=8`` on the same questions → examples per minute and
   the ratio (8 workers → the local model's requests are merged by
@@ -244,31 +245,40 @@ DTYPE_PROMPTS = ("What is the capital of France? Answer in one word.",
 
 def bench_dtypes(model: str | None = "qwen2.5-coder-1.5b-instruct", dtypes: tuple[str, ...] = ("float32", "bfloat16", "int8"),
                  max_tokens: int = 32, rounds: int = 1, prompts: tuple[str, ...] = DTYPE_PROMPTS,
-                 n_threads: int | None = None) -> dict[str, Any]:
-    """Greedy decode speed of one local model per dtype (one request at a time, alternating)."""
+                 n_threads: int | None = None, batch: int = 1) -> dict[str, Any]:
+    """Greedy decode speed of one local model per dtype, the dtypes alternating prompt by prompt.
+
+    ``batch`` = 1: one request at a time. ``batch`` > 1: each prompt is sent as one ``generate``
+    call of ``batch`` requests (the prompts from it on, cyclically), one left-padded batch, as the
+    cross-example batcher and SubQRAG's index send them; tokens/s counts every row's tokens."""
     import os
 
     from kgreason.llm.local import LocalLLM
     from kgreason.types import ChatRequest
 
-    out: dict[str, Any] = {"backend": f"local {model or 'smollm2'} (greedy, 1 request at a time)",
+    how = "1 request at a time" if batch <= 1 else f"batches of {batch}"
+    out: dict[str, Any] = {"backend": f"local {model or 'smollm2'} (greedy, {how})", "batch": max(1, batch),
                            "max_tokens": max_tokens, "rounds": rounds, "load_avg_start": os.getloadavg()[0]}
     out["n_threads"] = n_threads
-    llms = {d: LocalLLM(model=model, dtype=d, n_threads=n_threads) for d in dtypes}
+    # "llamacpp" in dtypes: the llama.cpp route on the quantised GGUF as is (requests one at a time)
+    llms = {d: (LocalLLM(model=model, route="llamacpp", n_threads=n_threads) if d == "llamacpp"
+                else LocalLLM(model=model, dtype=d, n_threads=n_threads)) for d in dtypes}
     for llm in llms.values():  # warm-up
         llm.generate([ChatRequest.of("Hi", max_tokens=2)])
     secs = {d: 0.0 for d in dtypes}
     toks = {d: 0 for d in dtypes}
     texts: dict[str, list[str]] = {d: [] for d in dtypes}
     for r in range(max(1, rounds)):
-        for q in prompts:
+        for i, q in enumerate(prompts):
             order = dtypes if r % 2 == 0 else tuple(reversed(dtypes))
+            group = [prompts[(i + j) % len(prompts)] for j in range(max(1, batch))]
             for d in order:
                 t0 = time.perf_counter()
-                (c,) = llms[d].generate([ChatRequest.of(q, max_tokens=max_tokens)])
+                cs = llms[d].generate([ChatRequest.of(x, max_tokens=max_tokens) for x in group])
                 secs[d] += time.perf_counter() - t0
-                toks[d] += c.usage.completion_tokens
-                print(f"  {d:9s} {c.usage.completion_tokens:3d} tokens {time.perf_counter() - t0:7.1f}s  {c.text[:60]!r}",
+                c = cs[0]
+                toks[d] += sum(x.usage.completion_tokens for x in cs)
+                print(f"  {d:9s} {sum(x.usage.completion_tokens for x in cs):3d} tokens {time.perf_counter() - t0:7.1f}s  {c.text[:60]!r}",
                       flush=True)
                 if r == 0:
                     texts[d].append(c.text)
@@ -329,12 +339,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llm", default="llm=qwen_coder_1_5b", help="workers: space-separated llm overrides")
     p.add_argument("--workers", type=int, default=8, help="workers: the concurrent run's example_workers")
     p.add_argument("--threads", type=int, default=None, help="dtypes: torch CPU threads (1 on a busy shared box)")
+    p.add_argument("--batch", type=int, default=1, help="dtypes: requests per generate call (one left-padded batch)")
+    p.add_argument("--dtypes", default="float32,bfloat16,int8",
+                   help="dtypes: comma list, the first is the reference; 'llamacpp' adds the llama.cpp route")
     a = p.parse_args(argv)
     results = []
     for which in [w.strip() for w in a.which.split(",") if w.strip()]:
         if which == "dtypes":
             r = bench_dtypes(None if a.model == "smollm2" else a.model, max_tokens=a.max_tokens,
-                             rounds=max(1, min(a.repeats, 2)), n_threads=a.threads)
+                             rounds=max(1, min(a.repeats, 2)), n_threads=a.threads, batch=a.batch,
+                             dtypes=tuple(x.strip() for x in a.dtypes.split(",") if x.strip()))
             print(json.dumps(r, indent=1))
             results.append(r)
             continue

@@ -57,6 +57,44 @@ def apply_dtype(net: Any, dtype: str) -> Any:
     return net.to(getattr(torch, dtype))
 
 
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU computes in bfloat16 natively, read from ``/proc/cpuinfo`` (or the text
+    given): the x86 flags ``avx512_bf16`` or ``amx_bf16``, or the Arm feature ``bf16``. ``None``
+    when it cannot tell (no ``/proc/cpuinfo``: macOS, Windows).
+
+    Without them torch converts bfloat16 to float32 around every matmul: on a 2-core AVX2 EPYC
+    Qwen2.5-Coder-1.5B ran at 0.65× float32's tokens/s one request at a time and 0.36× in
+    batches of 8 (docs/llm.md); the earlier measurements, on other machines, had given bfloat16
+    1.8–4.3× float32."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return None
+    words: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            words.update(val.split())
+    if not words:
+        return None
+    return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def resolve_dtype(dtype: str, default: str, device: str = "cpu", cpuinfo: str | None = None) -> str:
+    """The torch dtype ``llm.dtype`` asks for: itself unless ``auto``; ``auto`` = the model's
+    measured ``default``, except that a bfloat16 default runs in float32 on a CPU known to lack
+    native bfloat16 (:func:`cpu_has_native_bf16`), where bfloat16 is the slower of the two."""
+    if dtype != "auto":
+        return dtype
+    if default == "bfloat16" and str(device) == "cpu" and cpu_has_native_bf16(cpuinfo) is False:
+        log.info("llm.dtype=auto: float32, not bfloat16 (this CPU has no native bfloat16: no avx512_bf16, "
+                 "amx_bf16 or bf16 flag; bfloat16 measured slower there). On such a CPU llm.route=llamacpp "
+                 "(pip install 'kgreason[llamacpp]') measured about 5x faster than float32 (docs/llm.md)")
+        return "float32"
+    return default
+
+
 def _truncate(text: str, stop: Sequence[str]) -> str:
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
     return text if cut < 0 else text[:cut]

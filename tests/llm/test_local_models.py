@@ -127,14 +127,54 @@ def test_bad_dtype_is_clear(tmp_path):
         apply_dtype(object(), "int4")
 
 
+# /proc/cpuinfo excerpts -> native bfloat16? (x86 flags avx512_bf16 / amx_bf16, Arm feature bf16)
+CPUINFO_BF16 = [
+    ("flags\t\t: fpu vme sse sse2 avx avx2 fma bmi2 avx512f avx512bw avx512_bf16 avx512_vnni\n", True),
+    ("flags\t\t: fpu sse2 avx2 amx_bf16 amx_tile amx_int8\n", True),
+    ("Features\t: fp asimd evtstrm aes sha2 crc32 atomics bf16 i8mm sve\n", True),
+    # the AMD EPYC (AVX2 only) this project's 2-core machines had on 2026-11-24
+    ("processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma f16c bmi1 bmi2\n", False),
+    ("Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\n", False),
+    ("avx512_bf16 appears outside a flags line\n", None),  # no flags line: cannot tell
+    ("", None),
+]
+
+
+@pytest.mark.parametrize("cpuinfo, native", CPUINFO_BF16)
+def test_native_bf16_is_read_from_the_cpu_flags(cpuinfo, native):
+    from kgreason.llm.hf import cpu_has_native_bf16
+
+    assert cpu_has_native_bf16(cpuinfo) is native
+
+
+@pytest.mark.parametrize("dtype, default, device, cpuinfo, expected", [
+    ("auto", "bfloat16", "cpu", CPUINFO_BF16[0][0], "bfloat16"),
+    ("auto", "bfloat16", "cpu", CPUINFO_BF16[3][0], "float32"),   # AVX2: bfloat16 measured slower
+    ("auto", "bfloat16", "cpu", "", "bfloat16"),                  # unknown CPU: the model's default
+    ("auto", "bfloat16", "cuda", CPUINFO_BF16[3][0], "bfloat16"),  # not the CPU's business
+    ("auto", "float32", "cpu", CPUINFO_BF16[0][0], "float32"),
+    ("bfloat16", "bfloat16", "cpu", CPUINFO_BF16[3][0], "bfloat16"),  # asked for explicitly: kept
+    ("int8", "bfloat16", "cpu", CPUINFO_BF16[3][0], "int8"),
+])
+def test_auto_dtype_follows_the_model_default_and_the_cpu(dtype, default, device, cpuinfo, expected):
+    from kgreason.llm.hf import resolve_dtype
+
+    assert resolve_dtype(dtype, default, device, cpuinfo) == expected
+
+
 @pytest.mark.model
 @needs_qwen
 def test_qwen_answers_a_simple_prompt():
     """The real model: assembled + converted once (cached), then a greedy reply and a score."""
     from kgreason.llm.local import LocalLLM
 
+    from kgreason.llm.hf import resolve_dtype
+
     llm = LocalLLM(model="qwen2.5-coder-1.5b-instruct")
-    assert llm.dtype == "bfloat16" and llm.model == "qwen2.5-coder-1.5b-instruct"
+    # auto = bfloat16, or float32 (keyed apart in the call cache) on a CPU without native bfloat16
+    want = resolve_dtype("auto", "bfloat16")
+    assert llm.dtype == want
+    assert llm.model == "qwen2.5-coder-1.5b-instruct" + ("" if want == "bfloat16" else "@float32")
     (c,) = llm.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=8)])
     assert "paris" in c.text.lower()
     assert c.usage.calls == 1 and 0 < c.usage.completion_tokens <= 8 and c.usage.prompt_tokens > 10

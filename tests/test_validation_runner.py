@@ -1,0 +1,37 @@
+"""experiments/validation/run_validation.py keeps what it measured: a later sitting that fails or
+is killed never erases a row that has metrics (the table is built over several sittings)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+RUNNER = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "run_validation.py"
+
+
+def _runner(tmp_path, monkeypatch, rc: int):
+    spec = importlib.util.spec_from_file_location("run_validation_under_test", RUNNER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "HERE", tmp_path)
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    monkeypatch.setattr(mod.subprocess, "call", lambda cmd, cwd=None: rc)  # the row's run: exits rc
+    return mod
+
+
+def test_a_failed_sitting_keeps_the_measured_row(tmp_path, monkeypatch):
+    measured = {"command": "…", "n": 7, "n_examples": 7, "metrics": {"hits_at_1": 0.5}, "wall_s": 60.0}
+    (tmp_path / "validation_n7.json").write_text(json.dumps({"metaqa_io": measured}))
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    assert mod.main(["--n", "7", "--rows", "metaqa_io,metaqa_rag", "--cache", str(tmp_path / "c")]) == 0
+    table = json.loads((tmp_path / "validation_n7.json").read_text())
+    assert table["metaqa_io"] == {**measured, "last_sitting": "failed (exit 1)"}
+    assert table["metaqa_rag"]["status"] == "failed (exit 1)" and "metrics" not in table["metaqa_rag"]
+
+
+def test_every_row_pins_the_dtype_its_cached_replies_were_made_in(tmp_path, monkeypatch):
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    for row in mod.ROWS:
+        cmd = mod.command(row, 20, str(tmp_path))
+        assert "llm=qwen_coder_1_5b" in cmd and "llm.dtype=bfloat16" in cmd, row
