@@ -35,3 +35,14 @@ def test_every_row_pins_the_dtype_its_cached_replies_were_made_in(tmp_path, monk
     for row in mod.ROWS:
         cmd = mod.command(row, 20, str(tmp_path))
         assert "llm=qwen_coder_1_5b" in cmd and "llm.dtype=bfloat16" in cmd, row
+
+
+def test_the_llamacpp_route_runs_and_files_apart(tmp_path, monkeypatch):
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    cmd = mod.command("metaqa_io", 20, str(tmp_path), route="llamacpp")
+    assert "llm.route=llamacpp" in cmd and "hydra.run.dir=outputs/validation/n20_llamacpp/metaqa_io" in cmd
+    assert "llm.route=llamacpp" not in mod.command("metaqa_io", 20, str(tmp_path))
+    mod.main(["--n", "5", "--rows", "metaqa_io", "--route", "llamacpp", "--cache", str(tmp_path / "c")])
+    assert json.loads((tmp_path / "validation_n5_llamacpp.json").read_text())["metaqa_io"]["status"] == "failed (exit 1)"
+    assert not (tmp_path / "validation_n5.json").exists()
+    assert "| metaqa_io (llama.cpp) | 5 |" in mod.markdown()

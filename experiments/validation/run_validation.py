@@ -65,14 +65,21 @@ COMMON = ["llm=qwen_coder_1_5b", "llm.dtype=bfloat16", "tracking=none", "llm_cac
 SEQUENTIAL = {"hotpotqa_subqrag"}
 
 
-def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2) -> list[str]:
+# --route llamacpp: the same GGUF through llama.cpp (Q4_K_M kernels, one request at a time), the
+# fast route on a CPU without native bfloat16 (docs/llm.md); its replies are keyed apart, its rows
+# go to validation_n<N>_llamacpp.json. n_ctx 4096: SubQRAG's passage prompts plus 512 new tokens.
+ROUTES = {"transformers": ([], ""), "llamacpp": (["llm.route=llamacpp", "llm.n_ctx=4096"], "_llamacpp")}
+
+
+def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2, route: str = "transformers") -> list[str]:
     """One row's run. ``workers`` concurrent examples share one model through the cross-example
     batcher (kgreason/llm/batching.py); greedy replies may round slightly differently in a batch, and
     the call cache does not key on workers or threads, so sittings with other values replay."""
     data, reasoner, extra = ROWS[row]
-    return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON,
+    over, suffix = ROUTES[route]
+    return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON, *over,
             f"llm.n_threads={threads}", f"example_workers={1 if row in SEQUENTIAL else workers}", *extra,
-            f"dataset.limit={n}", f"llm_cache.dir={cache}", f"hydra.run.dir=outputs/validation/n{n}/{row}"]
+            f"dataset.limit={n}", f"llm_cache.dir={cache}", f"hydra.run.dir=outputs/validation/n{n}{suffix}/{row}"]
 
 
 def summarise(run_dir: Path) -> dict:
@@ -104,7 +111,9 @@ def markdown() -> str:
     """Every row of every ``validation_n*.json`` as one markdown table (for the docs)."""
     lines = ["| row | N | metrics | unparseable replies | LLM calls / question | wall s |", "|---|---|---|---|---|---|"]
     for f in sorted(HERE.glob("validation_n*.json")):
+        route = " (llama.cpp)" if f.stem.endswith("_llamacpp") else ""
         for row, e in json.loads(f.read_text()).items():
+            row = row + route
             if "metrics" not in e:
                 lines.append(f"| {row} | {e.get('n')} | {e.get('status')} | | | |")
                 continue
@@ -124,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/kgreason/validation"))
     ap.add_argument("--workers", type=int, default=8, help="example_workers (batched on the local model)")
     ap.add_argument("--threads", type=int, default=2, help="llm.n_threads (torch CPU threads)")
+    ap.add_argument("--route", choices=sorted(ROUTES), default="transformers",
+                    help="the model's route; llamacpp rows go to validation_n<N>_llamacpp.json")
     ap.add_argument("--print", action="store_true", help="print the commands and exit")
     ap.add_argument("--fresh", action="store_true",
                     help="delete each row's run dir first (re-parse every cached reply, e.g. after a parser fix)")
@@ -136,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         ap.error(f"--rows: unknown {unknown}; expected some of {list(ROWS)}")
-    out = HERE / f"validation_n{args.n}.json"
+    suffix = ROUTES[args.route][1]
+    out = HERE / f"validation_n{args.n}{suffix}.json"
     for row in rows:
-        cmd = command(row, args.n, args.cache, args.workers, args.threads)
+        cmd = command(row, args.n, args.cache, args.workers, args.threads, args.route)
         shown = "KGREASON_DATA=/work/shared/data python " + shlex.join(cmd[1:]).replace(args.cache, "~/.cache/kgreason/validation")
         print(shown, flush=True)
         if args.print:
             continue
-        run_dir = ROOT / "outputs" / "validation" / f"n{args.n}" / row
+        run_dir = ROOT / "outputs" / "validation" / f"n{args.n}{suffix}" / row
         if args.fresh and run_dir.exists():
             shutil.rmtree(run_dir)
         t0 = time.time()
