@@ -57,6 +57,13 @@ class LazyLLM:
                     self._llm = build_llm(self._cfg, self._cache_cfg, self._workers)
         return self._llm
 
+    def resolved_model(self) -> str:
+        """The name the built model answers under (it builds the model): the config's ``model``
+        can name several variants, e.g. ``qwen2.5-coder-1.5b-instruct`` in bfloat16, in float32
+        (``…@float32``) or through llama.cpp (``…@llamacpp``), whose outputs must not share a
+        SubQRAG index. ``model`` itself stays the config's name (no build)."""
+        return str(getattr(self.get(), "model", self.model))
+
     @property
     def built(self) -> bool:
         return self._llm is not None

@@ -154,9 +154,7 @@ class LocalLLM:
         # where the CPU has no native bfloat16 (resolve_dtype); llama.cpp ignores it
         self.dtype = (resolve_dtype(dtype, default_dtype, device) if route == "transformers"
                       else default_dtype if dtype == "auto" else dtype)
-        # the name keys the call cache: weights in a non-default dtype may answer differently
-        self.model = (model or self.gguf.stem) + ("" if self.dtype == default_dtype or route != "transformers"
-                                                  else f"@{self.dtype}")
+        self.model = model_name(model or self.gguf.stem, route, self.dtype, default_dtype)
         t0 = time.perf_counter()
         if route == "transformers":
             from kgreason.llm.hf import HFCausalLM
@@ -174,6 +172,17 @@ class LocalLLM:
 
     def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
         return self.impl.score(prompt, candidates)
+
+
+def model_name(base: str, route: str, dtype: str, default_dtype: str) -> str:
+    """The name a local model answers under (``llm/model`` in metrics, the call cache key, the
+    SubQRAG index key). Weights or kernels that may answer differently get their own name: a
+    non-default dtype on the transformers route ``base@<dtype>``, the llama.cpp route
+    ``base@llamacpp`` (its Q4_K_M kernels are not the transformers route's dequantised weights;
+    an index or a reply of one route is never reused by the other)."""
+    if route == "llamacpp":
+        return f"{base}@llamacpp"
+    return base if dtype == default_dtype else f"{base}@{dtype}"
 
 
 class LlamaCppChat:

@@ -242,7 +242,11 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"index_corpus: passage ids must be unique; {dup!r} repeats")
-    key = corpus_hash(rows, getattr(llm, "model", ""), load_prompt("subqrag", "extract") + PARSER_VERSION)
+    # the model's resolved name (LazyLLM: the built variant, e.g. …@float32 / …@llamacpp), not
+    # the config's: an index extracted by one variant is never read back by another
+    resolved = getattr(llm, "resolved_model", None)
+    model = resolved() if callable(resolved) else getattr(llm, "model", "")
+    key = corpus_hash(rows, model, load_prompt("subqrag", "extract") + PARSER_VERSION)
     d = Path(index_dir) / key
     d.mkdir(parents=True, exist_ok=True)
     done = _read_extractions(d / "extractions.jsonl")

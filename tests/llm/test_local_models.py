@@ -162,6 +162,19 @@ def test_auto_dtype_follows_the_model_default_and_the_cpu(dtype, default, device
     assert resolve_dtype(dtype, default, device, cpuinfo) == expected
 
 
+@pytest.mark.parametrize("route, dtype, default, name", [
+    ("transformers", "bfloat16", "bfloat16", "qwen"),
+    ("transformers", "float32", "bfloat16", "qwen@float32"),   # auto on a CPU without native bfloat16
+    ("transformers", "int8", "bfloat16", "qwen@int8"),
+    ("transformers", "float32", "float32", "qwen"),            # SmolLM2's default
+    ("llamacpp", "bfloat16", "bfloat16", "qwen@llamacpp"),     # other kernels: never shares replies or an index
+])
+def test_a_local_model_is_named_by_what_answers(route, dtype, default, name):
+    from kgreason.llm.local import model_name
+
+    assert model_name("qwen", route, dtype, default) == name
+
+
 @pytest.mark.model
 @needs_qwen
 def test_qwen_answers_a_simple_prompt():

@@ -115,3 +115,23 @@ def test_a_triple_list_cut_off_at_the_token_limit_keeps_its_complete_items():
     assert parse_triples('[["SFWA", "presents", "Andre Norton Award"], ["SFWA", "presents", "Andre Norton Award"],') == (
         [("SFWA", "presents", "Andre Norton Award")] * 2, 1)
     assert parse_triples("[]") == ([], 0) and parse_triples("no list") == ([], 1)
+
+
+def test_an_index_is_keyed_by_the_model_variant_that_built_it(tmp_path):
+    """The config names one model for several variants (bfloat16, float32 ``…@float32``, llama.cpp
+    ``…@llamacpp``); a run's LazyLLM reports the config's name until built. The index key uses the
+    built variant's name, so one variant never reads back another's extractions."""
+    from kgreason.llm.accounting import MeteredLLM
+    from kgreason.llm.lazy import LazyLLM
+
+    def lazy(variant: str):
+        cfg = {"_target_": "kgreason.llm.scripted.ScriptedLLM", "model": variant,
+               "rules": [{"pattern": f"Title: {t}\n", "reply": r} for t, r in REPLIES.items()]}
+        llm = LazyLLM(cfg, None)
+        llm.model = "qwen"  # what the config says for every variant
+        return MeteredLLM(llm)
+
+    a = index_corpus(PASSAGES, lazy("qwen@llamacpp"), tmp_path)
+    b = index_corpus(PASSAGES, lazy("qwen"), tmp_path)
+    assert a.directory != b.directory and a.calls_made == b.calls_made == 4
+    assert index_corpus(PASSAGES, lazy("qwen@llamacpp"), tmp_path).directory == a.directory
