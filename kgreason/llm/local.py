@@ -175,8 +175,8 @@ class LocalLLM:
 
 
 def model_name(base: str, route: str, dtype: str, default_dtype: str) -> str:
-    """The name a local model answers under (``llm/model`` in metrics, the call cache key, the
-    SubQRAG index key). Weights or kernels that may answer differently get their own name: a
+    """The name a local model answers under (its log lines, the call cache key, the SubQRAG
+    index key). Weights or kernels that may answer differently get their own name: a
     non-default dtype on the transformers route ``base@<dtype>``, the llama.cpp route
     ``base@llamacpp`` (its Q4_K_M kernels are not the transformers route's dequantised weights;
     an index or a reply of one route is never reused by the other)."""
