@@ -48,8 +48,19 @@ def triple_key(t: Triple) -> tuple[str, str, str]:
 
 
 # bump when parse_triples reads replies differently: the extraction log stores parsed triples
-# (3: the complete items of a list cut off at max_tokens are kept, also when cut after a comma)
-PARSER_VERSION = "3"
+# (3: the complete items of a list cut off at max_tokens are kept, also when cut after a comma;
+# 4: a list broken by an unescaped quote keeps its items whose three strings are whole)
+PARSER_VERSION = "4"
+
+# one ["h", "r", "t"] item read without JSON: each string runs to the next '", "' (or '"]'), so a
+# quote copied unescaped from the passage stays inside its string
+_LOOSE_TRIPLE = re.compile(r'\[\s*"([^\n]*?)"\s*,\s*"([^\n]*?)"\s*,\s*"([^\n]*?)"\s*\](?=\s*(?:,|\]|$))')
+
+
+def _loose_items(text: str) -> list[list[str]]:
+    """The ``["h", "r", "t"]`` items of a list that does not load as JSON (a quote inside a string
+    left unescaped: ``"Animorphs" series"``)."""
+    return [list(m.groups()) for m in _LOOSE_TRIPLE.finditer(text)]
 
 
 def _cut_off_items(text: str) -> list | None:
@@ -77,15 +88,18 @@ def parse_triples(text: str) -> tuple[list[Triple], int]:
     """``(well-formed triples, n_rejected)`` from an LLM reply: a JSON list of 3-item lists or of
     ``{"head","relation","tail"}`` objects. Items that are not three non-empty strings are rejected.
     A list cut off at the token limit keeps its complete items (the cut-off counts as one rejected):
-    Qwen2.5-Coder-1.5B filled its 512 tokens on long passages (docs/subqrag.md)."""
+    Qwen2.5-Coder-1.5B filled its 512 tokens on long passages (docs/subqrag.md). A list broken by
+    a quote copied unescaped into a string keeps the items whose three strings can be read."""
     items = _outer_list(text)
     if items is None:
         res = parse_json(text)
-        if not res.ok:
-            cut = _cut_off_items(text)
-            if not cut:
+        if not res.ok:  # keep what can be read: a cut-off list's whole items, or loose items
+            cut = _cut_off_items(text) or []
+            loose = _loose_items(text)
+            items = loose if len(loose) > len(cut) else cut
+            if not items:
                 return [], 1
-            good, bad = parse_triples(json.dumps(cut))
+            good, bad = parse_triples(json.dumps(items))
             return good, bad + 1
         items = res.value
     if isinstance(items, dict):

@@ -135,3 +135,24 @@ def test_an_index_is_keyed_by_the_model_variant_that_built_it(tmp_path):
     b = index_corpus(PASSAGES, lazy("qwen"), tmp_path)
     assert a.directory != b.directory and a.calls_made == b.calls_made == 4
     assert index_corpus(PASSAGES, lazy("qwen@llamacpp"), tmp_path).directory == a.directory
+
+
+def test_a_quote_left_unescaped_inside_a_string_loses_only_that_string():
+    """Qwen2.5-Coder-1.5B (llama.cpp route) on *The Hork-Bajir Chronicles* (outputs/validation/
+    n10_llamacpp/hotpotqa_subqrag, shortened): the passage's quotes were copied unescaped, so the
+    list does not load. The triples whose three strings are whole are kept, the quote included
+    where the passage has it (validation then checks it against the passage); the broken reply
+    counts as one rejection. Before, all of them were lost, the *Animorphs* link among them."""
+    reply = ('[["The Hork-Bajir Chronicles", "is the second companion book to the", "Animorphs" series"], '
+             '["The Hork-Bajir Chronicles", "written by", "K. A. Applegate"], '
+             '["The Hork-Bajir Chronicles", "alternating in similar fashion to the", "Megamorphs" books"]]')
+    triples, bad = parse_triples(reply)
+    assert triples == [("The Hork-Bajir Chronicles", "is the second companion book to the", 'Animorphs" series'),
+                       ("The Hork-Bajir Chronicles", "written by", "K. A. Applegate"),
+                       ("The Hork-Bajir Chronicles", "alternating in similar fashion to the", 'Megamorphs" books')]
+    assert bad == 1
+    passage = ('The Hork-Bajir Chronicles is the second companion book to the "Animorphs" series, written by '
+               'K. A. Applegate.')
+    assert grounded(triples[1], passage) and grounded(triples[0], passage)
+    # a reply that is not a list of triples at all stays unreadable
+    assert parse_triples('I cannot find "triples" here') == ([], 1)
