@@ -155,12 +155,23 @@ def triple_parser(title: str, passage: str, *, validate: bool = True):
     rejected (an unparseable reply). Shared by offline indexing and the online update (Eq. 4)."""
     def parse(text: str) -> ParseResult:
         triples, bad = parse_triples(text)
+        ungrounded: list[Triple] = []
         if validate:
             keep = [t for t in triples if grounded(t, passage, title)]
-            bad += len(triples) - len(keep)
+            ungrounded = [t for t in triples if t not in keep]
+            bad += len(ungrounded)
             triples = keep
         ok = bool(triples) or bad == 0
-        return ParseResult(ok, (triples, bad), "" if ok else "expected a JSON list of [head, relation, tail]")
+        if ok:
+            return ParseResult(True, (triples, bad))
+        if ungrounded and bad == len(ungrounded):
+            # Well-formed triples, none of whose head and tail both occur in the passage: say so
+            # rather than blame the JSON (e.g. a name spelt differently from the passage).
+            text = _WS.sub(" ", (title + " " + passage).casefold())
+            names = ", ".join(sorted({x for t in ungrounded for x in (t[0], t[2]) if x.casefold() not in text}))
+            return ParseResult(False, (triples, bad),
+                               f"{len(ungrounded)} triple(s) name entities the passage does not contain: {names}")
+        return ParseResult(False, (triples, bad), "expected a JSON list of [head, relation, tail]")
 
     return parse
 

@@ -156,3 +156,19 @@ def test_a_quote_left_unescaped_inside_a_string_loses_only_that_string():
     assert grounded(triples[1], passage) and grounded(triples[0], passage)
     # a reply that is not a list of triples at all stays unreadable
     assert parse_triples('I cannot find "triples" here') == ([], 1)
+
+
+def test_a_well_formed_reply_whose_every_triple_is_ungrounded_says_so():
+    # Seen with Qwen2.5-Coder-1.5B on the HotpotQA passage "Douglas J. Bennet": a valid JSON list
+    # whose six triples all spell the head "Douglas Joseph Bennett". The reply still fails (nothing
+    # usable), but its message must name the grounding check, not claim the JSON was malformed.
+    from kgreason.reasoners.subqrag_index import triple_parser
+    passage = "Douglas Joseph Bennet, Jr. was the fifteenth president of Wesleyan University."
+    parse = triple_parser("Douglas J. Bennet", passage)
+    reply = json.dumps([["Douglas Joseph Bennett", "was the", "fifteenth president of Wesleyan University"]])
+    res = parse(reply)
+    assert not res.ok and res.value == ([], 1)
+    assert "JSON" not in res.error and "Douglas Joseph Bennett" in res.error and "passage" in res.error
+    # A reply that is not a triple list at all keeps the old message.
+    bad = parse("I cannot extract triples from this passage.")
+    assert not bad.ok and "JSON list" in bad.error
