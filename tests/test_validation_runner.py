@@ -46,3 +46,16 @@ def test_the_llamacpp_route_runs_and_files_apart(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "validation_n5_llamacpp.json").read_text())["metaqa_io"]["status"] == "failed (exit 1)"
     assert not (tmp_path / "validation_n5.json").exists()
     assert "| metaqa_io (llama.cpp) | 5 |" in mod.markdown()
+
+
+def test_every_subqrag_row_answers_in_dataset_order(tmp_path, monkeypatch):
+    # SubQRAG's write-backs reach later questions in order (thread_safe=False), so its ablation
+    # rows must run one example at a time like the main row; the ablation is the only difference.
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    rows = [r for r, (_, reasoner, _) in mod.ROWS.items() if reasoner == "subqrag"]
+    assert {"hotpotqa_subqrag", "hotpotqa_subqrag_no_decomposition"} <= set(rows)
+    for row in rows:
+        assert "example_workers=1" in mod.command(row, 20, str(tmp_path)), row
+    main, ablated = (mod.command(r, 20, str(tmp_path)) for r in ("hotpotqa_subqrag", "hotpotqa_subqrag_no_decomposition"))
+    assert [c for c in ablated if c not in main and not c.startswith("hydra.run.dir=")] == ["ablation=subqrag_no_decomposition"]
+    assert "example_workers=8" in mod.command("hotpotqa_rag_text", 20, str(tmp_path))

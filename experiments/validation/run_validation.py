@@ -53,6 +53,8 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
     "hotpotqa_subqrag": (HOTPOT, "subqrag", []),
     # ablations that measure a deviation from the literal paper reading (docs/sgr.md)
     "metaqa_sgr_strict": (METAQA, "sgr", ["reasoner.schema_direction=strict"]),
+    # SubQRAG Table 2 "w/o Decomposition": measures how much the model's sub-questions help
+    "hotpotqa_subqrag_no_decomposition": (HOTPOT, "subqrag", ["ablation=subqrag_no_decomposition"]),
 }
 
 # legacy_batched_keys: the table's cache was filled by batched runs before 2026-11-24, when the
@@ -61,8 +63,8 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
 # without native bfloat16 (docs/llm.md), whose replies are keyed apart and would not replay
 COMMON = ["llm=qwen_coder_1_5b", "llm.dtype=bfloat16", "tracking=none", "llm_cache.legacy_batched_keys=true"]
 # reasoners that answer examples in order (thread_safe=False): SubQRAG's graph updates must reach
-# later questions in dataset order, so its row runs one example at a time
-SEQUENTIAL = {"hotpotqa_subqrag"}
+# later questions in dataset order, so its rows (ablations included) run one example at a time
+SEQUENTIAL = {"subqrag"}
 
 
 # --route llamacpp: the same GGUF through llama.cpp (Q4_K_M kernels, one request at a time), the
@@ -78,7 +80,7 @@ def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2, ro
     data, reasoner, extra = ROWS[row]
     over, suffix = ROUTES[route]
     return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON, *over,
-            f"llm.n_threads={threads}", f"example_workers={1 if row in SEQUENTIAL else workers}", *extra,
+            f"llm.n_threads={threads}", f"example_workers={1 if reasoner in SEQUENTIAL else workers}", *extra,
             f"dataset.limit={n}", f"llm_cache.dir={cache}", f"hydra.run.dir=outputs/validation/n{n}{suffix}/{row}"]
 
 
