@@ -167,8 +167,8 @@ def triple_parser(title: str, passage: str, *, validate: bool = True):
         if ungrounded and bad == len(ungrounded):
             # Well-formed triples, none of whose head and tail both occur in the passage: say so
             # rather than blame the JSON (e.g. a name spelt differently from the passage).
-            text = _WS.sub(" ", (title + " " + passage).casefold())
-            names = ", ".join(sorted({x for t in ungrounded for x in (t[0], t[2]) if x.casefold() not in text}))
+            seen = _WS.sub(" ", (title + " " + passage).casefold())
+            names = ", ".join(sorted({x for t in ungrounded for x in (t[0], t[2]) if x.casefold() not in seen}))
             return ParseResult(False, (triples, bad),
                                f"{len(ungrounded)} triple(s) name entities the passage does not contain: {names}")
         return ParseResult(False, (triples, bad), "expected a JSON list of [head, relation, tail]")
