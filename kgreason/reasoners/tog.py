@@ -1,6 +1,7 @@
 """Think-on-Graph beam search over the KG (ToG, Sun et al. 2024, ICLR; the baseline ReKnoS
 (reknos.txt §3, §5, Fig. 5) compares LLM calls with). Our own code, written after reading the
-authors' release (IDEA-FinAI/ToG, ``ToG/main_freebase.py`` and ``ToG/utils.py``).
+authors' release (IDEA-FinAI/ToG, formerly GasolSun36/ToG: ``ToG/main_freebase.py``,
+``ToG/utils.py`` and ``ToG/prompt_list.py``).
 
 For depth ``d = 1..D`` with a beam of at most ``W`` entity paths (starting at every linked topic
 entity, as ToG starts from all topic entities of the question):
@@ -32,6 +33,12 @@ reasoning and answer calls at ``temperature_reasoning`` (0). So the calls per qu
 the width: per depth ``|beam|`` pruning calls + up to ``W·|beam|`` scoring calls + 1 reasoning
 call (ReKnoS Fig. 5's comparison), with ``|beam| ≤ W``.
 
+Prompts (``prompts/tog/``) have the structure of ToG's ``prompt_list.py`` in our own words, with
+worked examples from an invented package registry no evaluated KG uses: ``prune_relations``
+(step 2; one example, replies ``n. {relation (Score: s)}``), ``score_entities`` (step 4; one
+example, replies ``Score: s1, s2, ...`` in list order), ``reason`` (step 6; five ``{Yes}`` /
+``{No}`` examples) and ``answer`` (five examples ending on an ``Answer:`` line); docs/reasoners.md.
+
 Pruning backends (``prune``): ``llm`` (the calls above), ``bm25`` (rank_bm25 over candidate text
 vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine): the same per-entity and
 per-(entity, relation) steps, no LLM call; all-zero scores become uniform (ToG). Score ties keep
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,9 +73,12 @@ def tokens(text: str) -> list[str]:
 
 
 class Pruner:
-    """Scores candidate texts against a question: ``llm`` | ``bm25`` | ``embedding``."""
+    """Scores candidate texts against a question: ``llm`` | ``bm25`` | ``embedding``.
 
-    def __init__(self, backend: str, llm=None, template: str = "", embedder=None,
+    ``template``: the LLM backend's prompt, one for every step, or one per step keyed by the
+    ``what`` of :meth:`scores` (ToG: ``relations`` and ``entities``, each with its worked example)."""
+
+    def __init__(self, backend: str, llm=None, template: str | Mapping[str, str] = "", embedder=None,
                  max_tokens: int = 256, temperature: float = 0.0) -> None:
         if backend not in ("llm", "bm25", "embedding"):
             raise ValueError(f"prune={backend!r}: expected llm | bm25 | embedding")
@@ -94,7 +105,8 @@ class Pruner:
             # negative cosines must not make a positive score
             return np.clip((m @ q[0]).astype(np.float64), 0.0, None)
         listing = "\n".join(f"{i + 1}. {n}" for i, n in enumerate(names))
-        req = ChatRequest.of(render(self.template, question=question, candidates=listing, what=what,
+        template = self.template[what] if isinstance(self.template, Mapping) else self.template
+        req = ChatRequest.of(render(template, question=question, candidates=listing, what=what,
                                     context=context, keep=keep or len(names)),
                              max_tokens=self.max_tokens, temperature=self.temperature)
         res = ask(self.llm, t, f"prune_{what}", req, lambda text: parse_candidate_scores(text, names),
@@ -172,8 +184,9 @@ class ToG(BaseReasoner):
         self.width, self.depth = int(width), int(depth)
         self.sample_at, self.num_retain, self.seed = int(sample_at), int(num_retain_entity), int(seed)
         self.temperature, self.max_tokens = temperature_reasoning, max_tokens
-        self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune", "reason", "answer")}
-        self.pruner = Pruner(prune, llm, self.prompts["prune"], embedder, max_tokens, temperature_exploration)
+        self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune_relations", "score_entities", "reason", "answer")}
+        templates = {"relations": self.prompts["prune_relations"], "entities": self.prompts["score_entities"]}
+        self.pruner = Pruner(prune, llm, templates, embedder, max_tokens, temperature_exploration)
         self.reask = self.pruner.reask = ReaskPolicy(max_reasks)
 
     def _ask(self, t: Trace, step: str, parser, **values):
