@@ -9,10 +9,14 @@ wheel (``kgreason/conf``) when installed (:func:`kgreason.paths.config_dir`).
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
+from typing import Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from kgreason.paths import config_dir, explain_missing
@@ -40,6 +44,79 @@ def set_hub_mode(cfg: DictConfig) -> None:
             os.environ[var] = flag
 
 
+def debug() -> bool:
+    """Tracebacks wanted: ``HYDRA_FULL_ERROR=1`` or ``kgreason --debug`` (which sets it)."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def is_user_error(e: BaseException) -> bool:
+    """A configuration, data or environment error the message explains in full (a bug is not one:
+    it keeps its traceback). Hydra's instantiate wraps what a constructor raised; look inside."""
+    from hydra.errors import InstantiationException
+
+    from kgreason.callstore import StoreCorrupt
+    from kgreason.data.base import DataError
+    from kgreason.kg.cypher import GraphDBUnavailable
+    from kgreason.preflight import PreflightError
+    from kgreason.record import ResumeConfigMismatch
+    from kgreason.run import LLMUnavailable, RunFailed
+    from kgreason.textio import InputFileError
+
+    user = (PreflightError, InputFileError, DataError, ResumeConfigMismatch, StoreCorrupt, RunFailed,
+            LLMUnavailable, GraphDBUnavailable, FileNotFoundError, ResumeRefused)
+    seen = 0
+    while e is not None and seen < 5:
+        if isinstance(e, user):
+            return True
+        if not isinstance(e, InstantiationException):
+            return False
+        e, seen = e.__cause__, seen + 1
+    return False
+
+
+def _unwrap(e: BaseException) -> str:
+    """The message of what a constructor raised, without Hydra's ``Error in call to target`` wrapper."""
+    from hydra.errors import InstantiationException
+
+    while isinstance(e, InstantiationException) and e.__cause__ is not None:
+        e = e.__cause__
+    msg = str(e)
+    return msg[1:-1] if isinstance(e, (FileNotFoundError, KeyError)) and msg[:1] == msg[-1:] == "'" else msg
+
+
+class ResumeRefused(ValueError):
+    """``resume=true`` was asked for on a run dir that holds no earlier run."""
+
+
+def _refuse_resume_without_run(task_overrides: Sequence[str], out_dir: Path) -> None:
+    """``resume=true`` typed on the command line promises an earlier run in the dir; a mistyped
+    dir would otherwise start a fresh run and exit 0 (``resume`` defaults to true, so only the
+    explicit override is checked)."""
+    asked = any(o.lstrip("+~").split("=", 1)[0] == "resume" and o.split("=", 1)[-1].strip().lower() == "true"
+                for o in task_overrides)
+    if asked and not any((out_dir / f).exists() for f in ("predictions.jsonl", "fingerprint.json")):
+        raise ResumeRefused(f"resume=true, but {out_dir} holds no earlier run (no predictions.jsonl): check "
+                            "hydra.run.dir; drop resume=true to start a new run there")
+
+
+#: what Hydra and the tracker put in a run dir before the first example (nothing of value)
+_START_ONLY = {".hydra", "run.log", "wandb"}
+
+
+def _drop_empty_run_dir(out_dir: Path) -> bool:
+    """Remove a run dir that holds only what a failed start wrote (Hydra's config copy, an empty
+    log, an empty offline W&B run), so ``kgreason sync`` and ``tables`` never see it. Returns
+    whether the dir is kept (it holds earlier rows, a record, or anything else)."""
+    try:
+        names = {p.name for p in out_dir.iterdir()}
+    except OSError:
+        return False
+    if not names <= _START_ONLY:
+        return True
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return False
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     set_hub_mode(cfg)
@@ -48,14 +125,28 @@ def main(cfg: DictConfig) -> float | None:
 
     scrub_std_streams()  # Hydra prints a failed job's overrides to stderr, secrets included
 
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    out_dir = Path(hc.runtime.output_dir)
+    single = hc.mode == RunMode.RUN
     try:
+        _refuse_resume_without_run(hc.overrides.task, out_dir)
         result = run(cfg, out_dir)
-    except Exception as e:  # noqa: BLE001 - re-raised; a missing input file gets a hint first
+    except Exception as e:  # noqa: BLE001 - re-raised, or told in a line or two (a user error)
         missing = isinstance(e, FileNotFoundError) or "not found" in str(e) or "No such file" in str(e)
         hint = explain_missing(cfg, str(e)) if missing else None
+        err = FileNotFoundError(f"{e}\n{hint}") if hint else e
+        if single and not debug() and is_user_error(e):
+            if hint is None:
+                err = _unwrap(e)
+            else:
+                err = f"{_unwrap(e)}\n{hint}"
+            # a configuration or data error: what, where, what to do; no traceback (--debug shows it)
+            kept = _drop_empty_run_dir(out_dir)
+            print(f"kgreason: error: {err}" + ("" if kept else "\n(nothing was run; no run dir kept)"),
+                  file=sys.stderr)
+            sys.exit(2)
         if hint:
-            raise FileNotFoundError(f"{e}\n{hint}") from e
+            raise err from e
         raise
     print(f"run dir: {out_dir}")
     for k, v in result.metrics.items():

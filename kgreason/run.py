@@ -336,6 +336,7 @@ def _start_checks(cfg: DictConfig) -> bool:
         problems.append(f"reports.engine={hop_engine!r}: expected auto, run or scipy")
     uses_llm = bool(getattr(_reasoner_class(cfg), "uses_llm", True)) or _configured(cfg.get("judge"))
     problems += preflight.check_llm_key(cfg, uses_llm)
+    problems += preflight.check_local_llm(cfg, uses_llm)
     preflight.require(problems)
     if uses_llm:
         check_cache(cfg.get("llm_cache"))

@@ -87,6 +87,11 @@ def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:
     """The file's ``(prediction, example)`` pairs, the last line per id winning (in the order
     ids first appear)."""
     path = Path(path)
+    if path.is_dir():  # a run dir: its predictions
+        if not (path / "predictions.jsonl").is_file():
+            raise ScoreInputError(f"{path}: a directory without predictions.jsonl (give a run dir or its "
+                                  "predictions.jsonl)")
+        path = path / "predictions.jsonl"
     if not path.is_file():
         raise ScoreInputError(f"{path}: no such file")
     pairs: dict[str, tuple[Prediction, Example]] = {}

