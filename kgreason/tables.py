@@ -245,9 +245,9 @@ def prepare(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str],
         d["variant"] = [",".join(f"{p}={r[p]}" for p in rest if isinstance(r[p], str) and r[p] != "")
                         for _, r in d[rest].iterrows()] if rest else ""
     for c in list(rows) + list(cols):
-        if c == "metric" and metrics:
-            order = list(dict.fromkeys(_metric_key(m) for m in metrics))
-            order += sorted(set(d[c]) - set(order))
+        if c == "metric":  # the order asked for, else metrics.json's (the preset's dataset.metrics)
+            order = list(dict.fromkeys(_metric_key(m) for m in metrics or []))
+            order += [m for m in dict.fromkeys(d[c].astype(str)) if m not in order]
             d[c] = pd.Categorical(d[c].astype(str), categories=[m for m in order if m in set(d[c])], ordered=True)
         else:
             d[c] = _ordered(d[c].fillna("").astype(str))
@@ -565,13 +565,16 @@ def paired_comparisons(d: pd.DataFrame, examples: pd.DataFrame | None, rows: Seq
                          f"(rows: {'; '.join(_row_label(rows, k) for k in row_keys)})")
     others = [i for i, r in enumerate(rows) if r not in (axis, "variant")]
     col_keys = sorted({k[len(rows):] for k in qs}, key=lambda k: tuple(map(str, k)))
+    # label rows by the axes that tell them apart
+    shown = [i for i in range(len(rows)) if len({k[i] for k in row_keys}) > 1] or list(range(len(rows)))
+    label = lambda k: _row_label([rows[i] for i in shown], tuple(k[i] for i in shown))  # noqa: E731
     out = []
     for r in row_keys:
         if r in cands:
             continue
         base = cands if len(cands) == 1 else [c for c in cands if all(c[i] == r[i] for i in others)]
         if len(base) != 1:
-            raise ValueError(f"--baseline {baseline}: row {_row_label(rows, r)} has "
+            raise ValueError(f"--baseline {baseline}: row {label(r)} has "
                              f"{'no' if not base else 'more than one'} baseline row with {axis}={value}")
         b = base[0]
         for c in col_keys:
@@ -582,13 +585,13 @@ def paired_comparisons(d: pd.DataFrame, examples: pd.DataFrame | None, rows: Seq
                 only_r = sorted(set(x.index) - set(y.index), key=str)
                 only_b = sorted(set(y.index) - set(x.index), key=str)
                 raise ValueError(
-                    f"--baseline {baseline}: row {_row_label(rows, r)} and baseline row {_row_label(rows, b)} "
+                    f"--baseline {baseline}: row {label(r)} and baseline row {label(b)} "
                     f"did not answer the same questions for {_header(c, cols)}: {len(only_r) + len(only_b)} ids "
                     f"differ ({len(x)} vs {len(y)} questions; only in the row: {', '.join(map(str, only_r[:3])) or '-'}; "
                     f"only in the baseline: {', '.join(map(str, only_b[:3])) or '-'}); not compared")
             y = y.loc[x.index]
             pr = stats.paired_bootstrap(x.to_numpy(), y.to_numpy(), ci.B, ci.level, ci.seed)
-            out.append({"row": _row_label(rows, r), "baseline": _row_label(rows, b), "column": _header(c, cols),
+            out.append({"row": label(r), "baseline": label(b), "column": _header(c, cols),
                         "diff": pr.diff, "lo": pr.lo, "hi": pr.hi, "p": pr.p, "mcnemar_p": pr.mcnemar_p,
                         "questions": pr.n, "excludes_zero": pr.excludes_zero})
     return pd.DataFrame(out, columns=["row", "baseline", "column", "diff", "lo", "hi", "p", "mcnemar_p",

@@ -384,3 +384,34 @@ def test_paper_values_beside_ours(tmp_path):
     assert "gpt-4o-mini (same)" in out
     assert "**differs**: ours qwen2.5-1.5b, paper gpt-4o-mini" in out
     assert "| 2 | w/o Rewriting | HotpotQA F1 (f1) | 0.502 | 0.600 [0.600, 0.600] | +0.098 |" in out
+
+
+def test_real_tiny_sweep_gets_intervals_and_paired_comparisons(tmp_path):
+    """A real sweep (embedded default, retrieval_only, hops 1 and 2, 20 sampled questions): the
+    tables tool reads the runs' predictions.jsonl, every headline cell gets an interval that holds
+    its mean, and hops=2 is compared with hops=1 on the same 20 questions."""
+    import os
+
+    import pandas as pd
+
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-m", "kgreason", "--multirun", "reasoner=retrieval_only",
+                        "reasoner.hops=1,2", "tracking=none", "dataset.sample=20", f"hydra.sweep.dir={sweep}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-m", "kgreason", "tables", str(sweep), "--metrics", "hits_at_1,answer_coverage",
+                        "--baseline", "reasoner.hops=1", "--boot", "500"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| variant | hits_at_1 | answer_coverage |" in r.stdout.replace("embedded / ", "").replace(
+        "| reasoner | ablation ", "")
+    assert "over the cell's 20 questions (B = 500" in r.stdout
+    res = pd.read_csv(sweep / "results.csv")
+    assert len(res) == 4 and res["q"].eq(20).all()
+    assert ((res["lo"] <= res["mean"] + 1e-9) & (res["mean"] <= res["hi"] + 1e-9)).all()
+    paired = pd.read_csv(sweep / "results_paired.csv")
+    assert paired["row"].tolist() == ["variant=reasoner.hops=2"] * 2 and paired["questions"].eq(20).all()
+    hits = res[res["metric"] == "metric/hits_at_1"].set_index("variant")["mean"]
+    row = paired.set_index("column").loc["embedded / hits_at_1"]
+    assert row["diff"] == pytest.approx(hits["reasoner.hops=2"] - hits["reasoner.hops=1"], abs=1e-6)
