@@ -93,8 +93,9 @@ def sync_main(argv: Sequence[str] | None = None) -> int:
 
 
 TOOLS: dict[str, Tool] = {
-    "tables": Tool("paper-style tables (Markdown, CSV, LaTeX) from a run or sweep dir",
-                   "kgreason tables outputs/multirun/2026-01-31/12-00-00 --rows reasoner --cols dataset,metric",
+    "tables": Tool("paper-style tables (Markdown, CSV, LaTeX) from a run or sweep dir, with 95% CIs over questions",
+                   "kgreason tables outputs/multirun/2026-01-31/12-00-00 --rows reasoner --cols dataset,metric "
+                   "[--baseline reasoner=io] [--paper]",
                    _module_main("kgreason.tables")),
     "score": Tool("score a predictions JSONL (id, prediction, answers) without running a model",
                   "kgreason score outputs/runs/2026-01-31/12-00-00_embedded_rag/predictions.jsonl --metrics hits_at_1,f1",

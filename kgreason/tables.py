@@ -1,7 +1,8 @@
 """Paper tables from run / multirun dirs, and the hop-distribution plot.
 
-``python -m kgreason.tables RUN_OR_MULTIRUN_DIR [--rows reasoner,ablation] [--cols dataset,metric]
-[--metrics hits_at_1,f1] [--out DIR]``
+``kgreason tables RUN_OR_MULTIRUN_DIR [--rows reasoner,ablation] [--cols dataset,metric]
+[--metrics hits_at_1,f1] [--ci bootstrap|none] [--boot 2000] [--ci-level 0.95]
+[--baseline reasoner=io] [--paper [PRESET]] [--out DIR]``
 
 * :func:`collect` walks the dir for Hydra job dirs (those with ``.hydra/hydra.yaml``) and returns
   a tidy DataFrame, one row per (job, metric): ``job, dataset, reasoner, ablation, llm, kg,
@@ -11,11 +12,24 @@
   config. Job dirs without ``metrics.json`` are returned as *missing* with the reason found in
   ``predictions.jsonl`` / the job log.
 * :func:`pivot` averages over seeds only: ``mean``, ``std`` (sample std, 0 for one seed) and
-  ``n`` per cell. Every group choice or override that differs across the sweep is a table axis
-  (:func:`table_axes` adds the ones ``--rows``/``--cols`` do not name to the rows), and numeric
-  values sort as numbers; :func:`caption` says what the ``±`` is over.
-* :func:`render_markdown` / :func:`render_latex` / :func:`render_csv` format ``mean ± std``
-  and bold the best cell per column (per metric) using ``METRICS[m].higher_is_better``.
+  ``n`` per cell; given the per-example frame (:func:`collect_examples`, from each run's
+  ``predictions.jsonl``, the last row per id winning) it adds ``lo``/``hi``/``q``: the
+  percentile bootstrap interval of the cell's mean over its ``q`` questions
+  (:mod:`kgreason.stats`; with several seeds each question's value is its mean over the seeds,
+  so questions, not seeds, are resampled, and the seed spread stays in ``std``). Every group
+  choice or override that differs across the sweep is a table axis (:func:`table_axes` adds the
+  ones ``--rows``/``--cols`` do not name to the rows); numeric values sort as numbers, metrics in
+  the ``--metrics`` order (else ``metrics.json``'s); :func:`caption` says what ``±`` and
+  ``[lo, hi]`` are over.
+* :func:`render_markdown` / :func:`render_latex` / :func:`render_csv` format
+  ``mean ± std [lo, hi]`` and bold the best cell per column (per metric) using
+  ``METRICS[m].higher_is_better``; :func:`write_tables` drops columns constant in every row into
+  the caption and warns when the seeds changed nothing.
+* :func:`paired_comparisons` (``--baseline AXIS=VALUE``): each row minus its baseline row on the
+  same questions, paired-bootstrap interval and p-value, McNemar's exact p for 0/1 metrics;
+  rows that answered different questions are refused, naming the mismatch.
+* :func:`paper_comparison` (``--paper``): the paper's values (``experiments/<preset>/paper.yaml``)
+  beside ours with our interval and the difference, the models labelled.
 * :func:`collect_examples` gives the per-example tidy frame (with the KG hop distance from
   ``hops.json``) used by notebooks/analysis.ipynb.
 * :func:`plot_hops` draws ``hops.json`` counts as a bar chart (:func:`hops_figure`: a bare matplotlib Figure, no backend forced).
