@@ -766,20 +766,48 @@ def render_paper(comp: pd.DataFrame, doc: Mapping[str, Any], ci: CIOptions | Non
 
 
 # ----------------------------------------------------------------------------- write
-def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
-                 metrics: Sequence[str] | None = None, out_dir: str | Path | None = None,
-                 name: str = "results", digits: int = 3, ci: CIOptions | None = None,
-                 baseline: str | None = None, paper: str | bool | None = None) -> dict[str, Path]:
-    """collect → pivot → write ``<name>.md/.tex/.csv`` (+ ``missing.txt``) into ``out_dir``
-    (default: the multirun dir itself). With ``baseline`` (``reasoner=io``) also the paired
-    comparisons (``<name>_paired.csv``, and a section of ``<name>.md``); with ``paper`` (a preset
-    name, or True for the sweep's own ``experiment=``) the paper's values beside ours
-    (``<name>_paper.csv`` and a section). Returns the written paths."""
+@dataclass
+class Tables:
+    """Everything :func:`build_tables` computed: the frames and the rendered Markdown sections."""
+    root: Path
+    df: pd.DataFrame
+    examples: pd.DataFrame | None
+    rows: list[str]
+    cols: list[str]
+    wide: pd.DataFrame          # every column (the CSV)
+    wide_shown: pd.DataFrame    # constant columns dropped (the Markdown / LaTeX)
+    caption: str
+    warnings: list[str]
+    seed_spread: bool
+    missing: list[dict[str, str]]
+    paired: pd.DataFrame | None = None
+    paired_md: str = ""
+    paper: pd.DataFrame | None = None
+    paper_md: str = ""
+    digits: int = 3
+
+    def table_md(self) -> str:
+        md = render_markdown(self.wide_shown, self.rows, self.cols, self.digits, self.seed_spread)
+        md += "\n" + self.caption + "\n"
+        if self.warnings:
+            md += "\n" + "\n".join(self.warnings) + "\n"
+        return md
+
+    def markdown(self) -> str:
+        md = self.table_md()
+        for part in (self.paired_md, self.paper_md):
+            if part:
+                md += "\n" + part
+        return md + ("\n" + render_missing(self.missing) if self.missing else "")
+
+
+def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
+                 metrics: Sequence[str] | None = None, digits: int = 3, ci: CIOptions | None = None,
+                 baseline: str | None = None, paper: str | bool | None = None) -> Tables:
+    """collect → pivot (+ intervals) → paired comparisons / paper values, nothing written."""
     root = Path(root)
     ci = ci or CIOptions()
     df, missing = collect(root)
-    out = Path(out_dir) if out_dir else root
-    out.mkdir(parents=True, exist_ok=True)
     rows, cols = table_axes(df, _drop_constant_empty(df, list(rows)), list(cols))
     need_ex = ci.kind == "bootstrap" or baseline or paper
     examples = collect_examples(root) if need_ex else None
@@ -796,29 +824,45 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     cap = caption(df, wide, ci, spread)
     if constant:
         cap += " Constant columns (not shown): " + "; ".join(constant) + "."
-    paths = {"md": out / f"{name}.md", "tex": out / f"{name}.tex", "csv": out / f"{name}.csv"}
-    md = render_markdown(wide_shown, rows, cols, digits, spread) + "\n" + cap + "\n"
-    if warnings:
-        md += "\n" + "\n".join(warnings) + "\n"
-        for w in warnings:
-            print(w, file=sys.stderr)
+    t = Tables(root, df, examples, rows, cols, wide, wide_shown, cap, warnings, spread, missing, digits=digits)
     if baseline:
         d = prepare(df, rows, cols, metrics)
-        paired = paired_comparisons(d, examples, rows, cols, baseline, ci)
-        md += "\n" + render_paired(paired, baseline, ci, digits)
-        paths["paired"] = out / f"{name}_paired.csv"
-        paths["paired"].write_text(paired.to_csv(index=False))
+        t.paired = paired_comparisons(d, examples, rows, cols, baseline, ci)
+        t.paired_md = render_paired(t.paired, baseline, ci, digits)
     if paper:
-        comp, doc = paper_comparison(root, df, examples, None if paper is True else str(paper), ci)
-        md += "\n" + render_paper(comp, doc, ci, digits)
+        t.paper, doc = paper_comparison(root, df, examples, None if paper is True else str(paper), ci)
+        t.paper_md = render_paper(t.paper, doc, ci, digits)
+    return t
+
+
+def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
+                 metrics: Sequence[str] | None = None, out_dir: str | Path | None = None,
+                 name: str = "results", digits: int = 3, ci: CIOptions | None = None,
+                 baseline: str | None = None, paper: str | bool | None = None) -> dict[str, Path]:
+    """collect → pivot → write ``<name>.md/.tex/.csv`` (+ ``missing.txt``) into ``out_dir``
+    (default: the multirun dir itself). With ``baseline`` (``reasoner=io``) also the paired
+    comparisons (``<name>_paired.csv``, and a section of ``<name>.md``); with ``paper`` (a preset
+    name, or True for the sweep's own ``experiment=``) the paper's values beside ours
+    (``<name>_paper.csv`` and a section). Returns the written paths."""
+    root = Path(root)
+    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper)
+    for w in t.warnings:
+        print(w, file=sys.stderr)
+    out = Path(out_dir) if out_dir else root
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"md": out / f"{name}.md", "tex": out / f"{name}.tex", "csv": out / f"{name}.csv"}
+    if t.paired is not None:
+        paths["paired"] = out / f"{name}_paired.csv"
+        paths["paired"].write_text(t.paired.to_csv(index=False))
+    if t.paper is not None:
         paths["paper"] = out / f"{name}_paper.csv"
-        paths["paper"].write_text(comp.to_csv(index=False))
-    paths["md"].write_text(md + ("\n" + render_missing(missing) if missing else ""))
-    paths["tex"].write_text(render_latex(wide_shown, rows, cols, digits, spread))
-    paths["csv"].write_text(render_csv(wide))
+        paths["paper"].write_text(t.paper.to_csv(index=False))
+    paths["md"].write_text(t.markdown())
+    paths["tex"].write_text(render_latex(t.wide_shown, t.rows, t.cols, digits, t.seed_spread))
+    paths["csv"].write_text(render_csv(t.wide))
     mpath = out / "missing.txt"
-    if missing:
-        mpath.write_text(render_missing(missing))
+    if t.missing:
+        mpath.write_text(render_missing(t.missing))
         paths["missing"] = mpath
     elif mpath.exists():
         mpath.unlink()
