@@ -578,7 +578,7 @@ def paired_comparisons(d: pd.DataFrame, examples: pd.DataFrame | None, rows: Seq
         raise ValueError(f"--baseline {baseline}: no row has {axis}={value} "
                          f"(rows: {'; '.join(_row_label(rows, k) for k in row_keys)})")
     others = [i for i, r in enumerate(rows) if r not in (axis, "variant")]
-    col_keys = sorted({k[len(rows):] for k in qs}, key=lambda k: tuple(map(str, k)))
+    col_keys = list(dict.fromkeys(k[len(rows):] for k in qs))  # the table's column order
     # label rows by the axes that tell them apart
     shown = [i for i in range(len(rows)) if len({k[i] for k in row_keys}) > 1] or list(range(len(rows)))
     label = lambda k: _row_label([rows[i] for i in shown], tuple(k[i] for i in shown))  # noqa: E731
