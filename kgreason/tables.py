@@ -270,12 +270,13 @@ def prepare(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str],
 
 def cell_questions(d: pd.DataFrame, examples: pd.DataFrame | None, keys: Sequence[str]) -> dict[tuple, pd.Series]:
     """Per-question values of every cell (a group of ``d`` by ``keys``): ``{cell key: Series
-    indexed by example id}``, each question's value being its mean over the cell's runs (seeds),
-    unscored (``None``) values left out. Cells whose runs wrote no per-example values are absent."""
+    indexed by example id}``, each question's value being its mean over the cell's runs (seeds)
+    that scored it; NaN for a question the cell answered but the metric did not apply to
+    (``None`` in every run). Cells whose runs wrote no per-example values are absent."""
     out: dict[tuple, pd.Series] = {}
     if examples is None or examples.empty:
         return out
-    ex = examples.dropna(subset=["value"])
+    ex = examples
     by_job = {j: g for j, g in ex.groupby("job", sort=False)}
     for key, sub in d.groupby(list(keys), observed=True, sort=True):
         key = tuple(map(str, key if isinstance(key, tuple) else (key,)))
@@ -315,7 +316,8 @@ def pivot(df: pd.DataFrame, rows: Sequence[str] = ("reasoner", "ablation", "vari
     if examples is not None and ci.kind == "bootstrap":
         qs = cell_questions(d, examples, rows + cols)
         if qs:
-            res = {k: stats.bootstrap_ci(v.to_numpy(), ci.B, ci.level, ci.seed) for k, v in qs.items()}
+            res = {k: stats.bootstrap_ci(v.dropna().to_numpy(), ci.B, ci.level, ci.seed)
+                   for k, v in qs.items() if v.notna().any()}
             keys = [k if isinstance(k, tuple) else (k,) for k in st.index]
             st["lo"] = [res[k].lo if k in res else math.nan for k in keys]
             st["hi"] = [res[k].hi if k in res else math.nan for k in keys]
@@ -500,18 +502,21 @@ def render_missing(missing: Sequence[Mapping[str, str]]) -> str:
 
 # ----------------------------------------------------------------------------- table hygiene
 def drop_constant_columns(wide: pd.DataFrame, digits: int = 3) -> tuple[pd.DataFrame, list[str]]:
-    """Drop the table columns whose (rounded) mean is the same in every row and that have no
-    interval to tell the rows apart by; return the smaller table and one caption note per
+    """Drop the table columns whose (rounded) mean, and interval where there is one, is the same
+    in every row; return the smaller table and one caption note per
     dropped column (``run/n_examples = 20 in every row``). A one-row table keeps everything."""
     means = wide["mean"]
     if len(means.index) < 2 or not isinstance(means, pd.DataFrame):
         return wide, []
     drop, notes = [], []
+    has_ci = "lo" in wide.columns.get_level_values(0)
     for c in means.columns:
         col = means[c]
         if col.isna().any():
             continue
         vals = {f"{v:.{digits}f}" for v in col}
+        if has_ci and len({(f"{a:.{digits}f}", f"{b:.{digits}f}") for a, b in zip(wide["lo"][c], wide["hi"][c])}) > 1:
+            continue  # same mean, different questions: the intervals tell the rows apart
         if len(vals) == 1:
             drop.append(c)
             notes.append(f"{_header(c, None)} = {vals.pop()} in every row")
@@ -604,7 +609,10 @@ def paired_comparisons(d: pd.DataFrame, examples: pd.DataFrame | None, rows: Seq
                     f"differ ({len(x)} vs {len(y)} questions; only in the row: {', '.join(map(str, only_r[:3])) or '-'}; "
                     f"only in the baseline: {', '.join(map(str, only_b[:3])) or '-'}); not compared")
             y = y.loc[x.index]
-            pr = stats.paired_bootstrap(x.to_numpy(), y.to_numpy(), ci.B, ci.level, ci.seed)
+            both = x.notna() & y.notna()  # questions the metric applies to in both rows
+            if not both.any():
+                continue
+            pr = stats.paired_bootstrap(x[both].to_numpy(), y[both].to_numpy(), ci.B, ci.level, ci.seed)
             out.append({"row": label(r), "baseline": label(b), "column": _header(c, cols),
                         "diff": pr.diff, "lo": pr.lo, "hi": pr.hi, "p": pr.p, "mcnemar_p": pr.mcnemar_p,
                         "questions": pr.n, "excludes_zero": pr.excludes_zero})
@@ -728,6 +736,7 @@ def paper_comparison(root: str | Path, df: pd.DataFrame, examples: pd.DataFrame 
             row["our_model"] = ", ".join(models) or None
             if examples is not None and ci.kind == "bootstrap":
                 q = cell_questions(sub.assign(_cell="all"), examples, ["_cell"]).get(("all",))
+                q = None if q is None else q.dropna()
                 if q is not None and len(q):
                     iv = stats.bootstrap_ci(q.to_numpy(), ci.B, ci.level, ci.seed)
                     row.update(lo=iv.lo, hi=iv.hi, questions=iv.n)

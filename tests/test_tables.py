@@ -415,3 +415,29 @@ def test_real_tiny_sweep_gets_intervals_and_paired_comparisons(tmp_path):
     hits = res[res["metric"] == "metric/hits_at_1"].set_index("variant")["mean"]
     row = paired.set_index("column").loc["embedded / hits_at_1"]
     assert row["diff"] == pytest.approx(hits["reasoner.hops=2"] - hits["reasoner.hops=1"], abs=1e-6)
+
+
+def test_unscored_questions_are_left_out_not_a_mismatch(tmp_path):
+    """A metric that does not apply to a question (None) in one row: both rows answered the
+    same questions, so the pair is compared on the questions scored in both."""
+    import pandas as pd
+
+    root = tmp_path / "m"
+    for k, (reasoner, cov) in enumerate([("io", [None, 1.0, 0.0, 1.0]), ("sgr", [1.0, 1.0, 1.0, None])]):
+        d = _job(root, k, reasoner, "none", "cwq", 0, {"metric/hits_at_1": 0.5, "metric/answer_coverage": 0.6})
+        _preds(d, {f"q{i}": {"hits_at_1": float(i % 2), "answer_coverage": c} for i, c in enumerate(cov)})
+    paths = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "answer_coverage"], baseline="reasoner=io")
+    paired = pd.read_csv(paths["paired"]).set_index("column")
+    assert paired.loc["answer_coverage", "questions"] == 2 and paired.loc["answer_coverage", "diff"] == 0.5
+    assert paired.loc["hits_at_1", "questions"] == 4
+    res = pd.read_csv(paths["csv"]).set_index(["reasoner", "metric"])
+    assert res.loc[("io", "metric/answer_coverage"), "q"] == 3
+
+
+def test_same_mean_different_questions_is_not_a_constant_column(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 1, 0, 0], f1=[0.5, 0.5, 0.5, 0.5])
+    _run(root, 1, "sgr", 0, [1, 1, 0, 0], f1=[1.0, 0.0, 1.0, 0.0])
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "f1"])["md"].read_text()
+    assert md.splitlines()[0] == "| reasoner | f1 |"  # f1 0.5 in both rows, but [0.5, 0.5] vs [0, 1]
+    assert "Constant columns (not shown): hits_at_1 = 0.500 in every row" in md  # same values: dropped
