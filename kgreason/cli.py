@@ -1,7 +1,7 @@
 """The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
 
 * ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
-* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``score``, ``bench``, ``index``, ``sync``.
+* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``sync``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
 ``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
@@ -94,9 +94,13 @@ def sync_main(argv: Sequence[str] | None = None) -> int:
 
 
 TOOLS: dict[str, Tool] = {
-    "tables": Tool("paper-style tables (Markdown, CSV, LaTeX) from a run or sweep dir",
-                   "kgreason tables outputs/multirun/2026-01-31/12-00-00 --rows reasoner --cols dataset,metric",
+    "tables": Tool("paper-style tables (Markdown, CSV, LaTeX) from a run or sweep dir, with 95% CIs over questions",
+                   "kgreason tables outputs/multirun/2026-01-31/12-00-00 --rows reasoner --cols dataset,metric "
+                   "[--baseline reasoner=io] [--paper]",
                    _module_main("kgreason.tables")),
+    "report": Tool("one self-contained Markdown + HTML page of a run or sweep (table, CIs, comparisons, cost)",
+                   "kgreason report outputs/multirun/2026-01-31/12-00-00 [--baseline reasoner=io] [--paper]",
+                   _module_main("kgreason.report")),
     "score": Tool("score a predictions JSONL (id, prediction, answers) without running a model",
                   "kgreason score outputs/runs/2026-01-31/12-00-00_embedded_rag/predictions.jsonl --metrics hits_at_1,f1",
                   _module_main("kgreason.score")),

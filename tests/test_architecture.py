@@ -21,7 +21,7 @@ PKG = REPO / "kgreason"
 # docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
     ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.runs", "kgreason.textio", "kgreason.secrets",
-     "kgreason.callstore", "kgreason.progress", "kgreason.paths", "kgreason.record"),  # 0 ground floor
+     "kgreason.callstore", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
     ("kgreason.llm",),                                                    # 3 LLM backends, cache, parsing
@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
     ("kgreason.run",),                                                    # 7 the wiring
-    ("kgreason.app", "kgreason.score", "kgreason.bench", "kgreason.eval"),  # 8 the app and tools
+    ("kgreason.app", "kgreason.score", "kgreason.report", "kgreason.bench", "kgreason.eval"),  # 8 the app and tools
     ("kgreason.cli",),                                                    # 9 the command
     ("kgreason.__main__",),                                               # 10 python -m kgreason
 ]

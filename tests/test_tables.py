@@ -193,3 +193,251 @@ def test_numeric_sweep_values_sort_as_numbers_and_go_on_columns(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "| reasoner.depth | 3 / hits_at_1 | 5 / hits_at_1 | 10 / hits_at_1 |" in r.stdout
     assert "2 seed(s) in the sweep: 0, 1" in r.stdout
+
+
+# ----------------------------------------------------------------------------- issue 31: intervals, pairs, paper
+def _preds(d: Path, per_example: dict[str, dict[str, float]]) -> None:
+    """predictions.jsonl as a run writes it (one row per example; the last row per id wins)."""
+    rows = [{"id": i, "prediction": "x", "answers": ["x"], "metrics": m, "error": None}
+            for i, m in per_example.items()]
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _run(root, num, reasoner, seed, hits, f1=None, ablation="none", dataset="cwq", extra=(), ids=None):
+    """A job whose metrics.json is the mean of its per-example values (as run.py writes it)."""
+    ids = ids or [f"q{i}" for i in range(len(hits))]
+    f1 = f1 if f1 is not None else [h * 0.5 for h in hits]
+    per = {i: {"hits_at_1": float(h), "f1": float(f)} for i, h, f in zip(ids, hits, f1)}
+    d = _job(root, num, reasoner, ablation, dataset, seed,
+             {"metric/hits_at_1": sum(hits) / len(hits), "metric/f1": sum(f1) / len(f1), "run/n_examples": len(hits)},
+             list(extra))
+    _preds(d, per)
+    return d
+
+
+def _bin(rng, n, p):
+    return [int(x) for x in (rng.random(n) < p)]
+
+
+def test_cells_carry_a_bootstrap_interval_over_questions(tmp_path):
+    import numpy as np
+
+    from kgreason.stats import bootstrap_ci
+    from kgreason.tables import CIOptions
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "m"
+    io = _bin(rng, 80, 0.3)
+    sgr = [_bin(rng, 80, 0.6) for _ in range(3)]
+    _run(root, 0, "io", 0, io)
+    for s in range(3):
+        _run(root, 1 + s, "sgr", s, sgr[s])
+    df, _ = collect(root)
+    ex = collect_examples(root)
+    wide = pivot(df, ["reasoner"], ["metric"], ["hits_at_1"], ex, CIOptions(B=500, seed=4))
+    want = bootstrap_ci(io, B=500, seed=4)
+    assert wide[("lo", "metric/hits_at_1")]["io"] == pytest.approx(want.lo)
+    assert wide[("hi", "metric/hits_at_1")]["io"] == pytest.approx(want.hi)
+    # three seeds: the interval resamples questions, each question's value its mean over the seeds
+    qmean = np.mean(sgr, axis=0)
+    want3 = bootstrap_ci(qmean, B=500, seed=4)
+    assert wide[("lo", "metric/hits_at_1")]["sgr"] == pytest.approx(want3.lo)
+    assert wide[("q", "metric/hits_at_1")]["sgr"] == 80 and wide[("n", "metric/hits_at_1")]["sgr"] == 3
+    # the seed spread is reported apart from the interval
+    assert wide[("std", "metric/hits_at_1")]["sgr"] == pytest.approx(np.std(np.mean(sgr, axis=1), ddof=1))
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"]).get("md").read_text()
+    assert "95% percentile bootstrap interval of the mean over the cell's 80 questions" in md
+    assert "B = 2,000" in md and "not seeds" in md and "the same question resampled for every seed" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| sgr |"))
+    assert " ± " in line and " [" in line
+    off = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"], name="off",
+                       ci=CIOptions(kind="none"))["md"].read_text()
+    assert "bootstrap" not in off and "[" not in off.split("\n\n")[0]
+
+
+def test_table_interval_covers_the_true_mean_at_the_nominal_rate(tmp_path):
+    """Synthetic sweeps whose per-example values are known (0/1 with true mean 0.4): over 60
+    table cells, written and read back as runs, the 90 % interval covers 0.4 in 80–100 %
+    (the 500-replicate check of the same interval is tests/test_stats.py)."""
+    import numpy as np
+
+    from kgreason.tables import CIOptions
+
+    rng = np.random.default_rng(11)
+    root = tmp_path / "m"
+    for k in range(60):
+        _run(root, k, "ro", 0, _bin(rng, 60, 0.4), extra=[f"reasoner.top_k={k}"])
+    df, _ = collect(root)
+    wide = pivot(df, ["reasoner.top_k"], ["metric"], ["hits_at_1"], collect_examples(root),
+                 CIOptions(B=400, level=0.90))
+    lo, hi = wide[("lo", "metric/hits_at_1")], wide[("hi", "metric/hits_at_1")]
+    covered = ((lo <= 0.4) & (0.4 <= hi)).mean()
+    assert 0.8 <= covered <= 1.0, covered
+
+
+def test_metrics_order_is_the_column_order(tmp_path):
+    """Issue 33 item 5: --metrics f1,hits_at_1 gives f1 first (was: alphabetical)."""
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1])
+    _run(root, 1, "sgr", 0, [1, 1, 0, 1])
+    df, _ = collect(root)
+    wide = pivot(df, ["reasoner"], ["metric"], ["hits_at_1", "f1"])
+    assert list(wide["mean"].columns) == ["metric/hits_at_1", "metric/f1"]
+    wide = pivot(df, ["reasoner"], ["metric"], ["f1", "hits_at_1"])
+    assert list(wide["mean"].columns) == ["metric/f1", "metric/hits_at_1"]
+    md = write_tables(root, ["reasoner"], ["metric"], ["f1", "hits_at_1"], ci=None)["md"].read_text()
+    assert md.splitlines()[0].startswith("| reasoner | f1 | hits_at_1 |")
+
+
+def test_constant_columns_go_to_the_caption(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1])
+    _run(root, 1, "sgr", 0, [1, 1, 0, 1])
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "run/n_examples"])["md"].read_text()
+    assert md.splitlines()[0] == "| reasoner | hits_at_1 |"
+    assert "Constant columns (not shown): run/n_examples = 4.000 in every row." in md
+
+
+def test_seeds_that_change_nothing_warn_instead_of_pm_zero(tmp_path, capsys):
+    root = tmp_path / "m"
+    for s in range(3):
+        _run(root, s, "io", s, [1, 0, 0, 1])
+        _run(root, 3 + s, "sgr", s, [1, 1, 0, 1])
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert "± 0.000" not in md and "the seeds (0, 1, 2) changed nothing" in md
+    assert "changed nothing" in capsys.readouterr().err
+    # one seed that differs on one question: the spread is real and shown
+    root2 = tmp_path / "m2"
+    _run(root2, 0, "io", 0, [1, 0, 0, 1])
+    _run(root2, 1, "io", 1, [1, 1, 0, 1])
+    md2 = write_tables(root2, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert "changed nothing" not in md2 and "0.625 ± 0.177" in md2
+
+
+def test_baseline_gives_paired_differences(tmp_path):
+    import numpy as np
+    from scipy import stats as sps
+
+    from kgreason.stats import paired_bootstrap
+
+    rng = np.random.default_rng(5)
+    root = tmp_path / "m"
+    io = _bin(rng, 120, 0.3)
+    sgr = [1 if (a or rng.random() < 0.4) else 0 for a in io]  # sgr better on the same questions
+    cot = list(io)
+    cot[0] = 1 - cot[0]
+    _run(root, 0, "io", 0, io)
+    _run(root, 1, "sgr", 0, sgr)
+    _run(root, 2, "cot", 0, cot)
+    paths = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "f1"], baseline="reasoner=io")
+    md = paths["md"].read_text()
+    import pandas as pd
+
+    paired = pd.read_csv(paths["paired"])
+    r = paired[(paired.row == "reasoner=sgr") & (paired.column == "hits_at_1")].iloc[0]
+    want = paired_bootstrap(sgr, io)
+    assert r["diff"] == pytest.approx(np.mean(sgr) - np.mean(io)) and r["lo"] == pytest.approx(want.lo)
+    b = sum(1 for s, i in zip(sgr, io) if s and not i)
+    assert r["mcnemar_p"] == pytest.approx(sps.binomtest(0, b, 0.5).pvalue) and bool(r["excludes_zero"])
+    c = paired[(paired.row == "reasoner=cot") & (paired.column == "hits_at_1")].iloc[0]
+    assert c["mcnemar_p"] == 1.0 and not c["excludes_zero"]
+    f1 = paired[(paired.row == "reasoner=sgr") & (paired.column == "f1")].iloc[0]
+    assert pd.isna(f1["mcnemar_p"])  # f1 is not 0/1 here (0.5 per hit)... it is {0, 0.5}: no McNemar
+    assert "Paired comparisons against reasoner=io (same questions)" in md
+    assert f"| reasoner=sgr | hits_at_1 | {np.mean(sgr) - np.mean(io):+.3f} * |" in md
+
+
+def test_baseline_refuses_rows_that_answered_different_questions(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1, 1], ids=["a", "b", "c", "d", "e"])
+    _run(root, 1, "sgr", 0, [1, 1, 0, 1, 1], ids=["a", "b", "c", "x", "y"])
+    with pytest.raises(ValueError) as e:
+        write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"], baseline="reasoner=io")
+    msg = str(e.value)
+    assert "row reasoner=sgr and baseline row reasoner=io did not answer the same questions" in msg
+    assert "4 ids differ" in msg and "only in the row: x, y" in msg and "only in the baseline: d, e" in msg
+    r = subprocess.run([sys.executable, "-m", "kgreason.tables", str(root), "--rows", "reasoner", "--metrics",
+                        "hits_at_1", "--baseline", "reasoner=io"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "did not answer the same questions" in r.stderr
+    with pytest.raises(ValueError, match="no row has reasoner=tog"):
+        write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"], baseline="reasoner=tog")
+
+
+def test_paper_values_beside_ours(tmp_path):
+    """A SubQRAG Table 2 sweep (experiment=subqrag_table2): --paper prints paper | ours [CI] |
+    difference for each cell of experiments/subqrag_table2/paper.yaml, and labels the model."""
+    root = tmp_path / "m"
+    abl = ["none", "subqrag_no_decomposition", "subqrag_no_rewriting", "subqrag_no_update"]
+    for k, a in enumerate(abl):
+        d = _job(root, k, "subqrag", a, "hotpotqa", 0, {"metric/em": 0.5, "metric/f1": 0.6})
+        _preds(d, {f"q{i}": {"em": float(i % 2), "f1": 0.6} for i in range(10)})
+        hy = yaml.safe_load((d / ".hydra" / "hydra.yaml").read_text())
+        hy["hydra"]["runtime"]["choices"]["experiment"] = "subqrag_table2"
+        (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hy))
+        (d / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "llm": {"model": "qwen2.5-1.5b" if k else "gpt-4o-mini"}}))
+    r = subprocess.run([sys.executable, "-m", "kgreason.tables", str(root), "--rows", "ablation", "--metrics",
+                        "em,f1", "--paper"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "| 2 | SubQRAG | HotpotQA EM (em) | 0.560 | 0.500 [" in out and "| -0.060" in out
+    assert "gpt-4o-mini (same)" in out
+    assert "**differs**: ours qwen2.5-1.5b, paper gpt-4o-mini" in out
+    assert "| 2 | w/o Rewriting | HotpotQA F1 (f1) | 0.502 | 0.600 [0.600, 0.600] | +0.098 |" in out
+
+
+def test_real_tiny_sweep_gets_intervals_and_paired_comparisons(tmp_path):
+    """A real sweep (embedded default, retrieval_only, hops 1 and 2, 20 sampled questions): the
+    tables tool reads the runs' predictions.jsonl, every headline cell gets an interval that holds
+    its mean, and hops=2 is compared with hops=1 on the same 20 questions."""
+    import os
+
+    import pandas as pd
+
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-m", "kgreason", "--multirun", "reasoner=retrieval_only",
+                        "reasoner.hops=1,2", "tracking=none", "dataset.sample=20", f"hydra.sweep.dir={sweep}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-m", "kgreason", "tables", str(sweep), "--metrics", "hits_at_1,answer_coverage",
+                        "--baseline", "reasoner.hops=1", "--boot", "500"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| variant | hits_at_1 | answer_coverage |" in r.stdout.replace("embedded / ", "").replace(
+        "| reasoner | ablation ", "")
+    assert "over the cell's 20 questions (B = 500" in r.stdout
+    res = pd.read_csv(sweep / "results.csv")
+    assert len(res) == 4 and res["q"].eq(20).all()
+    assert ((res["lo"] <= res["mean"] + 1e-9) & (res["mean"] <= res["hi"] + 1e-9)).all()
+    paired = pd.read_csv(sweep / "results_paired.csv")
+    assert paired["row"].tolist() == ["variant=reasoner.hops=2"] * 2 and paired["questions"].eq(20).all()
+    hits = res[res["metric"] == "metric/hits_at_1"].set_index("variant")["mean"]
+    row = paired.set_index("column").loc["embedded / hits_at_1"]
+    assert row["diff"] == pytest.approx(hits["reasoner.hops=2"] - hits["reasoner.hops=1"], abs=1e-6)
+
+
+def test_unscored_questions_are_left_out_not_a_mismatch(tmp_path):
+    """A metric that does not apply to a question (None) in one row: both rows answered the
+    same questions, so the pair is compared on the questions scored in both."""
+    import pandas as pd
+
+    root = tmp_path / "m"
+    for k, (reasoner, cov) in enumerate([("io", [None, 1.0, 0.0, 1.0]), ("sgr", [1.0, 1.0, 1.0, None])]):
+        d = _job(root, k, reasoner, "none", "cwq", 0, {"metric/hits_at_1": 0.5, "metric/answer_coverage": 0.6})
+        _preds(d, {f"q{i}": {"hits_at_1": float(i % 2), "answer_coverage": c} for i, c in enumerate(cov)})
+    paths = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "answer_coverage"], baseline="reasoner=io")
+    paired = pd.read_csv(paths["paired"]).set_index("column")
+    assert paired.loc["answer_coverage", "questions"] == 2 and paired.loc["answer_coverage", "diff"] == 0.5
+    assert paired.loc["hits_at_1", "questions"] == 4
+    res = pd.read_csv(paths["csv"]).set_index(["reasoner", "metric"])
+    assert res.loc[("io", "metric/answer_coverage"), "q"] == 3
+
+
+def test_same_mean_different_questions_is_not_a_constant_column(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 1, 0, 0], f1=[0.5, 0.5, 0.5, 0.5])
+    _run(root, 1, "sgr", 0, [1, 1, 0, 0], f1=[1.0, 0.0, 1.0, 0.0])
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "f1"])["md"].read_text()
+    assert md.splitlines()[0] == "| reasoner | f1 |"  # f1 0.5 in both rows, but [0.5, 0.5] vs [0, 1]
+    assert "Constant columns (not shown): hits_at_1 = 0.500 in every row" in md  # same values: dropped

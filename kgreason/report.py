@@ -1,0 +1,232 @@
+"""``kgreason report RUN_OR_SWEEP_DIR``: one self-contained page (Markdown + HTML) of a run or sweep.
+
+The page holds the paper-style table with its 95 % bootstrap intervals over questions
+(:func:`kgreason.tables.build_tables`), the paired comparisons (``--baseline``) and the paper's
+values (``--paper``) when asked, a figure of every metric column with its intervals, and per row
+the LLM calls, tokens, cost and wall time (``metrics.json``, ``timing.json``). Figures are
+embedded as base64 PNG (``data:`` URIs); the HTML loads nothing from the network (no scripts, no
+stylesheets, no fonts), so the file can be mailed or archived as is.
+
+Writes ``<out>/<name>.md`` and ``<out>/<name>.html`` (default ``<dir>/report.*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import json
+import math
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from kgreason import stats
+from kgreason.tables import CIOptions, Tables, _header, build_tables, pivot, render_markdown
+
+COST_METRICS = ["llm/calls", "llm/calls_per_question", "llm/prompt_tokens", "llm/completion_tokens",
+                "llm/tokens_per_question", "llm/cost_usd", "run/wall_s"]
+
+
+def _with_wall_time(t: Tables) -> pd.DataFrame:
+    """The tidy frame plus ``run/wall_s`` (each job's ``timing.json``) as a metric."""
+    extra = []
+    for job in dict.fromkeys(t.df["job"]):
+        p = t.root / job / "timing.json" if (t.root / job).is_dir() else t.root / "timing.json"
+        if not p.is_file():
+            continue
+        try:
+            wall = json.loads(p.read_text()).get("wall_s")
+        except json.JSONDecodeError:
+            continue
+        if isinstance(wall, (int, float)):
+            row = t.df[t.df["job"] == job].iloc[0].to_dict()
+            extra.append({**row, "metric": "run/wall_s", "value": float(wall)})
+    return pd.concat([t.df, pd.DataFrame(extra)], ignore_index=True) if extra else t.df
+
+
+def cost_table(t: Tables) -> str:
+    """Per row (mean over seeds): LLM calls, tokens, cost, wall time; columns that exist only."""
+    df = _with_wall_time(t)
+    have = [m for m in COST_METRICS if m in set(df["metric"])]
+    if not have:
+        return ""
+    cols = [c for c in t.cols if c != "metric"] + ["metric"]
+    wide = pivot(df, t.rows, cols, have, None, CIOptions(kind="none"))
+    return render_markdown(wide, t.rows, cols, t.digits)
+
+
+def _figure_png(t: Tables) -> list[tuple[str, str]]:
+    """One bar chart per metric column (rows as bars, the bootstrap interval as error bars):
+    ``[(title, base64 PNG)]``."""
+    from matplotlib.figure import Figure
+
+    wide = t.wide_shown
+    has_ci = "lo" in wide.columns.get_level_values(0)
+    means = wide["mean"]
+    if not isinstance(means, pd.DataFrame):
+        return []
+    labels = [" / ".join(str(k) for k in (i if isinstance(i, tuple) else (i,)) if str(k) != "") for i in means.index]
+    out = []
+    for c in means.columns:
+        title = _header(c, t.cols)
+        key = dict(zip(t.cols, c if isinstance(c, tuple) else (c,)))
+        if not str(key.get("metric", "metric/")).startswith("metric/"):
+            continue  # only answer-quality metrics get a figure
+        y = means[c].to_numpy(dtype=float)
+        fig = Figure(figsize=(6.0, 0.45 * len(labels) + 1.2))
+        ax = fig.subplots()
+        err = None
+        if has_ci:
+            lo, hi = wide["lo"][c].to_numpy(dtype=float), wide["hi"][c].to_numpy(dtype=float)
+            err = [[0 if math.isnan(a) else m - a for m, a in zip(y, lo)],
+                   [0 if math.isnan(b) else b - m for m, b in zip(y, hi)]]
+        ax.barh(range(len(labels)), [0 if math.isnan(v) else v for v in y], xerr=err, color="#4c72b0",
+                ecolor="#333333", capsize=3)
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(title + (" (bars: 95% CI over questions)" if has_ci else ""))
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        out.append((title, base64.b64encode(buf.getvalue()).decode("ascii")))
+    return out
+
+
+def _hops_png(t: Tables) -> list[tuple[str, str]]:
+    out = []
+    for job in dict.fromkeys(t.df["job"]):
+        p = (t.root / job if (t.root / job).is_dir() else t.root) / "hops.png"
+        if p.is_file():
+            out.append((f"hop distribution: {job}", base64.b64encode(p.read_bytes()).decode("ascii")))
+            break  # one is enough: every job of a sweep shares the dataset and KG unless swept
+    return out
+
+
+def _usage_note(t: Tables) -> str:
+    return ("Calls, tokens and cost are each run's `metrics.json` `llm/*` values (docs/llm.md, "
+            "\"Accounting\"); wall time is its `timing.json` `wall_s`. Each cell is the mean over the row's seeds.")
+
+
+def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
+                 metrics: Sequence[str] | None = None, ci: CIOptions | None = None, baseline: str | None = None,
+                 paper: str | bool | None = None, digits: int = 3) -> tuple[str, str]:
+    """The report as ``(markdown, html)``."""
+    root = Path(root)
+    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper)
+    figs = _figure_png(t) + _hops_png(t)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    n_jobs = t.df["job"].nunique()
+    parts = [f"# kgreason report: {root.name}", "",
+             f"{n_jobs} finished run(s), {len(t.missing)} missing/failed, from `{root}`; generated {stamp}.", "",
+             "## Results", "", t.table_md()]
+    if t.paired_md:
+        parts += ["## Paired comparisons", "", t.paired_md]
+    if t.paper_md:
+        parts += ["## The paper's numbers beside ours", "", t.paper_md]
+    cost = cost_table(t)
+    if cost:
+        parts += ["## Cost per row", "", cost, _usage_note(t), ""]
+    if figs:
+        parts += ["## Figures", ""]
+        for title, b64 in figs:
+            parts += [f"![{title}](data:image/png;base64,{b64})", ""]
+    if t.missing:
+        parts += ["## Missing or failed runs", ""] + [f"- {m['job']}: {m['reason']}" for m in t.missing] + [""]
+    md = "\n".join(parts).rstrip() + "\n"
+    return md, markdown_to_html(md, title=f"kgreason report: {root.name}")
+
+
+# ----------------------------------------------------------------------------- Markdown → HTML
+_CSS = ("body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:75em;margin:2em auto;"
+        "padding:0 1em;line-height:1.45;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:.9em}"
+        "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f3f3f3}"
+        "td:first-child,th:first-child{text-align:left}code{background:#f3f3f3;padding:0 .2em}"
+        "img{max-width:100%;display:block;margin:1em 0}")
+
+
+def _inline(s: str) -> str:
+    s = html.escape(s, quote=False)
+    s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    return s
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def markdown_to_html(md: str, title: str = "kgreason report") -> str:
+    """The subset of Markdown the report writes (headings, pipe tables, images with data: URIs,
+    list items, paragraphs) as one HTML page with inline CSS and nothing fetched."""
+    out = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">", f"<title>{html.escape(title)}</title>",
+           f"<style>{_CSS}</style></head><body>"]
+    lines = md.splitlines()
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        if ln.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append(lines[i])
+                i += 1
+            out.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in _cells(block[0]))
+                       + "</tr></thead><tbody>")
+            for row in block[2:]:
+                out.append("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in _cells(row)) + "</tr>")
+            out.append("</tbody></table>")
+            continue
+        m = re.match(r"^(#{1,6}) (.*)$", ln)
+        if m:
+            k = len(m.group(1))
+            out.append(f"<h{k}>{_inline(m.group(2))}</h{k}>")
+        elif (m := re.match(r"^!\[(.*?)\]\((data:image/png;base64,[A-Za-z0-9+/=]+)\)$", ln)):
+            out.append(f"<figure><img alt=\"{html.escape(m.group(1))}\" src=\"{m.group(2)}\">"
+                       f"<figcaption>{_inline(m.group(1))}</figcaption></figure>")
+        elif ln.startswith("- "):
+            out.append(f"<ul><li>{_inline(ln[2:])}</li></ul>")
+        elif ln.strip():
+            out.append(f"<p>{_inline(ln)}</p>")
+        i += 1
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kgreason report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", help="a run dir or a multirun (sweep) dir")
+    ap.add_argument("--rows", default="reasoner,ablation,variant")
+    ap.add_argument("--cols", default="dataset,metric")
+    ap.add_argument("--metrics", default=None, help="metric names, in column order (default: every metric/* key)")
+    ap.add_argument("--ci", choices=("bootstrap", "none"), default="bootstrap")
+    ap.add_argument("--boot", type=int, default=stats.DEFAULT_B)
+    ap.add_argument("--ci-level", type=float, default=stats.DEFAULT_LEVEL)
+    ap.add_argument("--baseline", default=None, help="AXIS=VALUE, e.g. reasoner=io: paired comparisons")
+    ap.add_argument("--paper", nargs="?", const=True, default=None, metavar="PRESET")
+    ap.add_argument("--out", default=None, help="output dir (default: the given dir)")
+    ap.add_argument("--name", default="report")
+    args = ap.parse_args(argv)
+    split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
+    try:
+        md, page = build_report(args.dir, split(args.rows), split(args.cols),
+                                split(args.metrics) if args.metrics else None,
+                                CIOptions(args.ci, args.boot, args.ci_level), args.baseline, args.paper)
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.md").write_text(md, encoding="utf-8")
+    (out / f"{args.name}.html").write_text(page, encoding="utf-8")
+    print(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.html')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

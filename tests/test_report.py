@@ -1,0 +1,65 @@
+"""kgreason report: one self-contained Markdown + HTML page from a sweep's run dirs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from test_tables import _run
+
+from kgreason.report import build_report, markdown_to_html
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sweep(tmp_path):
+    root = tmp_path / "m"
+    for k, (reasoner, hits, wall) in enumerate([("io", [1, 0, 0, 1, 0, 0], 3.5), ("sgr", [1, 1, 0, 1, 1, 0], 9.25)]):
+        d = _run(root, k, reasoner, 0, hits)
+        m = json.loads((d / "metrics.json").read_text())
+        m.update({"llm/calls": 6 * (k + 1), "llm/prompt_tokens": 1000 * (k + 1), "llm/completion_tokens": 50})
+        (d / "metrics.json").write_text(json.dumps(m))
+        (d / "timing.json").write_text(json.dumps({"wall_s": wall}))
+    return root
+
+
+def test_report_is_one_self_contained_page(tmp_path):
+    root = _sweep(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "kgreason", "report", str(root), "--metrics", "hits_at_1,f1",
+                        "--baseline", "reasoner=io", "--boot", "300"], cwd=REPO, capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr
+    md = (root / "report.md").read_text()
+    page = (root / "report.html").read_text()
+    for section in ("## Results", "## Paired comparisons", "## Cost per row", "## Figures"):
+        assert section in md
+    assert "bootstrap interval of the mean over the cell's 6 questions (B = 300" in md
+    paired = md.split("## Paired comparisons")[1]
+    assert paired.index("| reasoner=sgr | cwq / hits_at_1 | +0.333 |") < paired.index("| reasoner=sgr | cwq / f1 |")
+    cost = md.split("## Cost per row")[1].split("##")[0]
+    assert "llm/calls" in cost and "run/wall_s" in cost and "9.250" in cost and "12.000" in cost
+    # figures are embedded, nothing is fetched
+    pngs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(pngs) == 2 and all(base64.b64decode(p)[:4] == b"\x89PNG" for p in pngs)
+    assert not re.search(r'(src|href)="(https?:)?//', page) and "<script" not in page and "<link" not in page
+    assert "<table>" in page and "<strong>" in page
+
+
+def test_report_refuses_like_tables(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0], ids=["a", "b"])
+    _run(root, 1, "sgr", 0, [1, 0], ids=["a", "c"])
+    r = subprocess.run([sys.executable, "-m", "kgreason", "report", str(root), "--baseline", "reasoner=io"],
+                       cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 2 and "did not answer the same questions" in r.stderr
+    md, page = build_report(root, ci=None)
+    assert "## Paired comparisons" not in md and page.startswith("<!DOCTYPE html>")
+
+
+def test_markdown_to_html_escapes():
+    page = markdown_to_html("# t\n\n| a | b |\n|---|---|\n| <x> | **1** |\n")
+    assert "<td>&lt;x&gt;</td>" in page and "<td><strong>1</strong></td>" in page
