@@ -100,6 +100,7 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
     if target.endswith((".HFCausalLM", ".hf.HFCausalLM")) or str(_get(llm, "backend", "")) == "hf":
         if not _get(llm, "model") and not _get(llm, "model_path"):
             problems.append("llm=hf needs a model: set llm.model=<hub id or local directory>")
+    problems += check_questions(cfg)
     return problems
 
 
@@ -107,6 +108,25 @@ def _has(cfg: Mapping[str, Any], dotted: str) -> bool:
     parent, _, leaf = dotted.rpartition(".")
     node = _get(cfg, parent) if parent else cfg
     return node is not None and hasattr(node, "keys") and leaf in node.keys()
+
+
+def check_questions(cfg: Mapping[str, Any]) -> list[str]:
+    """``questions.split`` (dev / heldout) picks the run's questions itself: it is refused beside
+    ``dataset.limit`` or ``dataset.sample``, which would cut or reorder the file first."""
+    from kgreason.data.base import SPLITS
+
+    split = _get(cfg, "questions.split", "all")
+    if split not in SPLITS:
+        return [f"questions.split={split!r}: expected all, dev or heldout"]
+    if split == "all":
+        return []
+    out = [f"questions.split={split} picks its own questions; unset dataset.{k}={_get(cfg, f'dataset.{k}')!r} "
+           f"(questions.heldout_n sets the held-out size)" for k in ("limit", "sample") if _get(cfg, f"dataset.{k}") is not None]
+    for key in ("questions.dev_size", "questions.heldout_n"):
+        v = _get(cfg, key)
+        if v is not None and (not _is_int(v) or v < 1):
+            out.append(f"{key}={v!r}: expected an integer >= 1" + (" or null" if key.endswith("_n") else ""))
+    return out
 
 
 def check_llm_key(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:

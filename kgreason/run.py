@@ -29,6 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from kgreason import preflight
+from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
 from kgreason.llm.cache import check_cache
@@ -133,6 +134,9 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
         dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
+        q = cfg.get("questions") or {}
+        if str(q.get("split", "all")) != "all":  # a named split of the file (dev / heldout)
+            select_split(dataset, str(q.split), int(q.get("dev_size", 20)), q.get("heldout_n"), int(q.get("seed", 0)))
         names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
         unknown = [n for n in names if n not in METRICS]
         if unknown:

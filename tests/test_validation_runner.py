@@ -45,7 +45,8 @@ def test_the_llamacpp_route_runs_and_files_apart(tmp_path, monkeypatch):
     mod.main(["--n", "5", "--rows", "metaqa_io", "--route", "llamacpp", "--cache", str(tmp_path / "c")])
     assert json.loads((tmp_path / "validation_n5_llamacpp.json").read_text())["metaqa_io"]["status"] == "failed (exit 1)"
     assert not (tmp_path / "validation_n5.json").exists()
-    assert "| metaqa_io (llama.cpp) | 5 |" in mod.markdown()
+    md = mod.markdown()
+    assert "**validation_n5_llamacpp** (dev split, llama.cpp route)" in md and "| metaqa_io | 5 | failed" in md
 
 
 def test_every_subqrag_row_answers_in_dataset_order(tmp_path, monkeypatch):
@@ -59,3 +60,36 @@ def test_every_subqrag_row_answers_in_dataset_order(tmp_path, monkeypatch):
     main, ablated = (mod.command(r, 20, str(tmp_path)) for r in ("hotpotqa_subqrag", "hotpotqa_subqrag_no_decomposition"))
     assert [c for c in ablated if c not in main and not c.startswith("hydra.run.dir=")] == ["ablation=subqrag_no_decomposition"]
     assert "example_workers=8" in mod.command("hotpotqa_rag_text", 20, str(tmp_path))
+
+
+def _fake_run(run_dir: Path, values: list[float], metric: str = "hits_at_1") -> None:
+    run_dir.mkdir(parents=True)
+    rows = [{"id": str(i), "metrics": {metric: v}} for i, v in enumerate(values)]
+    (run_dir / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "metrics.json").write_text(json.dumps({"run/n_examples": len(values),
+                                                      f"metric/{metric}": sum(values) / len(values)}))
+
+
+def test_the_heldout_split_never_reaches_the_dev_questions_and_reports_intervals(tmp_path, monkeypatch):
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    cmd = mod.command("metaqa_rag", 100, str(tmp_path), route="llamacpp", split="heldout")
+    assert "questions.split=heldout" in cmd and "questions.heldout_n=100" in cmd and "questions.dev_size=20" in cmd
+    assert not [c for c in cmd if c.startswith("dataset.limit")]
+    assert "hydra.run.dir=outputs/validation/heldout_n100_llamacpp/metaqa_rag" in cmd
+    # the dev split is the first 20 questions: a larger dev N would reach into the held-out ones
+    import pytest
+
+    with pytest.raises(SystemExit):
+        mod.main(["--n", "30", "--split", "dev", "--rows", "metaqa_io"])
+    base = tmp_path / "outputs" / "validation" / "heldout_n10"
+    _fake_run(base / "metaqa_io", [0.0] * 10)
+    _fake_run(base / "metaqa_rag", [1.0] * 6 + [0.0] * 4)
+    assert mod.main(["--n", "10", "--split", "heldout", "--rows", "metaqa_rag", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n10.json").read_text())["metaqa_rag"]
+    lo, hi = e["ci95"]["hits_at_1"]
+    assert e["split"] == "heldout" and lo < 0.6 < hi and 0 <= lo and hi <= 1
+    pd = e["paired"]
+    assert pd["against"] == "metaqa_io" and pd["by_metric"]["hits_at_1"]["diff"] == 0.6
+    assert pd["by_metric"]["hits_at_1"]["mcnemar_p"] == round(2 * 0.5 ** 6, 4)  # 6 discordant pairs, all one way
+    md = mod.markdown()
+    assert md.index("held-out split") < md.index("dev split") if "dev split" in md else "held-out split" in md

@@ -1,8 +1,10 @@
 """The validation table of issue 21: every method on the same N shared-sample questions with
 Qwen2.5-Coder-1.5B-Instruct (``llm=qwen_coder_1_5b``), one row per (dataset, reasoner).
 
-    KGREASON_DATA=/work/shared/data python experiments/validation/run_validation.py --n 3 --rows metaqa_io,metaqa_rag
-    KGREASON_DATA=/work/shared/data python experiments/validation/run_validation.py --n 20          # every row
+    export KGREASON_DATA=../shared/data      # the shared samples (the default in a clone)
+    python experiments/validation/run_validation.py --n 3 --rows metaqa_io,metaqa_rag         # dev split
+    python experiments/validation/run_validation.py --split heldout --n 100 --route llamacpp --rows metaqa_io
+    python experiments/validation/run_validation.py --n 20          # every row, dev split
     python experiments/validation/run_validation.py --print                                        # the commands only
 
 Each row is one ``python -m kgreason`` run (printed, and stored in the JSON as ``command``) with
@@ -73,15 +75,76 @@ SEQUENTIAL = {"subqrag"}
 ROUTES = {"transformers": ([], ""), "llamacpp": (["llm.route=llamacpp", "llm.n_ctx=4096"], "_llamacpp")}
 
 
-def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2, route: str = "transformers") -> list[str]:
+#: the two named question splits of every dataset sample (conf/config.yaml `questions`):
+#: dev = the first 20 questions, the only ones prompts and settings were (and are) chosen on;
+#: heldout = N questions drawn with HELDOUT_SEED from the rest, never looked at while tuning
+SPLITS = ("dev", "heldout")
+DEV_SIZE = 20
+HELDOUT_SEED = 2026
+
+
+def tag(split: str, n: int, route: str) -> str:
+    """The name of a (split, N, route) table: its run-dir folder and its JSON file's stem suffix.
+    The dev rows keep the names they were committed under (``n20``, ``n20_llamacpp``)."""
+    return (f"n{n}" if split == "dev" else f"heldout_n{n}") + ROUTES[route][1]
+
+
+def command(row: str, n: int, cache: str, workers: int = 8, threads: int = 2, route: str = "transformers",
+            split: str = "dev") -> list[str]:
     """One row's run. ``workers`` concurrent examples share one model through the cross-example
     batcher (kgreason/llm/batching.py); greedy replies may round slightly differently in a batch, and
-    the call cache does not key on workers or threads, so sittings with other values replay."""
+    the call cache does not key on workers or threads, so sittings with other values replay.
+    ``split=dev`` answers the first N questions of the sample (N <= 20: the dev split);
+    ``split=heldout`` answers the held-out split's N questions (``questions.split=heldout``)."""
     data, reasoner, extra = ROWS[row]
-    over, suffix = ROUTES[route]
+    over, _ = ROUTES[route]
+    pick = [f"dataset.limit={n}"] if split == "dev" else \
+        ["questions.split=heldout", f"questions.dev_size={DEV_SIZE}", f"questions.heldout_n={n}",
+         f"questions.seed={HELDOUT_SEED}"]
     return [sys.executable, "-m", "kgreason", f"reasoner={reasoner}", *data, *COMMON, *over,
             f"llm.n_threads={threads}", f"example_workers={1 if reasoner in SEQUENTIAL else workers}", *extra,
-            f"dataset.limit={n}", f"llm_cache.dir={cache}", f"hydra.run.dir=outputs/validation/n{n}{suffix}/{row}"]
+            *pick, f"llm_cache.dir={cache}", f"hydra.run.dir=outputs/validation/{tag(split, n, route)}/{row}"]
+
+
+def per_question(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Each question's metric values (the last row per id of predictions.jsonl), by metric name."""
+    from kgreason.runs import last_rows
+
+    rows = last_rows(json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines() if line.strip())
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        for k, v in (r.get("metrics") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
+                out.setdefault(k, {})[str(r["id"])] = float(v)
+    return out
+
+
+def intervals(values: dict[str, dict[str, float]], keys: list[str]) -> dict[str, list[float]]:
+    """95% percentile-bootstrap intervals over questions (kgreason.stats, B = 2,000, seeded)."""
+    from kgreason.stats import bootstrap_ci
+
+    out = {}
+    for k in keys:
+        if values.get(k):
+            ci = bootstrap_ci(list(values[k].values()))
+            out[k] = [round(ci.lo, 4), round(ci.hi, 4)]
+    return out
+
+
+def paired(values: dict, base: dict, keys: list[str]) -> dict[str, dict]:
+    """Paired differences (row − base) on the questions both answered, with the paired-bootstrap
+    95% interval and, for 0/1 metrics, McNemar's exact p-value (kgreason.stats)."""
+    from kgreason.stats import paired_bootstrap
+
+    out = {}
+    for k in keys:
+        ids = sorted(set(values.get(k, {})) & set(base.get(k, {})))
+        if not ids:
+            continue
+        d = paired_bootstrap([values[k][i] for i in ids], [base[k][i] for i in ids])
+        out[k] = {"diff": round(d.diff, 4), "ci95": [round(d.lo, 4), round(d.hi, 4)], "p": round(d.p, 4),
+                  "mcnemar_p": None if d.mcnemar_p is None else round(d.mcnemar_p, 4), "n": d.n}
+    return out
 
 
 def summarise(run_dir: Path) -> dict:
@@ -109,28 +172,60 @@ KEY_METRICS = {"metaqa": ["hits_at_1", "answer_set_f1", "answer_coverage"], "hot
                "ddxplus": ["hits_at_1", "dx_f1", "dx_baseline_f1", "dx_round1_f1", "dx_round2_f1"]}
 
 
+#: the row each row's paired difference is taken against: an ablation against its full method,
+#: a method against IO on the same dataset
+PAIRED_WITH = {"metaqa_sgr_strict": "metaqa_sgr", "hotpotqa_subqrag_no_decomposition": "hotpotqa_subqrag"}
+
+
+def baseline_of(row: str) -> str | None:
+    if row in PAIRED_WITH:
+        return PAIRED_WITH[row]
+    ds = row.split("_")[0]
+    return None if row == f"{ds}_io" or ds == "ddxplus" else f"{ds}_io"
+
+
+def _fmt(v) -> str:
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "–"
+
+
 def markdown() -> str:
-    """Every row of every ``validation_n*.json`` as one markdown table (for the docs)."""
-    lines = ["| row | N | metrics | unparseable replies | LLM calls / question | wall s |", "|---|---|---|---|---|---|"]
-    for f in sorted(HERE.glob("validation_n*.json")):
-        route = " (llama.cpp)" if f.stem.endswith("_llamacpp") else ""
+    """The committed rows as markdown: the held-out tables first (metric [95% CI], paired
+    difference to the baseline row, calls and tokens per question, wall time, route), then the
+    dev tables (the questions prompts and settings were chosen on)."""
+    files = sorted(HERE.glob("validation_*.json"), key=lambda f: (0 if "heldout" in f.stem else 1, f.stem))
+    out = []
+    for f in files:
+        route = "llama.cpp" if f.stem.endswith("_llamacpp") else "transformers"
+        split = "held-out" if "heldout" in f.stem else "dev"
+        out += ["", f"**{f.stem}** ({split} split, {route} route)", "",
+                "| row | N | metric [95% CI] | paired difference to | unparseable | calls / q | tokens / q | wall s |",
+                "|---|---|---|---|---|---|---|---|"]
         for row, e in json.loads(f.read_text()).items():
-            row = row + route
             if "metrics" not in e:
-                lines.append(f"| {row} | {e.get('n')} | {e.get('status')} | | | |")
+                out.append(f"| {row} | {e.get('n')} | {e.get('status')} | | | | | |")
                 continue
             keys = KEY_METRICS[row.split("_")[0]]
-            ms = ", ".join(f"{k} {e['metrics'][k]:.3f}" if isinstance(e["metrics"].get(k), (int, float))
-                           else f"{k} –" for k in keys)
-            wall = f"{e['wall_s']:.0f}" if isinstance(e.get("wall_s"), (int, float)) else "–"
-            lines.append(f"| {row} | {e['n_examples']} | {ms} | {e['unparseable_replies']} | "
-                         f"{e['llm_calls_per_question']:.1f} | {wall} |")
-    return "\n".join(lines)
+            ci = e.get("ci95") or {}
+            ms = ", ".join(f"{k} {_fmt(e['metrics'].get(k))}" + (f" [{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if k in ci else "")
+                           for k in keys)
+            pd = e.get("paired") or {}
+            pair = "; ".join(f"{pd['against']}: {k} {v['diff']:+.3f} [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
+                             + (f" McNemar p {v['mcnemar_p']:.3f}" if v.get("mcnemar_p") is not None else "")
+                             for k, v in pd.get("by_metric", {}).items()) if pd else ""
+            tok, wall = e.get("tokens_per_question"), e.get("wall_s")
+            tok = "–" if not isinstance(tok, (int, float)) else f"{tok:.0f}"
+            wall = "–" if not isinstance(wall, (int, float)) else f"{wall:.0f}"
+            out.append(f"| {row} | {e['n_examples']} | {ms} | {pair} | {e['unparseable_replies']} | "
+                       f"{_fmt(e.get('llm_calls_per_question'))} | {tok} | {wall} |")
+    return "\n".join(out).strip()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=20, help="questions per row (dataset.limit)")
+    ap.add_argument("--n", type=int, default=20, help="questions per row (dev: the first N <= 20; heldout: N)")
+    ap.add_argument("--split", choices=SPLITS, default="dev",
+                    help="dev: the first 20 questions (prompts and settings are chosen on these only); "
+                         "heldout: N seeded questions disjoint from dev (the reported table)")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/kgreason/validation"))
     ap.add_argument("--workers", type=int, default=8, help="example_workers (batched on the local model)")
@@ -149,15 +244,17 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         ap.error(f"--rows: unknown {unknown}; expected some of {list(ROWS)}")
-    suffix = ROUTES[args.route][1]
-    out = HERE / f"validation_n{args.n}{suffix}.json"
+    if args.split == "dev" and args.n > DEV_SIZE:
+        ap.error(f"--split dev has {DEV_SIZE} questions; --n {args.n} would reach into the held-out questions")
+    name = tag(args.split, args.n, args.route)
+    out = HERE / f"validation_{name}.json"
     for row in rows:
-        cmd = command(row, args.n, args.cache, args.workers, args.threads, args.route)
-        shown = "KGREASON_DATA=/work/shared/data python " + shlex.join(cmd[1:]).replace(args.cache, "~/.cache/kgreason/validation")
+        cmd = command(row, args.n, args.cache, args.workers, args.threads, args.route, args.split)
+        shown = "python " + shlex.join(cmd[1:]).replace(args.cache, "~/.cache/kgreason/validation")
         print(shown, flush=True)
         if args.print:
             continue
-        run_dir = ROOT / "outputs" / "validation" / f"n{args.n}{suffix}" / row
+        run_dir = ROOT / "outputs" / "validation" / name / row
         if args.fresh and run_dir.exists():
             shutil.rmtree(run_dir)
         t0 = time.time()
@@ -177,7 +274,15 @@ def main(argv: list[str] | None = None) -> int:
                 entry["wall_s"], entry["replayed_from_cache"] = prev.get("wall_s"), True
                 if prev.get("wall_note"):
                     entry["wall_note"] = prev["wall_note"]
-            table[row] = {"command": shown, "n": args.n, **entry, "sitting_s": round(time.time() - t0, 1)}
+            values = per_question(run_dir)
+            keys = KEY_METRICS[row.split("_")[0]]
+            entry["ci95"] = intervals(values, keys)
+            base = baseline_of(row)
+            base_dir = ROOT / "outputs" / "validation" / name / str(base)
+            if base and (base_dir / "predictions.jsonl").exists():
+                entry["paired"] = {"against": base, "by_metric": paired(values, per_question(base_dir), keys)}
+            table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
+                          "sitting_s": round(time.time() - t0, 1)}
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
     return 0
 

@@ -56,3 +56,34 @@ class ExampleSet:
 
     def __repr__(self) -> str:
         return f"ExampleSet({self.name!r}, n={len(self)})"
+
+
+#: named question splits of a dataset file (``questions.split``; docs/validation.md)
+SPLITS = ("all", "dev", "heldout")
+
+
+def select_split(ds: ExampleSet, split: str = "all", dev_size: int = 20, n: int | None = None,
+                 seed: int = 0) -> ExampleSet:
+    """Keep one named split of ``ds``'s questions, in file order (in place; returns ``ds``):
+
+    * ``dev``: the first ``dev_size`` questions: the only ones prompts and settings are chosen on;
+    * ``heldout``: ``n`` questions drawn with ``seed`` from the rest (all of them when ``n`` is
+      None). The draw is a seeded permutation cut at ``n``, so a larger ``n`` keeps every
+      question of a smaller one: a held-out row can grow over several sittings;
+    * ``all``: every question (no split).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"questions.split={split!r}: expected one of {', '.join(SPLITS)}")
+    if split == "all":
+        return ds
+    items = list(ds.examples)
+    if split == "dev":
+        keep = items[: int(dev_size)]
+    else:
+        rest = items[int(dev_size):]
+        order = np.random.default_rng(int(seed)).permutation(len(rest))
+        chosen = sorted(order[: len(rest) if n is None else min(int(n), len(rest))].tolist())
+        keep = [rest[i] for i in chosen]
+    ds.examples = keep
+    ds.split = split
+    return ds
