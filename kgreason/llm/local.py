@@ -194,6 +194,9 @@ class LlamaCppChat:
         except ImportError as e:
             raise ImportError("llm.route=llamacpp needs llama-cpp-python (optional extra, compiles for ~11 min): "
                               "pip install 'kgreason[llamacpp]' — or use the default route=transformers") from e
+        from kgreason.llm import llamacpp_compat
+
+        llamacpp_compat.apply()  # AMX CPUs: the repacked weights crash the first decode (see there)
         self.np = __import__("numpy")
         self.llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=int(n_ctx), verbose=False,
                                    n_threads=n_threads)
