@@ -30,7 +30,7 @@ def _groups(ex: Example) -> tuple[tuple[str, ...], ...]:
 
 def _dx(i: int) -> Callable[[Prediction, Example], float | None]:
     def fn(p: Prediction, e: Example) -> float | None:
-        r = clinical.dx_prf(p.answers, e.diagnoses or e.answers)
+        r = clinical.dx_prf(p.answers, e.diagnoses or e.answers, clinical.links_of(p.extra))
         return None if r is None else r[i]
 
     return fn
@@ -38,11 +38,12 @@ def _dx(i: int) -> Callable[[Prediction, Example], float | None]:
 
 def _dx_round(rd: str, i: int) -> Callable[[Prediction, Example], float | None]:
     """Diagnosis P/R/F1 of one round the prediction carries (``Prediction.rounds[rd]``);
-    not applicable (None) when it carries no such round."""
+    not applicable (None) when it carries no such round. Entity-level: the run's KG links
+    (``extra["dx_entity_links"]``) join the names of one entity (metrics/clinical.py)."""
     def fn(p: Prediction, e: Example) -> float | None:
         if rd not in p.rounds:
             return None
-        r = clinical.dx_prf(p.rounds[rd], e.diagnoses or e.answers)
+        r = clinical.dx_prf(p.rounds[rd], e.diagnoses or e.answers, clinical.links_of(p.extra))
         return None if r is None else r[i]
 
     return fn
