@@ -15,6 +15,7 @@ use) and the embedder loads its model on first use, so passing them costs nothin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -34,7 +35,7 @@ from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
 from kgreason.llm.cache import check_cache
 from kgreason.llm.lazy import LazyLLM
-from kgreason.metrics import METRICS, Metric
+from kgreason.metrics import METRICS, Metric, clinical
 from kgreason.record import check_resume, choices, run_record
 from kgreason.runs import PredictionStore, gold_fields, protect_run_dir, scrub_secrets, write_json
 from kgreason.textio import forget_files_read
@@ -176,6 +177,7 @@ def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         log.warning("example %s failed: %s", ex.id, e)
         pred = Prediction(example_id=ex.id, answers=(), error=f"{type(e).__name__}: {e}",
                           extra={"traceback": traceback.format_exc(limit=8)})
+    pred = _with_dx_links(c, pred, ex)
     scores: dict[str, float | None] = {}
     for m in c.metrics:
         try:
@@ -206,6 +208,18 @@ def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001
             row["judge"] = {"error": f"{type(e).__name__}: {e}"}
     return row
+
+
+def _with_dx_links(c: Components, pred: Prediction, ex: Example) -> Prediction:
+    """Diagnosis P/R/F1 is entity-level (LogosKG A.2): when the run scores a ``dx_*`` metric and
+    has a KG, every predicted, per-round and gold diagnosis string is linked to the KG (names,
+    labels, aliases) and the links are recorded in ``extra["dx_entity_links"]``, which the metric
+    reads and ``kgreason.score`` reads back from predictions.jsonl (metrics/clinical.py)."""
+    if c.kg is None or not any(m.name.startswith("dx_") for m in c.metrics):
+        return pred
+    names = [*pred.answers, *(n for r in pred.rounds.values() for n in r), *(ex.diagnoses or ex.answers)]
+    links = clinical.entity_links(c.kg, names)
+    return dataclasses.replace(pred, extra={**pred.extra, clinical.LINKS_KEY: links})
 
 
 def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path) -> Ledger:

@@ -14,7 +14,9 @@ An id that appears on several lines (a run dir whose errored examples were retri
 is scored once, from its **last** line, as the run itself does.
 
 Optional: ``answer_groups``, ``diagnoses`` (clinical; the ``dx_*`` metrics use them, else
-``answers``), ``extra`` (``retrieved``, ``search_space``). Prints ``{metric: mean}`` as JSON
+``answers``), ``rounds``, ``extra`` (``retrieved``, ``search_space``, ``dx_entity_links``: the
+run's ``{diagnosis string: KG entity name}``, so entity-level diagnosis P/R/F1 is reproduced
+without the KG). Prints ``{metric: mean}`` as JSON
 (examples where a metric is not applicable are left out of its mean, as in a run).
 """
 
@@ -73,6 +75,11 @@ def parse_line(obj: Any, where: str) -> tuple[Prediction, Example]:
     extra = obj.get("extra") or {}
     if not isinstance(extra, dict):
         raise ScoreInputError(f"{where}: field 'extra' must be an object")
+    links = extra.get("dx_entity_links")
+    if links is not None and not (isinstance(links, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                                   for k, v in links.items())):
+        raise ScoreInputError(f"{where}: field 'extra.dx_entity_links' must be an object "
+                              "{diagnosis string: KG entity name}")
     diagnoses = _strs(obj["diagnoses"], where, "diagnoses") if obj.get("diagnoses") else []
     ex = Example(id=str(obj["id"]), question=str(obj.get("question", "")), answers=tuple(answers),
                  answer_groups=tuple(tuple(g) for g in groups), diagnoses=tuple(diagnoses))

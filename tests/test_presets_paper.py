@@ -76,7 +76,7 @@ PAPER = {
     "sgr_table1": (r"sgr\.txt.*Table 1|SGR Table 1.*sgr\.txt", [([], [
         ("sweep.dataset", {"cwq", "webqsp", "grailqa"}, SGR_T1 + ": CWQ, WebQSP, GrailQA columns"),
         ("sweep.reasoner", {"io", "cot", "sgr"}, SGR_T1 + ": IO Prompt, CoT, SGR rows"),
-        ("metrics[:2]", ["tog_hits_at_1", "rog_acc"], SGR_T1 + ": Hits@1 and Acc"),
+        ("metrics[:2]", ["tog_hits_at_1", "tog_exact_top1"], SGR_T1 + ": Hits@1 and Acc"),
         ("choice.kg", "freebase_slice", SGR_T1 + ": Freebase datasets"),
         ("llm.model", ANY_OF("gpt-3.5-turbo", "gpt-4"), SGR_T1 + ": SGR / ChatGPT and SGR / GPT-4 rows"),
     ])]),
@@ -84,7 +84,7 @@ PAPER = {
         ("choice.dataset", "cwq", SGR_T2),
         ("sweep.ablation", {"none", "sgr_no_schema", "sgr_no_cypher"},
          SGR_T2 + ": With Schema / With neo4j, Without Schema, Without neo4j"),
-        ("metrics[:2]", ["tog_hits_at_1", "rog_acc"], SGR_T2 + ": Hits@1 and Acc"),
+        ("metrics[:2]", ["tog_hits_at_1", "tog_exact_top1"], SGR_T2 + ": Hits@1 and Acc"),
         ("llm.model", "gpt-3.5-turbo", SGR_T2 + ": SGR/ChatGPT is the only row"),
     ])]),
     "subqrag_table1": (r"subqrag\.txt.*Table 1", [([], [

@@ -30,7 +30,7 @@ def _groups(ex: Example) -> tuple[tuple[str, ...], ...]:
 
 def _dx(i: int) -> Callable[[Prediction, Example], float | None]:
     def fn(p: Prediction, e: Example) -> float | None:
-        r = clinical.dx_prf(p.answers, e.diagnoses or e.answers)
+        r = clinical.dx_prf(p.answers, e.diagnoses or e.answers, clinical.links_of(p.extra))
         return None if r is None else r[i]
 
     return fn
@@ -38,11 +38,12 @@ def _dx(i: int) -> Callable[[Prediction, Example], float | None]:
 
 def _dx_round(rd: str, i: int) -> Callable[[Prediction, Example], float | None]:
     """Diagnosis P/R/F1 of one round the prediction carries (``Prediction.rounds[rd]``);
-    not applicable (None) when it carries no such round."""
+    not applicable (None) when it carries no such round. Entity-level: the run's KG links
+    (``extra["dx_entity_links"]``) join the names of one entity (metrics/clinical.py)."""
     def fn(p: Prediction, e: Example) -> float | None:
         if rd not in p.rounds:
             return None
-        r = clinical.dx_prf(p.rounds[rd], e.diagnoses or e.answers)
+        r = clinical.dx_prf(p.rounds[rd], e.diagnoses or e.answers, clinical.links_of(p.extra))
         return None if r is None else r[i]
 
     return fn
@@ -78,6 +79,8 @@ ANSWER_SET_RECALL = Metric("answer_set_recall", _set(1))
 ANSWER_SET_F1 = Metric("answer_set_f1", _set(2))
 # community evaluators (substring matching; kgreason.metrics.community, docs/metrics.md)
 TOG_HITS_AT_1 = Metric("tog_hits_at_1", lambda p, e: community.tog_exact_match(p.answer, e.answers))
+# ToG's normalisation, equality only (no substring clause): <= tog_hits_at_1 by construction (SGR's Acc)
+TOG_EXACT_TOP1 = Metric("tog_exact_top1", lambda p, e: community.tog_exact_top1(p.answer, e.answers))
 ROG_HIT = Metric("rog_hit", _rog(0))
 ROG_ACC = Metric("rog_acc", _rog(1))
 ROG_F1 = Metric("rog_f1", _rog(2))
@@ -98,7 +101,7 @@ SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extr
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     HITS_AT_1, ALL_ANSWERS_FOUND, ANSWER_SET_PRECISION, ANSWER_SET_RECALL, ANSWER_SET_F1,
-    TOG_HITS_AT_1, ROG_HIT, ROG_ACC, ROG_F1, ROG_PRECISION, ROG_RECALL, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1,
+    TOG_HITS_AT_1, TOG_EXACT_TOP1, ROG_HIT, ROG_ACC, ROG_F1, ROG_PRECISION, ROG_RECALL, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1,
     TWOWIKI_EM, TWOWIKI_F1, DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, SEARCH_SPACE,
 )}
 

@@ -9,23 +9,31 @@ A.2 defines an *entity-level* overlap of two sets::
     Precision = |pred ∩ gold| / |pred|        Recall = |pred ∩ gold| / |gold|
 
 and says Round 1 and Round 2 use the same computation on their own prediction sets (Eq. 12).
-The paper does not say when two diagnosis strings are the same entity; our rule
-(:func:`normalise_diagnosis`) is:
+Two diagnosis strings are **the same entity** when
 
-1. lower-case;
-2. delete ASCII punctuation (``Pneumonia.`` → ``pneumonia``, ``Guillain-Barré`` →
-   ``guillainbarré``); non-ASCII characters stay as they are;
-3. collapse whitespace;
-4. drop ONE leading article ``a`` / ``an`` / ``the`` when a word follows (``the flu`` → ``flu``).
+* they normalise to the same string (:func:`normalise_diagnosis`):
 
-Both sides become sets of normalised strings (a string normalising to ``""`` is dropped, and
-two spellings of one entity count once), and ``|pred ∩ gold|`` is the size of the set
-intersection. Why this rule: A.2 counts *entities*, so spellings that differ only in case,
-punctuation or a leading determiner must count as one; an article inside a name is part of it
-(``Hepatitis A`` ≠ ``Hepatitis``, which the SQuAD normaliser of :mod:`kgreason.metrics.qa`, which
-drops every ``a``, would merge). There is no synonym or KG-alias matching: the score depends
-only on the two string lists, so the same predictions score the same under any KG and
-``python -m kgreason.score`` reproduces it from ``predictions.jsonl``.
+  1. lower-case;
+  2. delete ASCII punctuation (``Pneumonia.`` → ``pneumonia``, ``Guillain-Barré`` →
+     ``guillainbarré``); non-ASCII characters stay as they are;
+  3. collapse whitespace;
+  4. drop ONE leading article ``a`` / ``an`` / ``the`` when a word follows (``the flu`` → ``flu``);
+
+* **or** they link to the same KG entity through the KG's names, labels and aliases
+  (``KG.find_entity``; on UMLS a CUI's every English string, on PrimeKG a node's name): a correct
+  Round 2 pick named ``High Blood Pressure`` matches the gold ``Hypertension`` when both link to
+  C0020538. The links are the run's (:func:`entity_links`, written into the prediction row as
+  ``extra["dx_entity_links"]``, ``{string: KG entity name}``), so ``python -m kgreason.score``
+  reproduces the run's value from ``predictions.jsonl`` without the KG. With no links (a dataset
+  run without a KG, or a hand-written file) only the string rule applies.
+
+"Same entity" is closed transitively (strings → entity classes); both sides become sets of
+classes (a string normalising to ``""`` is dropped; two spellings or two aliases of one entity
+count once, on either side) and ``|pred ∩ gold|`` is the size of the intersection of the class
+sets. Why the string rule: spellings that differ only in case, punctuation or a leading
+determiner must count as one entity even when the KG does not know them; an article inside a
+name is part of it (``Hepatitis A`` ≠ ``Hepatitis``, which the SQuAD normaliser of
+:mod:`kgreason.metrics.qa`, which drops every ``a``, would merge).
 
 Conventions for the cases A.2 leaves undefined: an empty prediction set has P = R = F1 = 0; an
 empty gold set makes the example not applicable (``None``, left out of the mean). F1 is the
@@ -38,7 +46,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 _PUNCT = str.maketrans("", "", string.punctuation)
 _LEADING_ARTICLE = re.compile(r"^(?:a|an|the)\s+(?=\S)")
@@ -50,13 +58,61 @@ def normalise_diagnosis(name: str) -> str:
     return _LEADING_ARTICLE.sub("", s)
 
 
-def _norm_set(xs: Iterable[str]) -> set[str]:
-    return {n for n in (normalise_diagnosis(x) for x in xs) if n}
+LINKS_KEY = "dx_entity_links"  # Prediction.extra key: {diagnosis string: KG entity name}
 
 
-def dx_prf(predicted: Iterable[str], gold: Iterable[str]) -> tuple[float, float, float] | None:
-    """``(precision, recall, f1)`` of predicted vs gold diagnoses, or None with no gold."""
-    p, g = _norm_set(predicted), _norm_set(gold)
+def entity_links(kg: Any, names: Iterable[str]) -> dict[str, str]:
+    """``{string: KG entity name}`` for every string of ``names`` that ``kg.find_entity`` links
+    (exact name, then normalised name / label / alias); unlinked strings are left out."""
+    out: dict[str, str] = {}
+    for n in dict.fromkeys(str(x) for x in names):
+        i = kg.find_entity(n)
+        if i is not None and i >= 0:
+            out[n] = str(kg.entity_names[int(i)])
+    return out
+
+
+def _classes(items: Iterable[str], links: Mapping[str, str], parent: dict[str, str]) -> list[tuple[str, str]]:
+    """Registers each item's string key (and its KG entity, joined to it) in the union-find
+    ``parent``; returns the (item, string key) pairs of the items that normalise to something."""
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    keys = []
+    for x in items:
+        n = normalise_diagnosis(x)
+        if not n:
+            continue
+        keys.append((x, "s:" + n))
+        find("s:" + n)
+        ent = links.get(x)
+        if ent is not None:
+            a, b = find("s:" + n), find("e:" + str(ent))
+            if a != b:
+                parent[a] = b
+    return keys
+
+
+def _root(parent: dict[str, str], x: str) -> str:
+    while parent[x] != x:
+        x = parent[x]
+    return x
+
+
+def dx_prf(predicted: Iterable[str], gold: Iterable[str],
+           links: Mapping[str, str] | None = None) -> tuple[float, float, float] | None:
+    """``(precision, recall, f1)`` of predicted vs gold diagnoses, or None with no gold.
+    ``links``: ``{string: KG entity name}`` (the run's :func:`entity_links`); two strings linked
+    to one entity are one entity (module docstring)."""
+    links = links or {}
+    parent: dict[str, str] = {}
+    pk = _classes(list(predicted), links, parent)
+    gk = _classes(list(gold), links, parent)
+    p = {_root(parent, k) for _, k in pk}
+    g = {_root(parent, k) for _, k in gk}
     if not g:
         return None
     hit = len(p & g)
@@ -66,4 +122,10 @@ def dx_prf(predicted: Iterable[str], gold: Iterable[str]) -> tuple[float, float,
     return prec, rec, f
 
 
-__all__ = ["dx_prf", "normalise_diagnosis"]
+def links_of(extra: Mapping[str, Any]) -> dict[str, str]:
+    """The run's entity links recorded in a prediction's ``extra`` (empty when absent)."""
+    v = extra.get(LINKS_KEY) if isinstance(extra, Mapping) else None
+    return dict(v) if isinstance(v, Mapping) else {}
+
+
+__all__ = ["dx_prf", "entity_links", "links_of", "normalise_diagnosis", "LINKS_KEY"]

@@ -7,7 +7,8 @@ Two evaluation scripts are behind most KGQA numbers in the SGR / ReKnoS / ToG ta
   answers, matching by *substring* of normalised text. → :func:`rog_scores`.
 * **ToG** (Sun et al., ICLR 2024), ``eval/utils.py`` ``exact_match`` in ``IDEA-FinAI/ToG``: one
   answer string against the gold aliases, spaces removed, lower case, equal or either a substring
-  of the other. → :func:`tog_exact_match`.
+  of the other. → :func:`tog_exact_match`. Its substring clause removed (the top answer *equal*
+  to a gold alias after the same normalisation) is :func:`tog_exact_top1`, SGR's "Acc" column.
 
 Both functions here were written from a reading of those scripts; the tests pin them with golden
 tables (``tests/metrics/test_community.py``), each case worked out by hand from the published rule.
@@ -108,3 +109,18 @@ def tog_exact_match(response: str, golds: Sequence[str]) -> float:
         if r == a or r in a or a in r:
             return 1.0
     return 0.0
+
+
+def _tog_norm(s: str) -> str:
+    return s.strip().replace(" ", "").lower()
+
+
+def tog_exact_top1(response: str, golds: Sequence[str]) -> float:
+    """ToG's normalisation (``strip()``, every ``" "`` removed, lower case) with **equality
+    only**: 1 when the top answer equals a gold name or alias, 0 otherwise (and 0 for an empty
+    answer). ToG's :func:`tog_exact_match` without its "either is a substring of the other"
+    clause, so ``tog_exact_top1 <= tog_exact_match`` on every answer and every gold list: the
+    reading of SGR's "Acc" beside ToG's Hits@1 (docs/metrics.md, "Paper tables"). It reads one
+    string, the top answer, so the length of the ranked list cannot raise it."""
+    r = _tog_norm(response)
+    return float(bool(r) and any(r == _tog_norm(g) for g in golds))

@@ -306,7 +306,7 @@ class LogosKGDx(BaseReasoner):
         limit = f" (at most {self.max_select})" if self.max_select else ""
         selected: list[str] = []
         for i, part in enumerate(parts, 1):
-            prompt = render(self.prompts["select"], note=note, hops=self.hops, limit=limit, kept=round1 or "none",
+            prompt = render(self.prompts["select"], note=note, limit=limit, kept=round1 or "none",
                             part=i, parts=len(parts), candidates="\n".join(f"- {n}" for n in part))
             for p in self._ask(t, "select", prompt):
                 n = match_candidate(p, part)

@@ -4,7 +4,9 @@ hand-computed cases, and the per-round metrics that score ``Prediction.rounds`` 
 Rule pinned here (docs/metrics.md, kgreason/metrics/clinical.py): both sides become *sets* of
 normalised strings (lower-case, ASCII punctuation deleted, whitespace collapsed, one leading
 article a/an/the dropped); |pred ∩ gold| is the size of the set intersection. Empty prediction
-set → P = R = F1 = 0; empty gold set → not applicable (None). No synonym or KG-alias matching.
+set → P = R = F1 = 0; empty gold set → not applicable (None). Two strings are also one entity
+when the run linked them to the same KG entity (names, labels, aliases; ``extra["dx_entity_links"]``
+of the prediction row); without links (this table) only the string rule applies.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ GOLDEN = [
     (["asthma"], [], None, "no gold diagnosis: not applicable, left out of the mean"),
     (["x"], ["y"], (0.0, 0.0, 0.0), "no overlap"),
     (["URTI"], ["Upper respiratory tract infection"], (0.0, 0.0, 0.0),
-     "no synonym / KG-alias matching: an abbreviation is a different string"),
+     "without KG links an abbreviation is a different string (with links: LINKED below)"),
     (["Crohn\u2019s disease"], ["Crohn's disease"], (0.0, 0.0, 0.0),
      "only ASCII punctuation is dropped (SQuAD rule): a typographic apostrophe stays"),
     (["Acute pulmonary edema", "Pulmonary embolism"], ["pulmonary  embolism"], (1 / 2, 1.0, 2 / 3),
@@ -84,3 +86,91 @@ def test_score_cli_reads_rounds_from_prediction_rows():
     assert METRICS["dx_baseline_f1"].per_example(pred, ex) == pytest.approx(4 / 7)
     with pytest.raises(ScoreInputError, match=r"p.jsonl:2: field 'rounds.round1' must be a string or a list"):
         parse_line({**row, "rounds": {"round1": [1]}}, "p.jsonl:2")
+
+
+# KG-id matching (LogosKG A.2 is entity-level): (pred, gold, links, expected, why)
+LINKED = [
+    (["High Blood Pressure"], ["Hypertension"], {"High Blood Pressure": "C0020538", "Hypertension": "C0020538"},
+     (1.0, 1.0, 1.0), "two UMLS names of one CUI are one entity"),
+    (["URTI"], ["Upper respiratory tract infection"], {"URTI": "C0041912", "Upper respiratory tract infection": "C0041912"},
+     (1.0, 1.0, 1.0), "an abbreviation the KG lists as an alias"),
+    (["Diabetes", "Diabetes Mellitus", "Asthma"], ["diabetes mellitus"],
+     {"Diabetes": "C0011849", "Diabetes Mellitus": "C0011849"}, (1 / 2, 1.0, 2 / 3),
+     "two aliases of one predicted entity count once: pred = {C0011849, asthma}"),
+    (["Diabetes"], ["Hypertension"], {"Diabetes": "C0011849", "Hypertension": "C0020538"},
+     (0.0, 0.0, 0.0), "different entities stay different"),
+    (["Pneumonia."], ["pneumonia"], {"pneumonia": "C0032285"},
+     (1.0, 1.0, 1.0), "the string rule still holds when only one side links"),
+    (["High Blood Pressure"], ["Hypertension", "HTN"], {"High Blood Pressure": "C0020538", "Hypertension": "C0020538",
+                                                        "HTN": "C0020538"},
+     (1.0, 1.0, 1.0), "two gold strings of one entity are one gold entity"),
+    (["Flu"], ["Influenza"], {"Flu": "C0021400"}, (0.0, 0.0, 0.0), "one side linked, the other not: no match"),
+]
+
+
+@pytest.mark.parametrize("pred,gold,links,expected,why", LINKED, ids=[g[4][:40] for g in LINKED])
+def test_dx_prf_entity_level_golden_table(pred, gold, links, expected, why):
+    assert dx_prf(pred, gold, links) == pytest.approx(expected), why
+    # the metric objects read the links the run records in the prediction's extra
+    ex = Example(id="x", question="note", diagnoses=tuple(gold))
+    p = Prediction("x", tuple(pred), extra={"dx_entity_links": links}, rounds={"round2": tuple(pred)})
+    got = [METRICS[n].per_example(p, ex) for n in ("dx_precision", "dx_recall", "dx_f1")]
+    assert got == pytest.approx(list(expected)), why
+    assert METRICS["dx_round2_f1"].per_example(p, ex) == pytest.approx(expected[2]), why
+
+
+def _umls_kg():
+    from pathlib import Path
+
+    from kgreason.kg.loaders import load_umls_rrf
+
+    d = Path(__file__).resolve().parents[1] / "assets" / "umls"
+    return load_umls_rrf(d / "MRCONSO.RRF", d / "MRREL.RRF", d / "MRSTY.RRF")
+
+
+def test_entity_links_through_umls_names_and_aliases():
+    """tests/assets/umls: C0011849 is 'Diabetes Mellitus' (preferred) and 'Diabetes' (MSH entry
+    term); C0020538 is 'Hypertension' and 'High Blood Pressure'."""
+    from kgreason.metrics.clinical import entity_links
+
+    kg = _umls_kg()
+    links = entity_links(kg, ["Diabetes", "diabetes mellitus", "High Blood Pressure", "Hypertension", "Gout"])
+    assert links == {"Diabetes": "C0011849", "diabetes mellitus": "C0011849",
+                     "High Blood Pressure": "C0020538", "Hypertension": "C0020538"}
+    # a correct Round 2 pick under another label of the gold concept
+    assert dx_prf(["Diabetes", "Gout"], ["Diabetes Mellitus"], entity_links(kg, ["Diabetes", "Gout",
+                                                                                "Diabetes Mellitus"])) \
+        == pytest.approx((1 / 2, 1.0, 2 / 3))
+    assert dx_prf(["Diabetes", "Gout"], ["Diabetes Mellitus"]) == (0.0, 0.0, 0.0), "string rule alone: no match"
+
+
+class _AliasReasoner:
+    """Answers with the other UMLS name of each gold concept (a stand-in reasoner: control flow)."""
+
+    def answer(self, ex):
+        return Prediction(ex.id, ("Diabetes", "Gout"), rounds={"baseline": ("Gout",), "round1": (),
+                                                               "round2": ("High Blood Pressure", "Diabetes")})
+
+
+def test_run_scores_kg_alias_matches_and_score_cli_reproduces_them(tmp_path):
+    """The run links predictions and golds to the KG, scores entity-level, and records the links
+    in the row, so re-scoring predictions.jsonl offline gives the run's values."""
+    import json
+
+    from kgreason.run import Components, _answer_and_score
+    from kgreason.score import parse_line, score
+
+    names = ["dx_precision", "dx_recall", "dx_f1", *[f"dx_{r}_{s}" for r in ("baseline", "round1", "round2")
+                                                     for s in ("precision", "recall", "f1")]]
+    c = Components(dataset=None, kg=_umls_kg(), retriever=None, llm=None, reasoner=_AliasReasoner(),
+                   metrics=[METRICS[n] for n in names])
+    ex = Example(id="p1", question="note", diagnoses=("Diabetes Mellitus", "Hypertension"))
+    row = _answer_and_score(c, ex)
+    m = row["metrics"]
+    assert (m["dx_precision"], m["dx_recall"]) == pytest.approx((1 / 2, 1 / 2))
+    assert (m["dx_round2_precision"], m["dx_round2_recall"], m["dx_round2_f1"]) == pytest.approx((1.0, 1.0, 1.0))
+    assert m["dx_baseline_f1"] == 0.0 and m["dx_round1_f1"] == 0.0
+    assert row["extra"]["dx_entity_links"]["High Blood Pressure"] == "C0020538"
+    line = json.loads(json.dumps(row))  # what predictions.jsonl holds
+    pred, ex2 = parse_line(line, "p.jsonl:1")
+    assert score([(pred, ex2)], names) == pytest.approx(m)

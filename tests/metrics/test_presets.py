@@ -9,8 +9,8 @@ from conftest import compose_cfg
 from kgreason.metrics import METRICS
 
 TABLE_COLUMNS = {  # preset → (table columns in order, our metric for each)
-    "sgr_table1": (("Hits@1", "Acc"), ("tog_hits_at_1", "rog_acc")),
-    "sgr_table2": (("Hits@1", "Acc"), ("tog_hits_at_1", "rog_acc")),
+    "sgr_table1": (("Hits@1", "Acc"), ("tog_hits_at_1", "tog_exact_top1")),
+    "sgr_table2": (("Hits@1", "Acc"), ("tog_hits_at_1", "tog_exact_top1")),
     "kgqa_baselines": (("Hits@1",), ("tog_hits_at_1",)),
     "reknos_width_depth": (("Hits@1", "Retrieval rate"), ("tog_hits_at_1", "answer_coverage")),
     "subqrag_table1": (("EM", "F1"), ("em", "f1")),

@@ -107,3 +107,31 @@ def test_score_of_a_run_equals_its_metrics_json(tmp_path, overrides):
     assert {f"metric/{k}": v for k, v in scored.items()} == {k: v for k, v in run_metrics.items()
                                                              if k.startswith("metric/")}
     assert res.metrics["run/n_examples"] == 25
+
+
+def test_score_of_a_dx_run_equals_its_metrics_json_with_kg_alias_matches(tmp_path, world):
+    """A real logoskg_dx run (embedded clinical world, scripted LLM): the baseline names each gold
+    diagnosis in a spelling only the KG links (``Grouwai_syndrome``: the KG's name index folds
+    underscores, the diagnosis normaliser deletes them), so only the entity-level match scores
+    it. Re-scoring predictions.jsonl offline gives exactly the run's dx metrics."""
+    from omegaconf import open_dict
+
+    from conftest import compose_cfg
+    from kgreason.run import run
+
+    golds = [d for p in world.patients[:3] for d in p.diagnoses]
+    cfg = compose_cfg(["reasoner=logoskg_dx", "dataset=embedded_clinical", "llm=scripted", "dataset.limit=3",
+                       "tracking=none", "reasoner.hops=2", "reports.hop_distribution=false"], tmp_path)
+    with open_dict(cfg):
+        cfg.llm.rules = [{"pattern": "Candidate diagnoses:", "reply": "[]"},
+                         {"pattern": "most likely diagnoses", "reply": json.dumps([g.replace(" ", "_") for g in golds])}]
+    res = run(cfg, tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert [r["answers"] for r in rows] == [list(p.diagnoses) for p in world.patients[:3]]
+    assert res.metrics["metric/dx_baseline_recall"] == 1.0, "each gold was named, under a KG-linked spelling"
+    names = [n for n in cfg.dataset.metrics if n.startswith("dx_")]
+    r = _run(tmp_path / "run" / "predictions.jsonl", "--metrics", ",".join(names))
+    assert r.returncode == 0, r.stderr
+    run_metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert {f"metric/{k}": v for k, v in json.loads(r.stdout).items()} == {
+        f"metric/{n}": run_metrics[f"metric/{n}"] for n in names}

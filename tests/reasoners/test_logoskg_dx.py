@@ -382,3 +382,22 @@ def test_round2_reads_a_pick_that_names_one_listed_candidate_by_a_part(pick, sho
     from kgreason.reasoners.logoskg_dx import match_candidate
 
     assert match_candidate(pick, shown) == expected
+
+
+def test_select_prompt_never_tells_the_model_k(world):
+    """logoskg.txt App. A.5 / Fig. 6: Round 2 presents the KG's candidate diseases and asks the
+    LLM to select the relevant ones; the paper gives the model no hop count (k is the study's
+    swept setting, conf/experiment/logoskg_dx_hops.yaml and its README say so). The select
+    prompt, candidates left out, is the same text at every k and names no hop distance."""
+    from kgreason.reasoners.base import load_prompt
+
+    assert "{hops}" not in load_prompt("logoskg_dx", "select")
+    p = world.patients[0]
+    texts = {}
+    for k in (1, 2, 3):
+        pred = _reasoner(world, _llm([]), hops=k, max_candidates=10_000).answer(p)
+        sel = [st.data["messages"][-1]["content"] for st in pred.trace if st.kind == "llm" and st.name == "select"]
+        assert sel, "Round 2 asked nothing"
+        texts[k] = sel[0].split("Candidate diagnoses:")[0]
+        assert "hop" not in sel[0].lower().split("candidate diagnoses:")[0]
+    assert texts[1] == texts[2] == texts[3]
