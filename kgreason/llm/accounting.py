@@ -321,7 +321,7 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
     for p in PURPOSES:
         if p in per:
             put(f"llm/{p}", per[p])
-    out["llm/calls_per_question"] = method.calls / n
+    out["llm/calls_per_question"] = (method.calls + method.cache_hits) / n
     out["llm/tokens_per_question"] = (method.prompt_tokens + method.completion_tokens) / n
     if "judge" in per:
         put("judge", per["judge"])
