@@ -257,10 +257,10 @@ def _pdsqi_reply(body) -> str:
     return json.dumps(scores)
 
 
-def _table5(tmp_path: Path, url: str, *over: str):
+def _table5(tmp_path: Path, url: str, *over: str, preset: str = "experiment=logoskg_dx_hops_ddxplus_kg"):
     from omegaconf import open_dict
 
-    cfg = compose_cfg(["experiment=logoskg_dx_hops_ddxplus_kg", "judge=pdsqi", "llm=scripted",
+    cfg = compose_cfg([preset, "judge=pdsqi", "llm=scripted",
                        f"judge.llm.base_url={url}", "judge.llm.api_key_env=null", "judge.llm.max_retries=0",
                        "reasoner.hops=1", "dataset.limit=2", "tracking=none", "reports.hop_distribution=false",
                        *over], tmp_path)
@@ -289,6 +289,19 @@ def test_logoskg_table5_preset_judge_gpt5_mini_scores_against_openai_rules(tmp_p
     for b in judged:  # greedy judgements: no temperature; room to reason on top of the 300-token reply
         assert b["model"] == "gpt-5-mini" and "temperature" not in b and "max_tokens" not in b
         assert b["max_completion_tokens"] == 300 + 8192
+
+
+def test_logoskg_table5_judge_without_the_shared_data(tmp_path):
+    """The same judge through the UMLS/PrimeKG preset (experiment=logoskg_dx_hops) on the embedded
+    clinical world, so the check runs where the DDXPlus sample is absent."""
+    with FakeChatServer(openai_rules=True, reasoning_tokens=500, reply=_pdsqi_reply) as srv:
+        res = _table5(tmp_path, srv.base_url, "dataset=embedded_clinical", "kg=embedded",
+                      "reasoner.link_embedding=false", "reasoner.disease_type=[disease,pathology]",
+                      preset="experiment=logoskg_dx_hops")
+        assert srv.rejected == [] and len(srv.requests) > 2
+    m = res.metrics
+    assert m["run/n_examples"] == 2 and m["run/errors"] == 0 and "judge/errors" not in m
+    assert m["judge/pdsqi_average"] == 4.0 and m["judge/reasoning_tokens"] == 500 * m["judge/calls"] > 0
 
 
 def test_logoskg_table5_sampling_judge_temperature_is_refused_at_start_up(tmp_path, shared_data, monkeypatch):
