@@ -206,7 +206,7 @@ class OpenAIChat:
             except o.APIConnectionError as e:
                 last = f"connection error ({_cause(e)})"
                 if wait_s is not None and _cannot_connect(e):
-                    raise LLMError(f"{endpoint} failed: {last}; nothing listens there (not retried)") from e
+                    raise LLMError(f"{endpoint} failed: {last}; the connection could not be opened (not retried)") from e
             spent += time.perf_counter() - t0
             if attempt == self.max_retries:
                 break
