@@ -10,8 +10,12 @@ would fit, instead of answering every example and reporting zeros with ``run/err
   entities link to the KG? The share of linked examples is measured on the run's own examples
   (all of them, or a seeded sample for large sets) and logged; below ``min_link_rate`` the run
   stops and the message names the dataset, the KG, the rate and the KG that fits.
+* :func:`check_reasoning_models`: an OpenAI reasoning model (GPT-5, o-series) serves temperature
+  1 only; a reasoner or judge temperature it cannot honour stops the run here, named, instead of
+  one HTTP 400 per example.
 * :func:`probe_llm`: one tiny request to an HTTP endpoint before the run, so a dead server is
-  found in seconds instead of after every example has retried for a quarter of a minute.
+  found in seconds (connection refused, unknown host, 400/401/403/404: at once), while a busy
+  one (429, 5xx) is waited for under the backend's retry policy for ``preflight.probe_wait_s``.
 
 Layer: above data/, kg/ and llm/, below run.py (which calls these).
 """
@@ -86,6 +90,9 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
     positive_int("retrieval_batch", allow_none=True, minimum=0, what=" (0: off)")
     positive_int("max_consecutive_failures", allow_none=True, minimum=0, what=" (0: never stop early)")
     positive_int("preflight.sample", allow_none=True)
+    wait = _get(cfg, "preflight.probe_wait_s")
+    if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0):
+        problems.append(f"preflight.probe_wait_s={wait!r}: expected a number of seconds >= 0")
     rate = _get(cfg, "max_error_rate")
     if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate <= 1):
         problems.append(f"max_error_rate={rate!r}: expected a number between 0 and 1, or null")
@@ -101,6 +108,55 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
         if not _get(llm, "model") and not _get(llm, "model_path"):
             problems.append("llm=hf needs a model: set llm.model=<hub id or local directory>")
     problems += check_questions(cfg)
+    problems += check_reasoning_models(cfg)
+    return problems
+
+
+def _openai_model(cfg: Mapping[str, Any], prefix: str) -> tuple[bool, bool, str]:
+    """``(is an OpenAIChat config, is a reasoning model, model name)`` for ``llm`` / ``judge.llm``."""
+    from kgreason.llm.openai_http import is_reasoning_model
+
+    node = _get(cfg, prefix) or {}
+    if not str(_get(node, "_target_", "")).endswith("OpenAIChat"):
+        return False, False, ""
+    model = str(_get(node, "model", ""))
+    pats = _get(node, "reasoning_models")
+    return True, is_reasoning_model(model, None if pats is None else [str(p) for p in pats]), model
+
+
+def check_reasoning_models(cfg: Mapping[str, Any]) -> list[str]:
+    """Settings an OpenAI reasoning model cannot honour (docs/llm.md "Reasoning models").
+
+    The API serves reasoning models at temperature 1 only. Requests at temperature 0 (greedy) or
+    1 are sent without a temperature; any other value of a temperature knob of the reasoner
+    (``reasoner.temperature*``) or of a sampling judge (``judge.temperature`` with
+    ``judge.samples > 1``) stops the run here, named, since the API would refuse every such call.
+    ``reasoning_effort`` on a model that is not a reasoning model is refused as the API refuses it.
+    """
+    problems: list[str] = []
+    knobs = {"llm": [(f"reasoner.{k}", v) for k, v in (_get(cfg, "reasoner") or {}).items()
+                     if str(k).startswith("temperature")],
+             "judge.llm": ([("judge.temperature", _get(cfg, "judge.temperature"))]
+                           if _is_int(_get(cfg, "judge.samples")) and _get(cfg, "judge.samples") > 1 else [])}
+    for prefix in ("llm", "judge.llm"):
+        openai, reasoning, model = _openai_model(cfg, prefix)
+        if not openai:
+            continue
+        effort = _get(cfg, f"{prefix}.reasoning_effort")
+        if effort not in (None, "") and not reasoning:
+            problems.append(f"{prefix}.reasoning_effort={effort!r}: {prefix}.model={model!r} is not a reasoning model "
+                            f"({prefix}.reasoning_models) and the API refuses the field; set it to null")
+        budget = _get(cfg, f"{prefix}.reasoning_budget_tokens")
+        if budget is not None and (not _is_int(budget) or budget < 0):
+            problems.append(f"{prefix}.reasoning_budget_tokens={budget!r}: expected an integer >= 0")
+        if not reasoning:
+            continue
+        for key, v in knobs[prefix]:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v) not in (0.0, 1.0):
+                problems.append(
+                    f"{key}={v}: {prefix}.model={model!r} is a reasoning model ({prefix}.reasoning_models), which "
+                    f"the API serves at temperature 1 only; set {key}=1 (or 0: both are sent without a "
+                    f"temperature, the model samples at its own) or use a non-reasoning model")
     return problems
 
 
@@ -276,20 +332,29 @@ def _reasoners_for(task: str) -> str:
 # ------------------------------------------------------------------------------- LLM
 
 
-def probe_llm(llm, describe: str) -> None:
+def probe_llm(llm, describe: str, wait_s: float = 120.0) -> None:
     """Send one tiny request straight to the backend (no cache) and fail fast if it does not
-    answer. Only for backends that talk to a server (they have a ``base_url``)."""
+    answer. Only for backends that talk to a server (they have a ``base_url``).
+
+    A backend with a ``probe(wait_s)`` method (``OpenAIChat``) decides what is dead and what is
+    busy: connection refused, an unknown host, 400, 401, 403 and 404 fail at once; 429, 5xx and
+    timeouts are retried under its own policy (backoff, ``Retry-After``) for at most ``wait_s``
+    seconds, then fail with the last status named. Other backends get one request, one retry."""
     backend = getattr(llm, "get", None)
     inner = backend() if callable(backend) else llm
     while hasattr(inner, "inner"):
         inner = inner.inner
     if not getattr(inner, "base_url", None):
         return
-    retries = getattr(inner, "max_retries", None)
+    probe = getattr(inner, "probe", None)
+    retries = None if callable(probe) else getattr(inner, "max_retries", None)
     if retries is not None:
-        inner.max_retries = min(int(retries), 1)  # a dead server should cost seconds, not the full backoff
+        inner.max_retries = min(int(retries), 1)
     try:
-        inner.generate([ChatRequest.of("ping", max_tokens=1)])
+        if callable(probe):
+            probe(float(wait_s))
+        else:
+            inner.generate([ChatRequest.of("ping", max_tokens=1)])
     except Exception as e:  # noqa: BLE001 - reported with the endpoint named
         raise PreflightError(f"the LLM endpoint {inner.base_url} ({describe}) did not answer a one-token probe: "
                              f"{type(e).__name__}: {e}") from None
@@ -305,5 +370,6 @@ def require(problems: Iterable[str]) -> None:
         raise PreflightError("the run cannot start:\n  - " + "\n  - ".join(problems))
 
 
-__all__ = ["PreflightError", "check_settings", "check_llm_key", "check_local_llm", "check_fit", "link_report", "probe_llm",
+__all__ = ["PreflightError", "check_settings", "check_llm_key", "check_local_llm", "check_reasoning_models", "check_fit",
+           "link_report", "probe_llm",
            "require", "task_of", "KG_FOR_DATASET"]

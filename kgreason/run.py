@@ -400,10 +400,11 @@ def _preflight(cfg: DictConfig, c: Components, examples: list[Example], uses_llm
         sample=int(pf.get("sample", 500)))
     readonly = str((cfg.get("llm_cache") or {}).get("mode", "")) == "readonly"
     if uses_llm and not readonly and pf.get("probe_llm", True):
+        wait_s = float(pf.get("probe_wait_s", 120.0))  # a busy endpoint (429/5xx) is waited for this long
         if (cfg.get("llm") or {}).get("base_url"):
-            preflight.probe_llm(c.llm, f"llm={choices().get('llm', cfg.llm.get('model'))}")
+            preflight.probe_llm(c.llm, f"llm={choices().get('llm', cfg.llm.get('model'))}", wait_s)
         if c.judge_llm is not None and (cfg.judge.get("llm") or {}).get("base_url"):
-            preflight.probe_llm(c.judge_llm, "judge.llm")
+            preflight.probe_llm(c.judge_llm, "judge.llm", wait_s)
     return report
 
 

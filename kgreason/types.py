@@ -143,6 +143,7 @@ class Usage:
     cost_usd: float = 0.0
     parse_failures: int = 0
     reasks: int = 0  # follow-up calls made because a reply did not parse (reasoners/base.ask)
+    reasoning_tokens: int = 0  # the part of completion_tokens a reasoning model spent reasoning
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))

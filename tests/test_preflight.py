@@ -108,3 +108,94 @@ def test_dead_endpoint_is_found_by_one_probe(monkeypatch):
     with pytest.raises(PreflightError, match=r"the LLM endpoint http://127\.0\.0\.1:\d+/v1 \(llm=openai\) did not answer"):
         probe_llm(dead, "llm=openai")
     assert dead.max_retries == 5
+
+
+# ----------------------------------------------------------------------------- the probe's wait policy (issue 30 item 4)
+
+def _probe_llm(url, sleeps, **kw):
+    kw.setdefault("max_retries", 5)
+    return OpenAIChat(model="m", base_url=url, api_key_env=None, sleep=sleeps.append, **kw)
+
+
+def test_probe_waits_for_a_busy_endpoint_under_the_backends_policy():
+    """429 then 500 at start: the probe retries (backoff, Retry-After) instead of giving up."""
+    sleeps: list[float] = []
+    with FakeChatServer(faults=[("429", "3"), ("500",), ("503",)]) as srv:
+        probe_llm(_probe_llm(srv.base_url, sleeps), "llm=openai")
+        assert len(srv.requests) == 4
+    assert sleeps[0] == 3.0 and len(sleeps) == 3  # Retry-After honoured, then the backoff
+
+
+def test_probe_gives_up_on_a_busy_endpoint_after_probe_wait_s_naming_the_last_status():
+    sleeps: list[float] = []
+    with FakeChatServer(faults=[("429", "20"), ("503",), ("429", "50")] + [("500",)] * 10) as srv:
+        with pytest.raises(PreflightError, match=r"still busy after 3 attempts.*probe_wait_s=60.*last status: HTTP 429"):
+            probe_llm(_probe_llm(srv.base_url, sleeps, backoff_base_s=1.0), "llm=openai", wait_s=60)
+    assert sum(sleeps) <= 60 and sleeps[0] == 20.0
+
+
+@pytest.mark.parametrize("status", ["400", "404"])
+def test_probe_fails_at_once_on_a_refusal(status):
+    sleeps: list[float] = []
+    with FakeChatServer(faults=[(status,)]) as srv:
+        with pytest.raises(PreflightError, match=f"HTTP {status}"):
+            probe_llm(_probe_llm(srv.base_url, sleeps), "llm=openai")
+        assert len(srv.requests) == 1
+    assert sleeps == []
+
+
+def test_probe_fails_at_once_on_a_closed_port_and_an_unknown_host(monkeypatch):
+    import socket
+
+    with FakeChatServer() as srv:
+        url = srv.base_url  # the port is closed once the server is gone
+    sleeps: list[float] = []
+    with pytest.raises(PreflightError, match=r"did not answer.*connection error.*not retried"):
+        probe_llm(_probe_llm(url, sleeps), "llm=openai")
+    assert sleeps == []
+
+    def no_such_host(*a, **k):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    with pytest.raises(PreflightError, match=r"kgreason-no-such-host\.invalid.*Name or service not known"):
+        probe_llm(_probe_llm("http://kgreason-no-such-host.invalid/v1", sleeps), "llm=openai")
+    assert sleeps == []
+
+
+def test_probe_sends_a_reasoning_models_request_form():
+    """The probe is sent as the run's requests are: a reasoning model's probe passes where the
+    OpenAI API would refuse max_tokens (the LogosKG Table 5 judge stopped here)."""
+    with FakeChatServer(openai_rules=True) as srv:
+        probe_llm(OpenAIChat(model="gpt-5-mini", base_url=srv.base_url, api_key_env=None), "judge.llm")
+        assert srv.rejected == [] and "max_completion_tokens" in srv.requests[0]
+
+
+# ----------------------------------------------------------------------------- reasoning models' temperatures (issue 30 item 3)
+
+def _openai(model, **kw):
+    return {"_target_": "kgreason.llm.openai_http.OpenAIChat", "model": model, **kw}
+
+
+def test_temperatures_a_reasoning_model_cannot_serve_stop_at_start_up():
+    # greedy (0) and 1 go without a temperature: nothing to refuse
+    assert check_settings(_cfg(llm=_openai("gpt-5-mini"), reasoner={"temperature": 0.0})) == []
+    assert check_settings(_cfg(llm=_openai("gpt-4o-mini"), reasoner={"temperature_exploration": 0.4})) == []
+    p = check_settings(_cfg(llm=_openai("gpt-5-mini"), reasoner={"temperature_exploration": 0.4,
+                                                                 "temperature_reasoning": 0.0}))
+    assert len(p) == 1 and p[0].startswith("reasoner.temperature_exploration=0.4: llm.model='gpt-5-mini' is a "
+                                           "reasoning model") and "set reasoner.temperature_exploration=1" in p[0]
+    # the user's own list of reasoning models decides
+    assert check_settings(_cfg(llm=_openai("gpt-5-mini", reasoning_models=["o1*"]),
+                               reasoner={"temperature": 0.7})) == []
+    # a sampling judge on a reasoning model; one judgement (samples=1) is greedy and passes
+    judge = {"_target_": "x.PDSQIJudge", "samples": 3, "temperature": 0.7, "llm": _openai("gpt-5-mini")}
+    p = check_settings(_cfg(judge=judge))
+    assert len(p) == 1 and p[0].startswith("judge.temperature=0.7: judge.llm.model='gpt-5-mini'")
+    judge["samples"] = 1
+    assert check_settings(_cfg(judge=judge)) == []
+    p = check_settings(_cfg(llm=_openai("gpt-4o-mini", reasoning_effort="low")))
+    assert p == ["llm.reasoning_effort='low': llm.model='gpt-4o-mini' is not a reasoning model "
+                 "(llm.reasoning_models) and the API refuses the field; set it to null"]
+    assert check_settings(_cfg(**{"preflight.probe_wait_s": -1})) == \
+        ["preflight.probe_wait_s=-1: expected a number of seconds >= 0"]

@@ -115,6 +115,39 @@ def test_a_second_run_dir_replaying_the_cache_counts_hits_not_calls(tmp_path):
     assert a["llm/calls"] == 2 * N and a["llm/cache_hits"] == 0
     assert b["llm/calls"] == 0 and b["llm/cache_hits"] == 2 * N
     assert b["llm/tokens_per_question"] == a["llm/tokens_per_question"]
+    # the method's requests per question, answered by the model or the cache (issue 30 item 5:
+    # the replay used to report 0.0)
+    assert a["llm/calls_per_question"] == b["llm/calls_per_question"] == 2.0
+
+
+def test_calls_and_tokens_per_question_do_not_depend_on_the_cache(tmp_path):
+    """The same config with the call cache off, on a fresh cache and on the warm one reports the
+    same llm/calls_per_question and llm/tokens_per_question; llm/calls says what each sent."""
+    base = [o for o in _overrides(tmp_path / "cache", 1, 0.0) if not o.startswith("dataset.limit")] + \
+        ["dataset.limit=6"]
+    off = run(compose_cfg([*base, "llm_cache.mode=off"], tmp_path / "off"), tmp_path / "off").metrics
+    fresh = run(compose_cfg(base, tmp_path / "fresh"), tmp_path / "fresh").metrics
+    warm = run(compose_cfg(base, tmp_path / "warm"), tmp_path / "warm").metrics
+    for k in ("llm/calls_per_question", "llm/tokens_per_question"):
+        assert off[k] == fresh[k] == warm[k], k
+    assert off["llm/calls_per_question"] == 2.0 and off["llm/tokens_per_question"] > 0
+    assert (off["llm/calls"], fresh["llm/calls"], warm["llm/calls"]) == (12, 12, 0)
+    assert warm["llm/cache_hits"] == 12
+
+
+def test_resume_after_rows_were_lost_reports_the_uninterrupted_counts(tmp_path):
+    """A run whose last rows were lost after their calls were cached (what a kill between the
+    calls and the row leaves) and then resumed writes the uninterrupted run's metrics.json."""
+    cache, d = tmp_path / "cache", tmp_path / "run"
+    ov = [o for o in _overrides(cache, 1, 0.0) if not o.startswith("dataset.limit")] + ["dataset.limit=8"]
+    run(compose_cfg(ov, d), d)
+    reference = (d / "metrics.json").read_bytes()
+    pred = d / "predictions.jsonl"
+    pred.write_text("".join(x + "\n" for x in pred.read_text().splitlines()[:5]))
+    (d / "metrics.json").unlink()
+    res = run(compose_cfg(ov, d), d)
+    assert (d / "metrics.json").read_bytes() == reference
+    assert res.metrics["llm/calls"] == 16 and res.metrics["llm/calls_per_question"] == 2.0
 
 
 def test_resume_with_another_config_refuses_and_keeps_the_record(tmp_path):

@@ -157,7 +157,7 @@ def summarise(run_dir: Path) -> dict:
         "unparseable_replies": m.get("llm/parse_failures"),
         "reasks": m.get("llm/reasks"),
         # the method's calls (answer, score, index purposes), answered by the model or the cache:
-        # llm/calls_per_question counts only this sitting's model calls, 0 on a replay
+        # (the same figure as llm/calls_per_question since issue 30; summed here for older metrics.json)
         "llm_calls_per_question": (sum(m.get(f"llm/{p}/{k}", 0) or 0 for p in ("answer", "score", "index")
                                        for k in ("calls", "cache_hits")) / n_ex) if n_ex else None,
         "tokens_per_question": m.get("llm/tokens_per_question"),

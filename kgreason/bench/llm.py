@@ -21,7 +21,9 @@ Speed is never asserted in tests; this prints a table (and ``--json PATH`` write
 
 :class:`FakeChatServer` is also the test server of ``tests/llm``: it speaks
 ``/v1/chat/completions`` and ``/v1/completions`` (echo+logprobs), and can inject 429 (with
-``Retry-After``), 5xx, slow replies and 404 for chosen requests.
+``Retry-After``), 5xx, slow replies and 404 for chosen requests. With ``openai_rules=True`` it
+refuses what the OpenAI API refuses for its reasoning models (HTTP 400 with OpenAI's error JSON)
+and reports reasoning tokens in ``usage.completion_tokens_details``.
 """
 
 from __future__ import annotations
@@ -30,12 +32,20 @@ import argparse
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 
 # ----------------------------------------------------------------------------- test server
+
+# The model families the OpenAI API serves as reasoning models (GPT-5, o1, o3, o4-mini): it
+# refuses `max_tokens` (they take `max_completion_tokens`), any temperature or top_p but 1,
+# `stop` and `logprobs`, with HTTP 400 (OpenAI API reference, chat completions; reasoning guide).
+# Kept apart from kgreason's own list (conf/llm/openai.yaml `reasoning_models`) on purpose: the
+# test server says what the API does, not what the client believes.
+OPENAI_REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4")
 
 
 class FakeChatServer:
@@ -48,13 +58,27 @@ class FakeChatServer:
         ("429", retry_after_or_None) | ("500",) | ("503",) | ("slow", seconds) | ("404",)
         | ("401-quote",)  (a 401 whose message quotes the key it was sent)
 
+    ``openai_rules=True``: a model whose name starts with one of
+    :data:`OPENAI_REASONING_PREFIXES` gets HTTP 400 with OpenAI's error JSON
+    (``{"error": {"message", "type": "invalid_request_error", "param", "code"}}``) for
+    ``max_tokens``, ``temperature``/``top_p`` other than 1, ``stop`` or ``logprobs``; any other
+    model gets it for ``reasoning_effort``. A reasoning model "thinks" ``reasoning_tokens``
+    tokens per choice before its reply: they count in ``completion_tokens`` and in
+    ``completion_tokens_details.reasoning_tokens``, and when ``max_completion_tokens`` leaves no
+    room for the reply after them the reply is empty with ``finish_reason: "length"``, as the
+    API does. ``reply(body) -> str`` replaces the echo text.
+
     Attributes:
         requests: every request body received (JSON dicts), in arrival order.
         headers: the matching request headers (dicts).
     """
 
-    def __init__(self, latency_s: float = 0.0, faults: list[tuple] | None = None, completions: bool = True) -> None:
+    def __init__(self, latency_s: float = 0.0, faults: list[tuple] | None = None, completions: bool = True,
+                 openai_rules: bool = False, reasoning_tokens: int = 0,
+                 reply: Callable[[dict], str] | None = None) -> None:
         self.latency_s, self.faults, self.completions = latency_s, list(faults or []), completions
+        self.openai_rules, self.reasoning_tokens, self.reply = openai_rules, int(reasoning_tokens), reply
+        self.rejected: list[str] = []  # the error messages of the requests refused by openai_rules
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0      # requests being handled right now
@@ -116,6 +140,11 @@ class FakeChatServer:
                 if server.latency_s:
                     time.sleep(server.latency_s)
                 if self.path.endswith("/chat/completions"):
+                    refusal = server._refusal(body) if server.openai_rules else None
+                    if refusal is not None:
+                        with server._lock:
+                            server.rejected.append(refusal["message"])
+                        return self._send(400, {"error": refusal})
                     return self._send(200, server._chat(body))
                 if self.path.endswith("/completions") and server.completions:
                     return self._send(200, server._completion(body))
@@ -133,24 +162,62 @@ class FakeChatServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @staticmethod
-    def _chat(body: dict) -> dict:
+    def is_reasoning(model: str) -> bool:
+        return str(model).startswith(OPENAI_REASONING_PREFIXES)
+
+    def _refusal(self, body: dict) -> dict | None:
+        """OpenAI's error object for a request the API refuses, else None."""
+        def err(param: str, code: str, message: str) -> dict:
+            return {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+
+        if not self.is_reasoning(body.get("model", "")):
+            if "reasoning_effort" in body:
+                return err("reasoning_effort", "unsupported_parameter",
+                           "Unsupported parameter: 'reasoning_effort' is not supported with this model.")
+            return None
+        if "max_tokens" in body:
+            return err("max_tokens", "unsupported_parameter", "Unsupported parameter: 'max_tokens' is not "
+                       "supported with this model. Use 'max_completion_tokens' instead.")
+        for p in ("temperature", "top_p"):
+            if p in body and body[p] != 1:
+                return err(p, "unsupported_value", f"Unsupported value: '{p}' does not support {body[p]} with "
+                           "this model. Only the default (1) value is supported.")
+        for p in ("stop", "logprobs"):
+            if p in body:
+                return err(p, "unsupported_parameter",
+                           f"Unsupported parameter: '{p}' is not supported with this model.")
+        return None
+
+    def _chat(self, body: dict) -> dict:
         msgs = body.get("messages", [])
         user = [m["content"] for m in msgs if m.get("role") == "user"]
-        text = "echo: " + (user[-1] if user else "")
+        text = self.reply(body) if self.reply is not None else "echo: " + (user[-1] if user else "")
         n = int(body.get("n", 1) or 1)
         pt = sum(len(m["content"].split()) for m in msgs)
-        choices, ct = [], 0
+        thinks = self.reasoning_tokens if self.is_reasoning(body.get("model", "")) else 0
+        budget = body.get("max_completion_tokens")
+        choices, ct, rt = [], 0, 0
         for i in range(n):
             t = text if i == 0 else f"{text} #{i}"
             words = t.split()
-            ct += len(words)
-            ch: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+            finish = "stop"
+            if thinks and budget is not None and thinks + len(words) > int(budget):
+                t, words, finish = "", [], "length"  # the budget went on reasoning: no reply
+                think = min(thinks, int(budget))
+            else:
+                think = thinks
+            ct += len(words) + think
+            rt += think
+            ch: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": finish}
             if body.get("logprobs"):
                 ch["logprobs"] = {"content": [{"token": w, "logprob": -0.1 * (j + 1), "bytes": None, "top_logprobs": []}
                                               for j, w in enumerate(words)]}
             choices.append(ch)
+        usage: dict[str, Any] = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
+        if self.openai_rules:
+            usage["completion_tokens_details"] = {"reasoning_tokens": rt}
         return {"id": "cmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model", "fake"),
-                "choices": choices, "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
+                "choices": choices, "usage": usage}
 
     @staticmethod
     def _completion(body: dict) -> dict:

@@ -77,10 +77,13 @@ class PriceTable:
         return (prompt_tokens * p.input + completion_tokens * p.output) / 1e6
 
 
-def call_usage(prompt_tokens: int, completion_tokens: int, latency_s: float, cost_usd: float = 0.0) -> Usage:
-    """Usage of one backend call (``calls=1``)."""
+def call_usage(prompt_tokens: int, completion_tokens: int, latency_s: float, cost_usd: float = 0.0,
+               reasoning_tokens: int = 0) -> Usage:
+    """Usage of one backend call (``calls=1``). ``reasoning_tokens``: the part of
+    ``completion_tokens`` a reasoning model spent reasoning (OpenAI counts and bills them as
+    completion tokens, so the cost needs nothing more)."""
     return Usage(calls=1, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
-                 latency_s=float(latency_s), cost_usd=float(cost_usd))
+                 latency_s=float(latency_s), cost_usd=float(cost_usd), reasoning_tokens=int(reasoning_tokens))
 
 
 def split_usage(total: Usage, n: int) -> list[Usage]:
@@ -94,7 +97,8 @@ def split_usage(total: Usage, n: int) -> list[Usage]:
             return x // n + (1 if i < x % n else 0)
         out.append(Usage(calls=part(total.calls), cache_hits=part(total.cache_hits),
                          prompt_tokens=part(total.prompt_tokens), completion_tokens=part(total.completion_tokens),
-                         latency_s=total.latency_s / n, cost_usd=total.cost_usd / n))
+                         latency_s=total.latency_s / n, cost_usd=total.cost_usd / n,
+                         reasoning_tokens=part(total.reasoning_tokens)))
     return out
 
 
@@ -284,12 +288,17 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
     """Run-level ``llm/*`` and ``judge/*`` call counts from per-example ledgers.
 
     * ``llm/calls``, ``llm/cache_hits``, ``llm/prompt_tokens``, ``llm/completion_tokens``,
-      ``llm/cost_usd``: every LLM call of the run, all purposes, the judge included;
+      ``llm/reasoning_tokens``, ``llm/cost_usd``: every LLM call of the run, all purposes, the
+      judge included; ``llm/calls`` and ``llm/cost_usd`` are what this run sent and paid (a cache
+      hit is in ``llm/cache_hits``, not in ``llm/calls``);
     * ``llm/<purpose>/<field>`` for each purpose that made calls;
-    * ``llm/calls_per_question``, ``llm/tokens_per_question``: the *method's* calls (answer +
-      score + index; the judge is not part of the method) per example;
+    * ``llm/calls_per_question``, ``llm/tokens_per_question``: the *method's* requests (answer +
+      score + index; the judge is not part of the method) per example, **whether the backend or
+      the call cache answered them** (calls + cache hits; a hit keeps the tokens of the call it
+      replays), so the same config gives the same figures on a fresh cache, a warm one, with the
+      cache off and after a resume;
     * ``judge/calls``, ``judge/cache_hits``, ``judge/prompt_tokens``, ``judge/completion_tokens``,
-      ``judge/cost_usd``: the judge's share, also logged under ``judge/``.
+      ``judge/reasoning_tokens``, ``judge/cost_usd``: the judge's share, also logged under ``judge/``.
     """
     per: dict[str, Usage] = {}
     for led in list(ledgers) + ([outside] if outside is not None else []):
@@ -305,13 +314,14 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
         out[f"{prefix}/cache_hits"] = u.cache_hits
         out[f"{prefix}/prompt_tokens"] = u.prompt_tokens
         out[f"{prefix}/completion_tokens"] = u.completion_tokens
+        out[f"{prefix}/reasoning_tokens"] = u.reasoning_tokens
         out[f"{prefix}/cost_usd"] = round(u.cost_usd, 8)
 
     put("llm", total)
     for p in PURPOSES:
         if p in per:
             put(f"llm/{p}", per[p])
-    out["llm/calls_per_question"] = method.calls / n
+    out["llm/calls_per_question"] = (method.calls + method.cache_hits) / n
     out["llm/tokens_per_question"] = (method.prompt_tokens + method.completion_tokens) / n
     if "judge" in per:
         put("judge", per["judge"])

@@ -21,8 +21,9 @@
 
 Accounting of hits (what ``metrics.json`` shows): a hit has ``cached=True`` and usage
 ``calls=0, cache_hits=1, latency_s=0, cost_usd=0`` while the **token counts of the original
-call are kept** – ``llm/tokens_per_question`` describes the method and must not change when
-a run is replayed, whereas ``llm/calls`` and ``llm/cost_usd`` describe what this run spent.
+call are kept** (reasoning tokens included) – ``llm/calls_per_question`` (calls + hits) and
+``llm/tokens_per_question`` describe the method and must not change when a run is replayed,
+whereas ``llm/calls`` and ``llm/cost_usd`` describe what this run spent.
 
 Resume: each entry records who paid for it (``paid_by``: the run dir's id (fingerprint.json) and the
 example id). A hit on an entry this run paid for the example now being answered (an attempt
@@ -109,7 +110,8 @@ def check_cache(cache_cfg: Any) -> None:
 def _hit_usage(stored: dict[str, Any]) -> Usage:
     u = stored.get("usage") or {}
     return Usage(cache_hits=1, prompt_tokens=int(u.get("prompt_tokens", 0)),
-                 completion_tokens=int(u.get("completion_tokens", 0)))
+                 completion_tokens=int(u.get("completion_tokens", 0)),
+                 reasoning_tokens=int(u.get("reasoning_tokens", 0)))
 
 
 def _paid_usage(stored: dict[str, Any]) -> Usage:

@@ -15,11 +15,25 @@ llama.cpp server, TGI, Ollama...), through the official ``openai`` client.
   max_tokens=0`` (vLLM and llama.cpp servers support it; OpenAI's chat models do not): the
   candidate's log-prob is the sum of the echoed token log-probs after the prompt. Servers
   that refuse it raise :class:`~kgreason.llm.base.ScoringUnsupported`.
+* **Reasoning models** (``reasoning_models``: name patterns, by default ``gpt-5*``, ``o1*``,
+  ``o3*``, ``o4*``; docs/llm.md "Reasoning models") get the request the OpenAI API accepts from
+  them: ``max_completion_tokens`` = the request's ``max_tokens`` (the visible reply's budget) +
+  ``reasoning_budget_tokens`` (room to reason first), never ``max_tokens``; no ``temperature`` and
+  no ``top_p`` (the API takes only 1, so requests at temperature 0 or 1 go without one and any
+  other value raises :class:`~kgreason.llm.base.LLMError` before a request is sent: the run's
+  preflight refuses such a config first); no ``seed``; ``stop`` applied here to the reply (the API
+  refuses it); ``reasoning_effort`` when set; ``logprobs`` refused. Reasoning tokens
+  (``usage.completion_tokens_details.reasoning_tokens``) are recorded in ``Usage.reasoning_tokens``;
+  they are part of ``completion_tokens`` and billed as output, as OpenAI counts them.
+* :meth:`OpenAIChat.probe`: the run's start-up probe (kgreason/preflight.py): a dead endpoint
+  (connection refused, unknown host, 400/401/403/404) fails at once, a busy one (429, 5xx,
+  timeouts) is retried under the retry policy above for at most ``wait_s`` seconds.
 """
 
 from __future__ import annotations
 
 import email.utils
+import fnmatch
 import logging
 import os
 import random
@@ -35,6 +49,32 @@ from kgreason.types import ChatRequest, Completion, Message
 log = logging.getLogger("kgreason.llm")
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+DEFAULT_REASONING_MODELS = ("gpt-5*", "o1*", "o3*", "o4*")
+"""Name patterns (``fnmatch``, case-insensitive) of the models the OpenAI API serves as reasoning
+models; ``conf/llm/openai.yaml`` ``reasoning_models`` overrides them. A pattern starting with
+``!`` excludes (``["gpt-5*", "!gpt-5-chat*"]``)."""
+
+
+def is_reasoning_model(model: str, patterns: Sequence[str] | None = None) -> bool:
+    """Whether ``model`` matches the reasoning-model patterns (default :data:`DEFAULT_REASONING_MODELS`);
+    matched on the whole name and on its last ``/`` part (``openai/gpt-5-mini`` behind a proxy).
+
+    >>> is_reasoning_model("gpt-5-mini"), is_reasoning_model("gpt-4o-mini"), is_reasoning_model("o4-mini")
+    (True, False, True)
+    >>> is_reasoning_model("gpt-5-chat-latest", ["gpt-5*", "!gpt-5-chat*"])
+    False
+    """
+    pats = [str(p).lower() for p in (DEFAULT_REASONING_MODELS if patterns is None else patterns)]
+    names = {str(model).lower(), str(model).lower().rsplit("/", 1)[-1]}
+    hit = any(fnmatch.fnmatchcase(n, p) for p in pats if not p.startswith("!") for n in names)
+    return hit and not any(fnmatch.fnmatchcase(n, p[1:]) for p in pats if p.startswith("!") for n in names)
+
+
+def apply_stop(text: str, stop: Sequence[str]) -> str:
+    """The reply cut before the first stop sequence, as the API does for models that take ``stop``."""
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -71,6 +111,11 @@ class OpenAIChat:
         timeout_s: per-request timeout.
         prices: USD per 1M tokens per model (see :mod:`kgreason.llm.accounting`).
         score_endpoint: ``completions`` (echo+logprobs) or ``none`` (score raises).
+        reasoning_models: name patterns of reasoning models (default :data:`DEFAULT_REASONING_MODELS`).
+        reasoning_effort: ``minimal`` / ``low`` / ``medium`` / ``high`` ... sent to a reasoning model
+            when set (null: the API's default); a non-reasoning model refuses it (LLMError here).
+        reasoning_budget_tokens: tokens a reasoning model may spend reasoning on top of the
+            request's ``max_tokens`` (``max_completion_tokens`` = both).
         sleep / rng: injectable for tests (``sleep(seconds)``, ``random.Random``).
     """
 
@@ -80,6 +125,8 @@ class OpenAIChat:
                  max_concurrency: int = 8, max_retries: int = 5, backoff_base_s: float = 0.5,
                  backoff_max_s: float = 60.0, timeout_s: float = 120.0, prices: Mapping[str, Any] | None = None,
                  score_endpoint: str = "completions", extra_body: Mapping[str, Any] | None = None,
+                 reasoning_models: Sequence[str] | None = DEFAULT_REASONING_MODELS,
+                 reasoning_effort: str | None = None, reasoning_budget_tokens: int = 8192,
                  sleep: Callable[[float], None] | None = None, rng: random.Random | None = None) -> None:
         try:
             import openai
@@ -108,6 +155,18 @@ class OpenAIChat:
         self.prices = PriceTable.of(prices)
         self.score_endpoint = str(score_endpoint)
         self.extra_body = dict(extra_body or {})
+        self.reasoning_models = tuple(str(p) for p in (DEFAULT_REASONING_MODELS if reasoning_models is None
+                                                        else reasoning_models))
+        self.reasoning = is_reasoning_model(self.model, self.reasoning_models)
+        self.reasoning_effort = None if reasoning_effort in (None, "") else str(reasoning_effort)
+        self.reasoning_budget_tokens = int(reasoning_budget_tokens)
+        if self.reasoning_effort is not None and not self.reasoning:
+            raise LLMError(f"llm.reasoning_effort={self.reasoning_effort!r}: model {self.model!r} is not a reasoning "
+                           f"model (llm.reasoning_models: {list(self.reasoning_models)}) and the API refuses the field")
+        if self.reasoning_budget_tokens < 0:
+            raise LLMError(f"llm.reasoning_budget_tokens={reasoning_budget_tokens!r}: expected an integer >= 0")
+        self.timeout_s = float(timeout_s)
+        self._warned_length = False
         self.sleep = sleep or time.sleep
         self.rng = rng or random.Random()
         self.retries_done = 0  # total retries over this object's life (for tests / logs)
@@ -123,11 +182,16 @@ class OpenAIChat:
         cap = min(self.backoff_max_s, self.backoff_base_s * (2 ** attempt))
         return self.rng.uniform(0.5 * cap, cap)  # "equal jitter": never 0, never above the cap
 
-    def _with_retries(self, endpoint: str, fn: Callable[[], Any]) -> Any:
+    def _with_retries(self, endpoint: str, fn: Callable[[], Any], wait_s: float | None = None) -> Any:
+        """``fn()`` under the retry policy. ``wait_s`` (the start-up probe): a refused connection
+        or an unknown host fails at once, and the retries stop once waiting would pass ``wait_s``
+        seconds (the attempts' own time and the backoff sleeps counted)."""
         o = self._openai
         last = "no attempt"
+        spent = 0.0
         for attempt in range(self.max_retries + 1):
             retry_after = None
+            t0 = time.perf_counter()
             try:
                 return fn()
             except o.APIStatusError as e:
@@ -140,43 +204,94 @@ class OpenAIChat:
             except o.APITimeoutError:
                 last = "timeout"
             except o.APIConnectionError as e:
-                last = f"connection error ({_msg(e)})"
+                last = f"connection error ({_cause(e)})"
+                if wait_s is not None and _cannot_connect(e):
+                    raise LLMError(f"{endpoint} failed: {last}; the connection could not be opened (not retried)") from e
+            spent += time.perf_counter() - t0
             if attempt == self.max_retries:
                 break
             delay = self._backoff(attempt, retry_after)
+            if wait_s is not None and spent + delay > wait_s:
+                raise LLMError(f"{endpoint} still busy after {attempt + 1} attempts and {spent:.1f} s (the next "
+                               f"retry in {delay:.1f} s would pass preflight.probe_wait_s={wait_s:g}); "
+                               f"last status: {last}")
             log.info("%s: %s, retry %d/%d in %.2fs", endpoint, last, attempt + 1, self.max_retries, delay)
             self.retries_done += 1
             self.sleep(delay)
+            spent += delay
         raise LLMError(f"{endpoint} failed after {self.max_retries + 1} attempts; last status: {last}")
 
     # ------------------------------------------------------------------ generate
-    def _one(self, req: ChatRequest) -> Completion:
-        kw: dict[str, Any] = dict(
-            model=self.model, messages=[{"role": m.role, "content": m.content} for m in req.messages],
-            temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens, n=req.n,
-        )
-        if req.stop:
-            kw["stop"] = list(req.stop)
-        if req.seed is not None:
-            kw["seed"] = int(req.seed)
-        if req.logprobs:
-            kw["logprobs"] = True
+    def cache_identity(self) -> dict[str, Any]:
+        """Reply-shaping settings beyond the common ones (:func:`kgreason.llm.cache.backend_settings`):
+        a reasoning model's request form, effort and reasoning budget. Empty for other models, so
+        their cache keys are those of earlier versions."""
+        if not self.reasoning:
+            return {}
+        return {"reasoning": {"request": "max_completion_tokens", "effort": self.reasoning_effort,
+                              "budget_tokens": self.reasoning_budget_tokens}}
+
+    def request_body(self, req: ChatRequest) -> dict[str, Any]:
+        """The ``chat.completions.create`` arguments for ``req`` (the model family decides the form)."""
+        kw: dict[str, Any] = dict(model=self.model, messages=[{"role": m.role, "content": m.content}
+                                                             for m in req.messages], n=req.n)
+        if self.reasoning:
+            for name, value in (("temperature", req.temperature), ("top_p", req.top_p)):
+                if name == "temperature" and float(value) not in (0.0, 1.0) or name == "top_p" and float(value) != 1.0:
+                    raise LLMError(f"model {self.model!r} is a reasoning model (llm.reasoning_models), which the API "
+                                   f"serves at {name} 1 only; this request asks for {name}={value} (set the "
+                                   f"reasoner's or judge's {name} to 0 or 1, or use a non-reasoning model)")
+            if req.logprobs:
+                raise LLMError(f"model {self.model!r} is a reasoning model: the API returns no log-probabilities")
+            kw["max_completion_tokens"] = int(req.max_tokens) + self.reasoning_budget_tokens
+            if self.reasoning_effort is not None:
+                kw["reasoning_effort"] = self.reasoning_effort
+        else:
+            kw.update(temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens)
+            if req.stop:
+                kw["stop"] = list(req.stop)
+            if req.seed is not None:
+                kw["seed"] = int(req.seed)
+            if req.logprobs:
+                kw["logprobs"] = True
         if self.extra_body:
             kw["extra_body"] = dict(self.extra_body)
+        return kw
+
+    def _one(self, req: ChatRequest, wait_s: float | None = None) -> Completion:
+        kw = self.request_body(req)
+        if wait_s is not None:  # the probe: one attempt never outlasts the wait
+            kw["timeout"] = max(1.0, min(self.timeout_s, float(wait_s)))
         endpoint = f"{self.base_url}/chat/completions"
         t0 = time.perf_counter()
-        resp = self._with_retries(endpoint, lambda: self._client.chat.completions.create(**kw))
+        resp = self._with_retries(endpoint, lambda: self._client.chat.completions.create(**kw), wait_s=wait_s)
         latency = time.perf_counter() - t0
         choices = sorted(resp.choices or [], key=lambda c: c.index)
         texts = tuple((c.message.content or "") if c.message is not None else "" for c in choices)
+        if self.reasoning and req.stop:
+            texts = tuple(apply_stop(t, req.stop) for t in texts)
         lps = None
         if req.logprobs:
             lps = tuple(tuple(float(t.logprob) for t in ((c.logprobs.content or []) if c.logprobs else []))
                         for c in choices)
-        pt = int(getattr(resp.usage, "prompt_tokens", 0) or 0) if resp.usage else 0
-        ct = int(getattr(resp.usage, "completion_tokens", 0) or 0) if resp.usage else 0
-        usage = call_usage(pt, ct, latency, self.prices.cost(self.model, pt, ct))
+        u = resp.usage
+        pt = int(getattr(u, "prompt_tokens", 0) or 0) if u else 0
+        ct = int(getattr(u, "completion_tokens", 0) or 0) if u else 0
+        details = getattr(u, "completion_tokens_details", None) if u else None
+        rt = int(getattr(details, "reasoning_tokens", 0) or 0) if details is not None else 0
+        if self.reasoning and not self._warned_length and any(
+                c.finish_reason == "length" and not (t or "").strip() for c, t in zip(choices, texts)):
+            self._warned_length = True
+            log.warning("%s: an empty reply cut at max_completion_tokens=%s after %d reasoning tokens; raise "
+                        "llm.reasoning_budget_tokens (now %d)", self.model, kw.get("max_completion_tokens"), rt,
+                        self.reasoning_budget_tokens)
+        usage = call_usage(pt, ct, latency, self.prices.cost(self.model, pt, ct), reasoning_tokens=rt)
         return Completion(texts=texts, usage=usage, token_logprobs=lps)
+
+    def probe(self, wait_s: float = 120.0) -> Completion:
+        """One tiny request (``max_tokens=1``), sent as the run's requests are (same parameters),
+        under the probe's policy (:meth:`_with_retries` with ``wait_s``)."""
+        return self._one(ChatRequest.of("ping", max_tokens=1), wait_s=float(wait_s))
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         requests = list(requests)
@@ -216,3 +331,21 @@ class OpenAIChat:
 def _msg(e: Exception) -> str:
     m = str(getattr(e, "message", "") or e)
     return m[:300]
+
+
+def _cause(e: Exception) -> str:
+    """The connection error's own words (the ``openai`` client says only "Connection error.")."""
+    inner = e.__cause__ or e.__context__
+    return f"{_msg(e)} {type(inner).__name__}: {_msg(inner)}" if inner is not None else _msg(e)
+
+
+def _cannot_connect(e: Exception) -> bool:
+    """A connection that could not be opened (refused, unknown host, unreachable), not one that
+    broke: ``httpx.ConnectError`` under the client's ``APIConnectionError``."""
+    seen, x = set(), e.__cause__ or e.__context__
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        if type(x).__name__ in ("ConnectError", "ConnectionRefusedError", "gaierror"):
+            return True
+        x = x.__cause__ or x.__context__
+    return False

@@ -111,7 +111,7 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
-_JUDGE_COSTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "cost_usd", "errors",
+_JUDGE_COSTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd", "errors",
                 "stigmatizing", "stigmatizing_record")  # judge/<x>: lower is better
 
 

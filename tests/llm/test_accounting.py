@@ -52,4 +52,35 @@ def test_every_call_is_counted_by_purpose(tmp_path):
     assert llm.outside.by_purpose["answer"].calls == 1
     m = ledger_metrics([led, Ledger.from_json(led.to_json())], 2)
     assert m["llm/calls"] == 10 and m["llm/score/calls"] == 2 and m["judge/calls"] == 2
-    assert m["llm/calls_per_question"] == 4.0  # answer 2 + score 1 + index 1 per example; judge excluded
+    # the method's requests, answered by the backend or the cache: answer 2 + score 2 (one call, one
+    # hit) + index 1 per example; the judge excluded (issue 30 item 5; 4.0 counted only the sent calls)
+    assert m["llm/calls_per_question"] == 5.0
+
+
+def test_reasoning_tokens_are_counted_and_kept_by_cache_hits(tmp_path):
+    """Reasoning tokens travel with the usage: split over a batch, summed per purpose, kept
+    by a cache hit (as its other token counts are) and logged as llm/ and judge/reasoning_tokens."""
+    from kgreason.llm.accounting import Ledger, call_usage, ledger_metrics
+    from kgreason.llm.cache import CachedLLM, CallStore
+    from kgreason.types import ChatRequest, Completion
+
+    u = call_usage(10, 50, 0.1, 0.0, reasoning_tokens=40)
+    assert (u.completion_tokens, u.reasoning_tokens) == (50, 40)
+    assert sum(p.reasoning_tokens for p in split_usage(Usage(reasoning_tokens=7), 3)) == 7
+
+    class Thinker:
+        backend, model = "openai", "gpt-5-mini"
+
+        def generate(self, reqs):
+            return [Completion(texts=("ok",), usage=call_usage(10, 50, 0.1, reasoning_tokens=40)) for _ in reqs]
+
+    llm = CachedLLM(Thinker(), CallStore.open(tmp_path, "readwrite"))
+    first = llm.generate([ChatRequest.of("q")])[0]
+    hit = llm.generate([ChatRequest.of("q")])[0]
+    assert hit.cached and (hit.usage.cache_hits, hit.usage.reasoning_tokens) == (1, 40)
+    led = Ledger()
+    led.add("answer", first.usage)
+    led.add("judge", hit.usage)
+    m = ledger_metrics([led], 1)
+    assert m["llm/reasoning_tokens"] == 80 and m["judge/reasoning_tokens"] == 40
+    assert m["llm/answer/reasoning_tokens"] == 40

@@ -146,3 +146,125 @@ def test_bounded_concurrency_seen_by_the_server():
         srv.max_in_flight = 0
         _llm(srv, max_concurrency=1).generate([ChatRequest.of(f"r{i}") for i in range(4)])
         assert srv.max_in_flight == 1
+
+
+# ----------------------------------------------------------------------------- reasoning models (issue 30 item 3)
+# FakeChatServer(openai_rules=True) refuses what the OpenAI API refuses from GPT-5 / o-series
+# models (HTTP 400, OpenAI's error JSON) and reports reasoning tokens.
+
+
+def _reasoner(srv, model="gpt-5-mini", **kw):
+    return OpenAIChat(model=model, base_url=srv.base_url, api_key_env=KEY_ENV, sleep=lambda s: None,
+                      rng=random.Random(0), **kw)
+
+
+def test_the_test_server_refuses_what_the_api_refuses():
+    """The server itself: today's request form (max_tokens, temperature 0) is refused from a
+    reasoning model with OpenAI's error JSON, accepted from gpt-4o-mini."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    def post(srv, body):
+        req = urllib.request.Request(f"{srv.base_url}/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    msgs = [{"role": "user", "content": "hi"}]
+    with FakeChatServer(openai_rules=True, reasoning_tokens=5) as srv:
+        code, body = post(srv, {"model": "gpt-5-mini", "messages": msgs, "max_tokens": 5})
+        assert code == 400 and body["error"]["param"] == "max_tokens"
+        assert body["error"]["type"] == "invalid_request_error" and "max_completion_tokens" in body["error"]["message"]
+        code, body = post(srv, {"model": "o3-mini", "messages": msgs, "temperature": 0})
+        assert code == 400 and body["error"]["code"] == "unsupported_value"
+        code, body = post(srv, {"model": "gpt-4o-mini", "messages": msgs, "reasoning_effort": "low"})
+        assert code == 400 and body["error"]["param"] == "reasoning_effort"
+        code, body = post(srv, {"model": "gpt-5-mini", "messages": msgs, "max_completion_tokens": 50})
+        assert code == 200 and body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 5
+        code, body = post(srv, {"model": "gpt-4o-mini", "messages": msgs, "max_tokens": 5, "temperature": 0})
+        assert code == 200
+
+
+def test_reasoning_model_gets_the_request_the_api_accepts():
+    with FakeChatServer(openai_rules=True, reasoning_tokens=40) as srv:
+        llm = _reasoner(srv, reasoning_effort="low", reasoning_budget_tokens=1000,
+                        prices={"gpt-5-mini": {"input": 1.0, "output": 2.0}})
+        c = llm.generate([ChatRequest.of("what is up", temperature=0.0, max_tokens=20, seed=3)])[0]
+        assert srv.rejected == [] and c.text == "echo: what is up"
+        body = srv.requests[0]
+        assert body["max_completion_tokens"] == 20 + 1000 and body["reasoning_effort"] == "low"
+        for absent in ("max_tokens", "temperature", "top_p", "seed", "stop", "logprobs"):
+            assert absent not in body, absent
+        # reasoning tokens: part of completion_tokens (billed as output), recorded on their own
+        assert c.usage.reasoning_tokens == 40 and c.usage.completion_tokens == 40 + 4
+        assert c.usage.cost_usd == pytest.approx((c.usage.prompt_tokens * 1.0 + 44 * 2.0) / 1e6)
+        # temperature 1 is the API's own: also sent without one
+        llm.generate([ChatRequest.of("again", temperature=1.0)])
+        assert "temperature" not in srv.requests[-1] and srv.rejected == []
+
+
+def test_stop_is_applied_to_a_reasoning_models_reply():
+    with FakeChatServer(openai_rules=True, reply=lambda b: "Paris\nQuestion: next") as srv:
+        c = _reasoner(srv, model="o4-mini").generate([ChatRequest.of("q", stop=("\nQuestion:",))])[0]
+    assert c.text == "Paris" and "stop" not in srv.requests[0] and srv.rejected == []
+
+
+def test_non_reasoning_models_keep_their_request_and_cache_key():
+    from kgreason.llm.cache import backend_settings
+
+    with FakeChatServer(openai_rules=True) as srv:
+        llm = _reasoner(srv, model="gpt-4o-mini")
+        llm.generate([ChatRequest.of("x", temperature=0.0, max_tokens=7, stop=("END",), seed=1)])
+        body = srv.requests[0]
+        assert body["max_tokens"] == 7 and body["temperature"] == 0.0 and body["stop"] == ["END"]
+        assert "max_completion_tokens" not in body and "reasoning_effort" not in body
+        # keys of caches written before reasoning models were told apart stay valid
+        assert set(backend_settings(llm)) == {"base_url", "extra_body", "score_endpoint"}
+        r = _reasoner(srv, reasoning_effort="high")
+        assert backend_settings(r)["reasoning"] == {"request": "max_completion_tokens", "effort": "high",
+                                                    "budget_tokens": 8192}
+        assert backend_settings(_reasoner(srv, reasoning_effort="low"))["reasoning"]["effort"] == "low"
+
+
+def test_reasoning_temperature_it_cannot_serve_is_refused_before_sending():
+    with FakeChatServer(openai_rules=True) as srv:
+        llm = _reasoner(srv)
+        with pytest.raises(LLMError, match=r"reasoning model .* temperature=0\.7"):
+            llm.generate([ChatRequest.of("x", temperature=0.7)])
+        with pytest.raises(LLMError, match="top_p=0.9"):
+            llm.generate([ChatRequest.of("x", top_p=0.9)])
+        with pytest.raises(LLMError, match="no log-probabilities"):
+            llm.generate([ChatRequest.of("x", logprobs=True)])
+        assert srv.requests == []  # nothing was sent: no 400 per example
+
+
+def test_reasoning_models_are_configurable():
+    from kgreason.llm.openai_http import is_reasoning_model
+
+    assert is_reasoning_model("gpt-5-mini") and is_reasoning_model("O3-MINI") and is_reasoning_model("openai/o1")
+    assert not is_reasoning_model("gpt-4o-mini") and not is_reasoning_model("qwen2.5-7b")
+    assert not is_reasoning_model("gpt-5-chat-latest", ["gpt-5*", "!gpt-5-chat*"])
+    with FakeChatServer(openai_rules=True) as srv:
+        own = _reasoner(srv, model="my-thinker-1", reasoning_models=["my-thinker*"])
+        own.generate([ChatRequest.of("x", max_tokens=5)])
+        assert srv.requests[-1]["max_completion_tokens"] == 5 + 8192 and "max_tokens" not in srv.requests[-1]
+        # a list without gpt-5: the old request form, which the API refuses at once (no retries)
+        with pytest.raises(LLMError, match=r"HTTP 400: .*Unsupported parameter: 'max_tokens'"):
+            _reasoner(srv, reasoning_models=["o1*"]).generate([ChatRequest.of("x")])
+    with pytest.raises(LLMError, match=r"reasoning_effort='low': model 'gpt-4o-mini' is not a reasoning model"):
+        OpenAIChat(model="gpt-4o-mini", base_url="http://x/v1", api_key_env=None, reasoning_effort="low")
+
+
+def test_a_reply_budget_alone_leaves_a_reasoning_model_nothing_to_say(caplog):
+    """300 tokens for the PDSQI reply are gone after 500 reasoning tokens: the reply is empty
+    (finish_reason length), with a warning naming the knob; the reasoning budget fits it."""
+    with FakeChatServer(openai_rules=True, reasoning_tokens=500) as srv:
+        with caplog.at_level("WARNING", logger="kgreason.llm"):
+            c = _reasoner(srv, reasoning_budget_tokens=0).generate([ChatRequest.of("grade", max_tokens=300)])[0]
+        assert c.text == "" and "reasoning_budget_tokens" in caplog.text
+        c = _reasoner(srv).generate([ChatRequest.of("grade", max_tokens=300)])[0]
+        assert c.text == "echo: grade" and c.usage.reasoning_tokens == 500
