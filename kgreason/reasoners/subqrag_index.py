@@ -251,6 +251,29 @@ def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: b
     return made
 
 
+def _collect(ids: Sequence[str], done: dict[str, dict]):
+    """``(usage, rejected, triples, provenance, by_passage)`` over the passages' extraction rows:
+    triples de-duplicated (first-seen surface form), each passage's own list in those forms."""
+    usage, rejected = Usage(), 0
+    seen: dict[tuple[str, str, str], Triple] = {}
+    prov: dict[Triple, list[str]] = {}
+    by_passage: dict[str, list[Triple]] = {}
+    for pid in ids:
+        rec = done[pid]
+        usage = usage + Usage(**rec["usage"])
+        rejected += rec.get("rejected", 0)
+        mine = by_passage.setdefault(pid, [])
+        for t in rec["triples"]:
+            t = tuple(t)
+            canon = seen.setdefault(triple_key(t), t)
+            src = prov.setdefault(canon, [])
+            if pid not in src:
+                src.append(pid)
+            if canon not in mine:
+                mine.append(canon)
+    return usage, rejected, list(seen.values()), prov, by_passage
+
+
 def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm, index_dir: str | Path, *,
                  name: str = "indexed", validate: bool = True, max_tokens: int = 512, batch_size: int = 8,
                  price_per_mtok: tuple[float, float] | None = None) -> IndexResult:
@@ -286,24 +309,7 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
             credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), Usage(**done[pid]["usage"]))
     made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens,
                             batch_size=batch_size)
-    usage, rejected = Usage(), 0
-    seen: dict[tuple[str, str, str], Triple] = {}
-    prov: dict[Triple, list[str]] = {}
-    by_passage: dict[str, list[Triple]] = {}
-    for pid in ids:
-        rec = done[pid]
-        usage = usage + Usage(**rec["usage"])
-        rejected += rec.get("rejected", 0)
-        mine = by_passage.setdefault(pid, [])
-        for t in rec["triples"]:
-            t = tuple(t)
-            canon = seen.setdefault(triple_key(t), t)
-            src = prov.setdefault(canon, [])
-            if pid not in src:
-                src.append(pid)
-            if canon not in mine:
-                mine.append(canon)
-    triples = list(seen.values())
+    usage, rejected, triples, prov, by_passage = _collect(ids, done)
     kg = KG.from_triples(triples, name=name)
     kg.save(d / "kg")
     (d / "provenance.json").write_text(json.dumps({"\t".join(t): v for t, v in prov.items()}, ensure_ascii=False))
