@@ -97,12 +97,15 @@ DX_PRECISION = Metric("dx_precision", _dx(0))
 DX_RECALL = Metric("dx_recall", _dx(1))
 DX_F1 = Metric("dx_f1", _dx(2))
 ANSWER_COVERAGE = Metric("answer_coverage", lambda p, e: retrieval.answer_coverage(p.extra, e.answers))
+# ReKnoS: the same over the entities of all N kept paths (answer_coverage: the top-K selected ones)
+ANSWER_COVERAGE_N_PATHS = Metric("answer_coverage_n_paths",
+                                 lambda p, e: retrieval.answer_coverage(p.extra, e.answers, "retrieved_n_paths"))
 SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extra), higher_is_better=False)
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     HITS_AT_1, ALL_ANSWERS_FOUND, ANSWER_SET_PRECISION, ANSWER_SET_RECALL, ANSWER_SET_F1,
     TOG_HITS_AT_1, TOG_EXACT_TOP1, ROG_HIT, ROG_ACC, ROG_F1, ROG_PRECISION, ROG_RECALL, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1,
-    TWOWIKI_EM, TWOWIKI_F1, DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, SEARCH_SPACE,
+    TWOWIKI_EM, TWOWIKI_F1, DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, ANSWER_COVERAGE_N_PATHS, SEARCH_SPACE,
 )}
 
 

@@ -39,10 +39,12 @@ Where we follow the paper vs. the authors' ToG-derived code conventions:
 * ours: entity sets per path are capped at ``max_entities`` (by entity name) to bound prompt size, and
   ``max_facts`` example triples per path go into the decision/answer prompts.
 
-Per-example extra: ``retrieved`` (every entity extracted along the ``N`` kept paths at any step →
-answer_coverage = the paper's retrieval rate), ``search_space`` (distinct fact triples
-encountered, Fig. 6), ``paths_per_step`` (kept paths after each step, ≤ N), ``llm_calls``,
-``steps``, ``call_budget``; ``paths`` are the final top-``K``.
+Per-example extra: ``retrieved`` (every entity extracted along the top-``K`` selected paths of
+any step, the paths the decision sees → ``answer_coverage`` = the paper's retrieval rate: the
+summary's "selecting top K paths for entity extraction"), ``retrieved_n_paths`` (the same over
+all ``N`` kept paths → ``answer_coverage_n_paths``, what the search reached; equal when K ≥ N),
+``search_space`` (distinct fact triples encountered, Fig. 6), ``paths_per_step`` (kept paths
+after each step, ≤ N), ``llm_calls``, ``steps``, ``call_budget``; ``paths`` are the final top-``K``.
 """
 
 from __future__ import annotations
@@ -264,7 +266,8 @@ class ReKnoS(BaseReasoner):
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         topic = np.unique(np.asarray(link.ids, dtype=np.int32))
         paths = [SRPath((), 0.0, (topic,))] if len(topic) else []
-        n_calls, seen, per_step, reached = [0], set(), [], []
+        n_calls, seen, per_step = [0], set(), []
+        reached, reached_n = [], []  # entity layers of the top-K selected / all N kept paths
         for step in range(1, self.depth + 1):
             scored = self.score_step(t, q, step, paths, n_calls) if paths else None
             new = self.expand(t, step, paths, scored, seen) if scored else []
@@ -274,8 +277,9 @@ class ReKnoS(BaseReasoner):
                 break
             paths = new
             per_step.append(len(paths))
-            reached.extend(ly for p in paths for ly in p.layers[1:])
             top = self.final_paths(paths)
+            reached.extend(ly for p in top for ly in p.layers[1:])
+            reached_n.extend(ly for p in paths for ly in p.layers[1:])
             dec = self._call(t, "decide", render(self.prompts["decide"], question=q, paths=self.paths_text(top)),
                              parse_yes_no, n_calls)
             if dec.ok and dec.value:
@@ -283,9 +287,12 @@ class ReKnoS(BaseReasoner):
         top = self.final_paths(paths)
         ans = self._call(t, "answer", render(self.prompts["answer"], question=q, paths=self.paths_text(top)),
                          parse_answers, n_calls)
-        extracted = np.unique(np.concatenate(reached)) if reached else np.zeros(0, np.int32)
+        def labels(layers) -> list[str]:
+            ents = np.unique(np.concatenate(layers)) if layers else np.zeros(0, np.int32)
+            return [kg.entity_label(int(e)) for e in ents]
+
         return t.finish(
-            example, ans.value or [], retrieved=[kg.entity_label(int(e)) for e in extracted],
+            example, ans.value or [], retrieved=labels(reached), retrieved_n_paths=labels(reached_n),
             search_space=len(seen), llm_calls=n_calls[0], steps=len(per_step), call_budget=self.call_budget,
             paths_per_step=per_step,
             paths=[{"path": [self.name(c) for c in p.steps], "score": round(p.score, 6),

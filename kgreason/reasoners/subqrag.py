@@ -15,11 +15,14 @@ Per question (Fig. 1):
    with relation names and its own knowledge, so the corpus fallback never ran
    (docs/subqrag.md). The paper (§2.3) leaves the judgement to the generator; ``false`` does so.
 4. **Dynamic graph update** (§2.3, Eq. 4): when they do not suffice, the top passages (cosine)
-   answer the sub-question; new triples ``T*_new = Extract(D)`` are extracted from those passages,
-   validated (well-formed, head and tail mentioned in the passage), de-duplicated against the
-   working KG and written back with their passage as provenance. The working KG lives for the
-   whole run, so later sub-questions AND later questions retrieve them. The written-back triples
-   that mention the sub-answer become ``T_used_i``.
+   answer the sub-question; ``Extract(D)`` gives the triples of the first ``extract_passages`` of
+   them. A passage the offline index holds is read from it (the same extraction request, §2.1);
+   a passage an earlier fallback of this run mined is read from that; only any other passage
+   goes to the LLM, whose triples are validated (well-formed, head and tail mentioned in the
+   passage), de-duplicated against the working KG and written back with their passage as
+   provenance. The working KG lives for the whole run, so later sub-questions AND later
+   questions retrieve them. ``T_used_i``: the passages' triples that mention the sub-answer,
+   whether the write-back added them or the graph already held them (at most ``top_k``).
 5. **Answer generation** (§2.4, Eq. 5): graph memory ``T_used = ∪_i T_used_i`` + the original
    question → final answer. Nothing else reaches this prompt (no sub-question answers).
 
@@ -33,7 +36,8 @@ of the examples already answered, replayed in dataset order from their rows (``w
 
 Ablations (Table 2): ``decomposition=False`` (the question is its own single sub-question),
 ``rewriting=False`` (sub-questions are used verbatim, placeholders left in), ``update=False``
-(the passage fallback still answers, but nothing is extracted or written back), ``top_k``.
+(the passage fallback still answers, but no triple is read, extracted or written back, so the
+passage answer reaches the final prompt through no triple), ``top_k``.
 """
 
 from __future__ import annotations
@@ -113,12 +117,12 @@ class WorkingGraph:
 
     def __init__(self, triples: list[Triple], embedder: Embedder, provenance: dict | None = None) -> None:
         self.triples: list[Triple] = []
-        self.keys: set[tuple[str, str, str]] = set()
+        self.keys: dict[tuple[str, str, str], int] = {}  # de-duplication key -> triple id
         self.provenance: dict[int, list[str]] = {}
         for t in triples:
             k = triple_key(t)
             if k not in self.keys:
-                self.keys.add(k)
+                self.keys[k] = len(self.triples)
                 self.triples.append(t)
         for i, t in enumerate(self.triples):
             self.provenance[i] = list((provenance or {}).get(t, ["kg"]))
@@ -130,6 +134,10 @@ class WorkingGraph:
     def __contains__(self, t: Triple) -> bool:
         return triple_key(t) in self.keys
 
+    def id_of(self, t: Triple) -> int | None:
+        """The id of the graph's triple with ``t``'s de-duplication key (None when absent)."""
+        return self.keys.get(triple_key(t))
+
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         return [(h.id, h.score) for h in self.index.search([query], k)[0]]
 
@@ -140,7 +148,7 @@ class WorkingGraph:
             k = triple_key(t)
             if k in self.keys:
                 continue
-            self.keys.add(k)
+            self.keys[k] = len(self.triples)
             self.triples.append(t)
             new.append(len(self.triples) - 1)
             self.provenance[new[-1]] = [source]
@@ -157,7 +165,8 @@ class SubQRAG(BaseReasoner):
     """Args:
         top_k: triples retrieved per sub-question (Eq. 3; paper: 5).
         passage_top_k: passages used by the corpus fallback (§2.3).
-        extract_passages: how many of those passages are sent to triple extraction (Eq. 4).
+        extract_passages: how many of those passages give triples (Eq. 4): read from the offline
+            index or an earlier fallback when it holds them, else extracted by the LLM.
         decomposition / rewriting / update: Table 2 ablation switches.
         llm_rewrite: rewrite placeholder-free dependent sub-questions with an LLM call (Eq. 2).
         max_subquestions: cap on the decomposition length.
@@ -211,7 +220,9 @@ class SubQRAG(BaseReasoner):
         self.index_dir = index_dir
         self.index_stats: dict[str, Any] = {}
         self._graph: WorkingGraph | None = None
-        self._extracted: set[str] = set()  # passages already mined (never re-extracted in a run)
+        self._pids: list[str] = []  # pool passage ids (passage_rows), by pool position
+        self._indexed: dict[str, list[Triple]] = {}  # passage id -> its offline extraction (§2.1)
+        self._extracted: dict[str, list[Triple]] = {}  # passage id -> triples mined online this run
         self.prompts = {s: load_prompt("subqrag", s) for s in
                         ("decompose", "rewrite", "answer_triples", "answer_passages", "final_answer")}
 
@@ -232,13 +243,15 @@ class SubQRAG(BaseReasoner):
         if self.kg_source == "index" and not self.index_dir:
             raise ValueError("SubQRAG: offline indexing (kg_source=index) needs reasoner.index_dir")
         self.passages.get(self._pool)
-        self._extracted = set()
+        self._pids = [pid for pid, _, _ in passage_rows(self._pool)]
+        self._indexed, self._extracted = {}, {}
         self._graph = self._index_graph() if self.kg_source == "index" else self._injected_graph()
         for row in done:  # resume: the same graph as an uninterrupted run at this point
             # (an error row too: a failing example keeps what it wrote back before it failed)
             for wb in (row.get("extra") or {}).get("write_back", []):
-                self._extracted.add(wb["passage"])
-                self._graph.add([tuple(x) for x in wb["triples"]], source=wb["passage"])
+                triples = [tuple(x) for x in wb["triples"]]
+                self._extracted[wb["passage"]] = triples
+                self._graph.add(triples, source=wb["passage"])
 
     def _injected_graph(self) -> WorkingGraph:
         kg = self._kg
@@ -259,6 +272,7 @@ class SubQRAG(BaseReasoner):
             res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
         self.index_stats = {"passages": len(rows), "triples": len(res.triples), "calls_made": res.calls_made,
                             "passages_cached": res.passages_cached, "directory": str(res.directory)}
+        self._indexed = dict(res.by_passage)
         log.info("SubQRAG index: %s", self.index_stats)
         return WorkingGraph(res.triples, self.embedder, provenance=res.provenance)
 
@@ -309,7 +323,9 @@ class SubQRAG(BaseReasoner):
         return ans, used, sufficient
 
     def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:
-        """§2.3 corpus fallback + Eq. 4 write-back: ``(answer, used ids among the new triples)``."""
+        """§2.3 corpus fallback + Eq. 4: ``(answer, T_used_i)``. The passages' triples come from the
+        offline index, else from an earlier fallback of this run, else from one LLM extraction
+        that is written back; ``T_used_i`` are those that name the answer, new to the graph or not."""
         passages = self._pool or []
         hits = self.passages.get(passages).search([subq], self.passage_top_k)[0]
         top = [passages[h.id] for h in hits]
@@ -320,23 +336,30 @@ class SubQRAG(BaseReasoner):
         if not self.update:
             return ans, []
         g = self.graph
-        new_ids: list[int] = []
-        for title, text in top[: self.extract_passages]:
-            src = f"{title}"
-            if src in self._extracted:
-                continue
-            self._extracted.add(src)
-            res = self.ask(t, "extract", extraction_request(title, text, self.max_tokens * 2),
-                           triple_parser(title, text, validate=self.validate))
-            triples, bad = res.value if res.value is not None else ([], 1)
-            t.extra.setdefault("write_back", []).append({"passage": src, "triples": [list(x) for x in triples]})
-            added = g.add(triples, source=src)
-            t.add("update", "write_back", passage=title, extracted=len(triples), rejected=bad,
-                  added=[list(g.triples[i]) for i in added],
-                  duplicates=len(triples) - len(added))
-            new_ids += added
+        found: list[int] = []  # graph ids of the passages' triples, in passage then reply order
+        for h in hits[: self.extract_passages]:
+            title, text = passages[h.id]
+            pid = self._pids[h.id]
+            if pid in self._indexed or pid in self._extracted:
+                source = "index" if pid in self._indexed else "run"
+                triples = self._indexed[pid] if source == "index" else self._extracted[pid]
+                t.add("update", "read", passage=pid, source=source, triples=[list(x) for x in triples])
+            else:
+                res = self.ask(t, "extract", extraction_request(title, text, self.max_tokens * 2),
+                               triple_parser(title, text, validate=self.validate))
+                triples, bad = res.value if res.value is not None else ([], 1)
+                self._extracted[pid] = list(triples)
+                t.extra.setdefault("write_back", []).append({"passage": pid, "triples": [list(x) for x in triples]})
+                added = g.add(triples, source=pid)
+                t.add("update", "write_back", passage=pid, source="llm", extracted=len(triples), rejected=bad,
+                      added=[list(g.triples[i]) for i in added],
+                      duplicates=len(triples) - len(added))
+            for x in triples:
+                i = g.id_of(x)
+                if i is not None and i not in found:
+                    found.append(i)
         a = ans.casefold()
-        used = [i for i in new_ids if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
+        used = [i for i in found if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
         return ans, used[: self.top_k]
 
     # ------------------------------------------------------------------ main

@@ -2,7 +2,9 @@
 ``⟨h, r, t⟩`` triples; they are normalised, de-duplicated and compiled into a :class:`KG`.
 
 The same extraction + validation is reused online by SubQRAG's dynamic graph update (§2.3,
-Eq. 4), so both stages agree on what a well-formed triple is.
+Eq. 4), so both stages agree on what a well-formed triple is; the online step reads a passage's
+extraction from the index (:attr:`IndexResult.by_passage`) and asks the LLM only for passages the
+index lacks.
 
 Resumable and cached per passage::
 
@@ -199,6 +201,9 @@ class IndexResult:
     passages_cached: int = 0     # passages read back from extractions.jsonl
     rejected: int = 0
     extra: dict = field(default_factory=dict)
+    # passage id -> its extraction, in reply order, as the canonical triples of ``triples``: what
+    # the online update (Eq. 4) reads instead of asking the LLM again for an indexed passage
+    by_passage: dict[str, list[Triple]] = field(default_factory=dict)
 
 
 def _price_usd(usage: Usage, price_per_mtok: tuple[float, float] | None) -> float:
@@ -246,6 +251,29 @@ def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: b
     return made
 
 
+def _collect(ids: Sequence[str], done: dict[str, dict]):
+    """``(usage, rejected, triples, provenance, by_passage)`` over the passages' extraction rows:
+    triples de-duplicated (first-seen surface form), each passage's own list in those forms."""
+    usage, rejected = Usage(), 0
+    seen: dict[tuple[str, str, str], Triple] = {}
+    prov: dict[Triple, list[str]] = {}
+    by_passage: dict[str, list[Triple]] = {}
+    for pid in ids:
+        rec = done[pid]
+        usage = usage + Usage(**rec["usage"])
+        rejected += rec.get("rejected", 0)
+        mine = by_passage.setdefault(pid, [])
+        for t in rec["triples"]:
+            t = tuple(t)
+            canon = seen.setdefault(triple_key(t), t)
+            src = prov.setdefault(canon, [])
+            if pid not in src:
+                src.append(pid)
+            if canon not in mine:
+                mine.append(canon)
+    return usage, rejected, list(seen.values()), prov, by_passage
+
+
 def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm, index_dir: str | Path, *,
                  name: str = "indexed", validate: bool = True, max_tokens: int = 512, batch_size: int = 8,
                  price_per_mtok: tuple[float, float] | None = None) -> IndexResult:
@@ -281,20 +309,7 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
             credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), Usage(**done[pid]["usage"]))
     made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens,
                             batch_size=batch_size)
-    usage, rejected = Usage(), 0
-    seen: dict[tuple[str, str, str], Triple] = {}
-    prov: dict[Triple, list[str]] = {}
-    for pid in ids:
-        rec = done[pid]
-        usage = usage + Usage(**rec["usage"])
-        rejected += rec.get("rejected", 0)
-        for t in rec["triples"]:
-            t = tuple(t)
-            canon = seen.setdefault(triple_key(t), t)
-            src = prov.setdefault(canon, [])
-            if pid not in src:
-                src.append(pid)
-    triples = list(seen.values())
+    usage, rejected, triples, prov, by_passage = _collect(ids, done)
     kg = KG.from_triples(triples, name=name)
     kg.save(d / "kg")
     (d / "provenance.json").write_text(json.dumps({"\t".join(t): v for t, v in prov.items()}, ensure_ascii=False))
@@ -303,7 +318,8 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
             "cost_usd": _price_usd(usage, price_per_mtok), "calls_this_run": made}
     (d / "cost.json").write_text(json.dumps(cost, indent=1))
     return IndexResult(kg=kg, triples=triples, provenance=prov, usage=usage, directory=d,
-                       calls_made=made, passages_cached=cached, rejected=rejected, extra=cost)
+                       calls_made=made, passages_cached=cached, rejected=rejected, extra=cost,
+                       by_passage=by_passage)
 
 
 def load_index(directory: str | Path) -> tuple[KG, dict[Triple, list[str]]]:

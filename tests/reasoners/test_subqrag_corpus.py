@@ -31,8 +31,7 @@ def _llm(*first):
          "reply": '["Who directed Alpha?", "Where was #1 born?"]'},
         {"pattern": r"Decompose", "reply": '["Which river is in Eastland?"]'},
         {"pattern": r"Title: Alpha\n", "reply": '[["Alpha", "directed by", "Bob Stone"]]'},
-        # the offline pass finds nothing in Bob Stone's passage; the online update (Eq. 4) does
-        {"pattern": r"Title: Bob Stone\n", "reply": ["[]", '[["Bob Stone", "born in", "Riverton"]]']},
+        {"pattern": r"Title: Bob Stone\n", "reply": '[["Bob Stone", "born in", "Riverton"]]'},
         {"pattern": r"Title: Zeta\n", "reply": '[["Zeta", "located in", "Eastland"]]'},
         {"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Who directed",
          "reply": '{{"answer": "Bob Stone", "used": [{0}], "sufficient": true}}'},
@@ -40,6 +39,9 @@ def _llm(*first):
          "reply": '{{"answer": "Zeta", "used": [{0}], "sufficient": true}}'},
         {"pattern": r"Triples:.*Question:", "reply": '{"answer": "unknown", "used": [], "sufficient": false}'},
         {"pattern": r"Passages:.*Question: Where was Bob Stone born", "reply": '{"answer": "Riverton"}'},
+        # kg_source=injected starts from an empty graph: the first sub-questions go to the passages too
+        {"pattern": r"Passages:.*Question: Who directed Alpha", "reply": '{"answer": "Bob Stone"}'},
+        {"pattern": r"Passages:.*Question: Which river", "reply": '{"answer": "Zeta"}'},
         {"pattern": r"Graph memory:.*Riverton.*Question", "reply": '{"answer": "Riverton"}'},
         {"pattern": r"Graph memory:.*Zeta.*Question", "reply": '{"answer": "Zeta"}'},
     ])
@@ -50,8 +52,8 @@ def emb_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("emb")
 
 
-def _reasoner(llm, idx, emb_dir):
-    return SubQRAG(kg=None, llm=MeteredLLM(llm), index_dir=str(idx), top_k=2,
+def _reasoner(llm, idx, emb_dir, kg_source="auto"):
+    return SubQRAG(kg=None, llm=MeteredLLM(llm), index_dir=str(idx), top_k=2, kg_source=kg_source,
                    embedder=Embedder(cache_dir=str(emb_dir)))
 
 
@@ -67,29 +69,35 @@ def test_the_whole_pool_is_indexed_before_the_first_question(tmp_path, emb_dir):
     r.prepare(ExampleSet("docs", [EX0, EX1]))
     assert r.kg_source == "index" and len(_extractions(llm)) == 3  # Alpha once, though both questions hold it
     # the second question's triple is there before the first question is answered
-    assert ("Zeta", "located in", "Eastland") in r.graph and len(r.graph) == 2
+    assert ("Zeta", "located in", "Eastland") in r.graph and len(r.graph) == 3
     assert r.llm.outside.by_purpose["index"].calls == 3 and "answer" not in r.llm.outside.by_purpose
     with example_ledger() as led:
         p = r.answer(EX0)
     assert p.answer == "Riverton" and "index" not in led.by_purpose
-    assert ("Bob Stone", "born in", "Riverton") in r.graph  # written back (Eq. 4)
-    assert {"passage": "Bob Stone", "triples": [["Bob Stone", "born in", "Riverton"]]} in p.extra["write_back"]
+    # the fallback's passages are indexed: read back (no extraction call, nothing to write back),
+    # and the triple that answered enters the graph memory (Eq. 5; test_subqrag_memory.py)
+    assert len(_extractions(llm)) == 3 and not p.extra.get("write_back")
+    assert ["Bob Stone", "born in", "Riverton"] in p.extra["graph_memory"]
 
 
-def test_a_resumed_run_rebuilds_the_same_graph_without_indexing_calls(tmp_path, emb_dir):
+@pytest.mark.parametrize("kg_source", ["auto", "injected"])
+def test_a_resumed_run_rebuilds_the_same_graph_without_indexing_calls(tmp_path, emb_dir, kg_source):
     """Issue 18: kill after the first question, resume: the same graph (index + write-backs, same
-    order and provenance), zero indexing calls, and the same answer to the next question."""
+    order and provenance), zero indexing calls, and the same answer to the next question. With
+    the offline index every fallback passage is read from it (no write-back); without one
+    (``injected``) the fallbacks mine and write back, and the resume replays that."""
     ds = ExampleSet("docs", [EX0, EX1])
     llm1 = _llm()
-    r1 = _reasoner(llm1, tmp_path / "idx", emb_dir)
+    r1 = _reasoner(llm1, tmp_path / "idx", emb_dir, kg_source)
     r1.prepare(ds)
     p0 = r1.answer(EX0)
+    assert bool(p0.extra.get("write_back")) == (kg_source == "injected")
     state = (list(r1.graph.triples), dict(r1.graph.provenance), set(r1._extracted))
     p1 = r1.answer(EX1)
     row0 = json.loads(json.dumps({"id": EX0.id, "error": None, "extra": to_jsonable(p0.extra)}))  # as stored
 
     llm2 = _llm()
-    r2 = _reasoner(llm2, tmp_path / "idx", emb_dir)
+    r2 = _reasoner(llm2, tmp_path / "idx", emb_dir, kg_source)
     r2.prepare(ds, done=[row0])
     assert not llm2.calls and not r2.llm.outside.by_purpose  # the index is read back, not rebuilt
     assert (list(r2.graph.triples), dict(r2.graph.provenance), set(r2._extracted)) == state
@@ -107,9 +115,10 @@ def test_answering_before_prepare_is_an_error(emb_dir):
 def test_an_example_that_fails_after_writing_back_keeps_its_write_backs(tmp_path, emb_dir, monkeypatch):
     """Issue 18: the run-long graph keeps what a failing example wrote back (Eq. 4) before it
     raised, so its row must carry those write-backs and a resume must replay them; before, the
-    error row had no ``extra`` and a resumed run's graph lacked them."""
+    error row had no ``extra`` and a resumed run's graph lacked them. Without an offline index
+    (``injected``): an indexed pool's passages are read from the index, never written back."""
     ds = ExampleSet("docs", [EX0, EX1])
-    r1 = _reasoner(_llm(), tmp_path / "idx", emb_dir)
+    r1 = _reasoner(_llm(), tmp_path / "idx", emb_dir, "injected")
     r1.prepare(ds)
     real = SubQRAG._call
 
@@ -127,12 +136,12 @@ def test_an_example_that_fails_after_writing_back_keeps_its_write_backs(tmp_path
     state = (list(r1.graph.triples), dict(r1.graph.provenance), set(r1._extracted))
 
     row0 = json.loads(json.dumps({"id": EX0.id, "error": p0.error, "extra": to_jsonable(p0.extra)}))
-    r2 = _reasoner(_llm(), tmp_path / "idx", emb_dir)
+    r2 = _reasoner(_llm(), tmp_path / "idx", emb_dir, "injected")
     r2.prepare(ds, done=[row0])  # kept as it is (retry_errors=false)
     assert (list(r2.graph.triples), dict(r2.graph.provenance), set(r2._extracted)) == state
 
 
-def _hotpot_run(tmp_path, emb_dir):
+def _hotpot_run(tmp_path, emb_dir, *overrides):
     from kgreason.run import run
 
     data = tmp_path / "hotpot.jsonl"
@@ -142,7 +151,7 @@ def _hotpot_run(tmp_path, emb_dir):
     out = tmp_path / "run"
     cfg = compose_cfg(["reasoner=subqrag", "dataset=hotpotqa", f"dataset.path={data}", "llm=scripted",
                        "tracking=none", f"reasoner.index_dir={tmp_path / 'idx'}", f"llm_cache.dir={tmp_path / 'calls'}",
-                       f"embedder.cache_dir={emb_dir}"], out)
+                       f"embedder.cache_dir={emb_dir}", *overrides], out)
     return (lambda: run(cfg, out).metrics), out
 
 
@@ -152,6 +161,32 @@ def test_run_indexes_at_start_up_before_the_first_example(tmp_path, emb_dir):
     first = go()
     assert first["llm/index/calls"] == 3 and first["run/n_examples"] == 2
     assert json.loads((out / "prepare_usage.json").read_text())["index"]["calls"] == 3
+    # the fallbacks read their passages from the index: no online extraction, nothing written back
+    rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and not any(r["extra"].get("write_back") for r in rows)
+    assert _extract_steps(rows) == 0 and any(s["kind"] == "update" for r in rows for s in r["trace"])
+
+
+def _extract_steps(rows):
+    """Online extraction calls (Eq. 4) recorded in the rows' traces."""
+    return sum(1 for r in rows for s in r["trace"] if s["kind"] == "llm" and s["name"] == "extract")
+
+
+def test_without_an_index_the_write_backs_resume_to_the_uninterrupted_metrics(tmp_path, emb_dir):
+    """``reasoner.kg_source=injected`` (no offline index): the fallbacks extract online and write
+    back; a run killed after its first row replays that row's ``write_back`` and writes the
+    uninterrupted metrics byte for byte (extraction calls included, no indexing call)."""
+    go, out = _hotpot_run(tmp_path, emb_dir, "reasoner.kg_source=injected")
+    first = go()
+    reference = (out / "metrics.json").read_bytes()
+    rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    mined = [wb["passage"] for r in rows for wb in r["extra"].get("write_back", [])]
+    assert mined and len(mined) == len(set(mined)) == _extract_steps(rows)  # each passage once
+    assert "llm/index/calls" not in first
+    (out / "predictions.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    resumed = go()
+    assert resumed["run/n_examples"] == 2
+    assert (out / "metrics.json").read_bytes() == reference, (resumed, json.loads(reference))
 
 
 @pytest.mark.parametrize("kill", ["after_first_example", "mid_indexing", "after_indexing", "finished"])
@@ -195,8 +230,8 @@ def test_a_sufficient_claim_the_used_triples_do_not_name_falls_back_to_the_corpu
     """Seen with Qwen2.5-Coder-1.5B (docs/subqrag.md): the generator calls the triples sufficient
     and answers with a relation name (`What is Shirley Temple's position?` → `final starring
     role`), so §2.3's corpus fallback never ran. With ``require_grounded`` the answer must be
-    named by a triple it used; the relation name is not, so the passages answer and Eq. 4 writes
-    back. ``require_grounded=False`` takes the generator's word, as §2.3 words it."""
+    named by a triple it used; the relation name is not, so the passages answer and their triple
+    enters the graph memory. ``require_grounded=False`` takes the generator's word, as §2.3 words it."""
     llm = _llm({"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Where was Bob Stone born",
                 "reply": '{{"answer": "directed by", "used": [{0}], "sufficient": true}}'})
     r = SubQRAG(kg=None, llm=MeteredLLM(llm), index_dir=str(tmp_path / "idx"), top_k=2,
@@ -206,11 +241,11 @@ def test_a_sufficient_claim_the_used_triples_do_not_name_falls_back_to_the_corpu
     second = [s for s in p.trace if s.kind == "subquestion"][1].data
     if require_grounded:
         assert second["source"] == "passages" and second["answer"] == "Riverton"
-        assert ("Bob Stone", "born in", "Riverton") in r.graph
+        assert ["Bob Stone", "born in", "Riverton"] in p.extra["graph_memory"]
         assert any(s.kind == "note" and s.name == "ungrounded" for s in p.trace)
     else:
         assert second["source"] == "triples" and second["answer"] == "directed by"
-        assert ("Bob Stone", "born in", "Riverton") not in r.graph
+        assert ["Bob Stone", "born in", "Riverton"] not in p.extra["graph_memory"]
 
 
 @pytest.mark.parametrize("answer,expected", [

@@ -51,6 +51,9 @@ def test_index_dedupes_with_provenance_and_cost(tmp_path):
                            ("Bob Stone", "born in", "Riverton"), ("Carol Day", "born in", "Riverton"),
                            ("Riverton", "contained by", "Eastland")]
     assert res.provenance[("Alpha", "directed by", "Bob Stone")] == ["p1", "p2"]  # case/space dupes merged
+    # each passage's own extraction, as the graph's canonical triples (what the online update reads)
+    assert res.by_passage["p2"] == [("Bob Stone", "born in", "Riverton"), ("Alpha", "directed by", "Bob Stone")]
+    assert res.by_passage["p1"] == [("Alpha", "directed by", "Bob Stone"), ("Alpha", "starring", "Carol Day")]
     assert res.rejected == 2  # ungrounded "Mars" + the 2-item list
     assert res.kg.n_triples == 5 and res.kg.n_entities == 5
     kg, prov = load_index(res.directory)
