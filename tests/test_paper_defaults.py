@@ -69,6 +69,9 @@ def test_no_preset_resets_a_departure(reasoner, field, paper, ablation, value, c
         cfg = compose_cfg([f"experiment={p.stem}", f"reasoner={reasoner}"], tmp_path)
         got = OmegaConf.select(cfg, f"reasoner.{field}")
         assert got == paper, f"conf/experiment/{p.name} sets reasoner.{field}={got!r}; the paper: {paper!r}"
+        sweep = OmegaConf.to_container(OmegaConf.load(p)).get("hydra", {}).get("sweeper", {}).get("params") or {}
+        assert f"reasoner.{field}" not in sweep and ablation not in str(sweep.get("ablation", "")), \
+            f"conf/experiment/{p.name} sweeps the departure {ablation} by default"
 
 
 def test_validation_runner_rows_run_the_paper_defaults():
