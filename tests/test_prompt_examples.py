@@ -181,7 +181,9 @@ def template_index():
 # ------------------------------------------------------------------ evaluated relation names
 def _identifiers(name: str) -> set[str]:
     name = name.strip()
-    parts = [p for p in re.split(r"\./|,", name.lstrip("/").replace("/", ".")) if p] if "/" in name else [name]
+    # Freebase "/a/b/c./d/e/f" (a CVT path) is two relations, a.b.c and d.e.f
+    parts = [p.strip("/").replace("/", ".") for p in re.split(r"\./", name)] if "/" in name else [name]
+    parts = [p for p in parts if p]
     out: set[str] = set()
     for p in parts:
         segs = p.split(".")
