@@ -53,13 +53,17 @@ import numpy as np
 
 from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
+from kgreason.metrics.clinical import normalise_diagnosis
 from kgreason.embed import Embedder
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.reasoners.dx_common import (check_hop_retriever, chunk_by_chars, diagnosis_mask, parse_name_list,
                                           within_k)
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
-__all__ = ["LogosKGDx", "NoteEntities", "KHop", "parse_name_list"]
+__all__ = ["LogosKGDx", "NoteEntities", "KHop", "parse_name_list", "match_candidate"]
+
+# how a Round 2 pick is read against the listed candidates (match_candidate)
+ROUND2_MATCH = ("exact", "words")
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,26 @@ class KHop:
     hop_times_s: list[float]
 
 
-def match_candidate(pick: str, shown: Sequence[str]) -> str | None:
-    """The listed candidate a Round 2 pick names: the one equal to it once normalised, else the
-    only one that holds all of the pick's words as whole words (``COPD`` → ``Acute COPD
-    exacerbation / infection``; a small model shortens names); None when no candidate or several
-    do (``angina`` among Stable and Unstable angina is not guessed)."""
+def match_candidate(pick: str, shown: Sequence[str], mode: str = "exact") -> str | None:
+    """The listed candidate a Round 2 pick names, or None.
+
+    ``exact`` (default; LogosKG §6 / A.5 have the model *select* listed candidates): the pick
+    counts only when it equals a listed name once both are normalised as the diagnosis metric
+    normalises (:func:`~kgreason.metrics.clinical.normalise_diagnosis`: case, ASCII punctuation,
+    spacing, one leading article), so ``gerd.`` is ``GERD`` and ``COPD`` names no candidate.
+    ``words`` (ablation ``dx_round2_fuzzy_pick``, chosen on the validation questions): also the
+    only listed name that holds all of the pick's words as whole words (``COPD`` → ``Acute COPD
+    exacerbation / infection``; a small model shortens names); several such names (``angina``
+    among Stable and Unstable angina) still give None."""
+    if mode not in ROUND2_MATCH:
+        raise ValueError(f"LogosKGDx: round2_match must be one of {' | '.join(ROUND2_MATCH)}, got {mode!r}")
+    key = normalise_diagnosis(pick)
+    if key:
+        for n in shown:
+            if normalise_diagnosis(n) == key:
+                return n
+    if mode == "exact":
+        return None
     key = normalise_name(pick)
     for n in shown:
         if normalise_name(n) == key:
@@ -112,6 +131,10 @@ class LogosKGDx(BaseReasoner):
         max_candidates: cap on the Round 2 candidates shown (after ranking); ``None`` = all of
             them, as the paper (App. A.5). A cap is the ``dx_round2_top50`` ablation.
         max_select: cap on the merged Round 2 selections; ``None`` = no cap (the paper states none).
+        round2_match: how a Round 2 pick is read (:func:`match_candidate`): ``exact`` (the paper:
+            the model selects listed candidates; a pick counts when it is a listed name after the
+            diagnosis metric's normalisation) | ``words`` (ablation ``dx_round2_fuzzy_pick``: also
+            the one listed name holding all of the pick's words).
         round2_chars: character budget of the candidate listing in one Round 2 prompt (one
             ``- name`` line per candidate); the candidates fill as many prompts as it takes.
         rank: order of the candidates: ``none`` (KG order; the paper's Round 2 ranks nothing) |
@@ -136,7 +159,7 @@ class LogosKGDx(BaseReasoner):
     def __init__(
         self, *, kg, retriever, llm=None, hops: int = 3, rounds: int = 2, exact_hops: bool = False,
         disease_type: str | Sequence[str] = ("disease", "pathology"), max_diagnoses: int = 10,
-        max_candidates: int | None = None, max_select: int | None = None, round2_chars: int = 24000, rank: str = "none", refine: str = "none", tau: float = 0.8,
+        max_candidates: int | None = None, max_select: int | None = None, round2_match: str = "exact", round2_chars: int = 24000, rank: str = "none", refine: str = "none", tau: float = 0.8,
         top_n: int = 20, link_embedding: bool = False, link_threshold: float = 0.8,
         use_findings: bool = True, max_reasks: int = 1, max_tokens: int = 512,
         require_both_directions: bool = True, time_hops: bool = False, prompts_dir: str = "logoskg_dx",
@@ -150,7 +173,10 @@ class LogosKGDx(BaseReasoner):
             raise ValueError(f"logoskg_dx: rank must be similarity | path_support | none, got {rank!r}")
         if refine not in ("none", "threshold", "top_n"):
             raise ValueError(f"logoskg_dx: refine must be none | threshold | top_n, got {refine!r}")
+        if round2_match not in ROUND2_MATCH:
+            raise ValueError(f"logoskg_dx: round2_match must be {' | '.join(ROUND2_MATCH)}, got {round2_match!r}")
         check_hop_retriever(retriever, "logoskg_dx", require_both_directions)
+        self.round2_match = round2_match
         self.kg, self.retriever, self.llm = kg, retriever, llm
         self.hops, self.rounds, self.exact_hops = int(hops), int(rounds), bool(exact_hops)
         self.disease_type = disease_type
@@ -309,7 +335,7 @@ class LogosKGDx(BaseReasoner):
             prompt = render(self.prompts["select"], note=note, limit=limit, kept=round1 or "none",
                             part=i, parts=len(parts), candidates="\n".join(f"- {n}" for n in part))
             for p in self._ask(t, "select", prompt):
-                n = match_candidate(p, part)
+                n = match_candidate(p, part, self.round2_match)
                 if n is not None and n not in selected and self.kg.find_entity(n) not in kept_ids:
                     selected.append(n)
         selected = selected[: self.max_select] if self.max_select else selected

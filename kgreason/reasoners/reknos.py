@@ -118,9 +118,10 @@ class ReKnoS(BaseReasoner):
         self.sr: SuperRelations = build_superrelations(
             kg, superrel_source, map_file=superrel_map, n_clusters=n_clusters, seed=seed, embedder=embedder)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("score", "decide", "answer", "fewshot")}
-        # the 3-shot examples speak the KG's naming: Freebase-style "domain.type" super-relations, or
-        # flat relation names (MetaQA: "directed_by (backward)"), whose few-shot shows those; with
-        # the Freebase examples a real model wrote "film.film (backward)" for MetaQA's candidates
+        # the 3-shot examples take the form of the KG's naming: "domain.type" super-relations, or
+        # flat relation names ("designer (backward)"), in a made-up domain either way (the
+        # dataset's own names reach the model in the candidate list only); with the domain.type
+        # examples a real model wrote "film.film (backward)" for MetaQA's candidates
         if self.few_shot and not any("." in n for n in self.sr.names):
             self.prompts["fewshot"] = load_prompt(prompts_dir, "fewshot_flat")
         # relation → group as an array lookup over triples: (m,) int32 (see _tgroup)

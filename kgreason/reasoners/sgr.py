@@ -26,9 +26,10 @@ per step, named in brackets):
 5. **Validation** [``valid_answer_set``, ``validate``] (§3.4.2, Eq. 19–20): ``V(a, S_q, G) = 1``
    iff ``a`` is bound to the schema's answer variable when the schema's constraints are
    propagated through the KG from its constant entities (for a chain: ``a`` is reachable from
-   the topic through the relation chain). A constraint is read along its edge direction, and
-   ``schema_direction=auto`` reads it either way only when that strict reading binds nothing
-   (a model-written S_q with a wrong-way arrow; §3.3 gives S_q no direction). Without a schema,
+   the topic through the relation chain). A constraint is read along its edge direction (the
+   default, ``schema_direction=strict``); the ablation ``sgr_schema_either_way_fallback``
+   (``schema_direction=auto``) reads it either way only when that strict reading binds nothing
+   (a model-written S_q with a wrong-way arrow). Without a schema,
    ``V`` = membership in the k-hop subgraph.
 6. **Refine** [``refine_cypher``] (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds``
    times, the LLM gets the graph schema and the previous queries with their guard rejection /
@@ -96,7 +97,7 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
-def _check_settings(vote: str, collaborate: str, lam: float, schema_direction: str = "auto") -> None:
+def _check_settings(vote: str, collaborate: str, lam: float, schema_direction: str = "strict") -> None:
     if vote not in ("confidence", "majority"):
         raise ValueError(f"vote must be 'confidence' or 'majority', got {vote!r}")
     if collaborate not in ("fallback", "always", "never"):
@@ -135,10 +136,11 @@ class SGR(BaseReasoner):
             those of the k-hop subgraph.
         choice_cap: candidates shown to the Eq. 18/21 choice prompt.
         schema_direction: how Eq. 19's ``a ⊨ S_q in G`` reads a constraint ``(h, r, t)``.
-            ``strict``: only the edge ``h -r-> t``. ``either``: ``h -r-> t`` or ``t -r-> h``
-            (§3.3 describes S_q as entities "linked by" relations, with no direction).
-            ``auto`` (default): strict, and the undirected reading only when the strict one binds
-            no entity to the answer variable (a schema written against the edge direction).
+            ``strict`` (default, the paper's Eq. 19): only the edge ``h -r-> t``. ``either``:
+            ``h -r-> t`` or ``t -r-> h`` (§3.3 describes S_q as entities "linked by" relations).
+            ``auto`` (ablation ``sgr_schema_either_way_fallback``, chosen on the validation
+            questions): strict, and the undirected reading only when the strict one binds no
+            entity to the answer variable (a schema written against the edge direction).
         row_limit, query_timeout_ms: applied to every LLM query.
         graphdb: the run's graph database (``conf/graphdb/``): a
             :class:`~kgreason.kg.cypher.LazyGraphDB` or an open :class:`GraphDB`; required when
@@ -181,7 +183,7 @@ class SGR(BaseReasoner):
         max_schema_types: int = 200,
         choice_cap: int = 50,
         row_limit: int = 100, query_timeout_ms: int = 10_000,
-        schema_direction: str = "auto",
+        schema_direction: str = "strict",
         graphdb: GraphDB | None = None,
         embedder=None,
     ) -> None:

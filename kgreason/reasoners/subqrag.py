@@ -9,11 +9,12 @@ Per question (Fig. 1):
    LLM rewrite call (``llm_rewrite``) that injects the earlier answers.
 3. **Triple retrieval** (§2.3, Eq. 3): ``T_sub = top-k cos(f(q'_i), f((h,r,t)))`` over the
    verbalised triples of the working KG (MiniLM). The generator answers from ``T_sub`` and names
-   the triples it used (``T_used_i``, by index, JSON) and whether they sufficed. With
-   ``require_grounded`` (default) "sufficient" also needs the answer to be named by a triple it
-   used (:func:`answer_grounded`): a 1.5B generator called every sub-question sufficient, answering
-   with relation names and its own knowledge, so the corpus fallback never ran
-   (docs/subqrag.md). The paper (§2.3) leaves the judgement to the generator; ``false`` does so.
+   the triples it used (``T_used_i``, by index, JSON) and whether they sufficed. The paper
+   (§2.3) leaves that judgement to the generator, and so does the default
+   (``require_grounded=false``). The ablation ``subqrag_require_grounded`` also needs a
+   "sufficient" answer to be named by a triple it used (:func:`answer_grounded`): a 1.5B
+   generator called every sub-question sufficient, answering with relation names and its own
+   knowledge, so the corpus fallback never ran (docs/subqrag.md; chosen on 3 validation questions).
 4. **Dynamic graph update** (§2.3, Eq. 4): when they do not suffice, the top passages (cosine)
    answer the sub-question; ``Extract(D)`` gives the triples of the first ``extract_passages`` of
    them. A passage the offline index holds is read from it (the same extraction request, §2.1);
@@ -181,8 +182,9 @@ class SubQRAG(BaseReasoner):
             pool is the dataset's own, else ``injected``.
         index_dir: root of the offline index cache.
         max_reasks: re-asks on an unparseable reply (kit policy; 0 = none).
-        require_grounded: a "sufficient" triple answer also needs a used triple that names it
-            (:func:`answer_grounded`); false leaves sufficiency to the generator alone, as §2.3 words it.
+        require_grounded: false (default, §2.3): sufficiency is the generator's judgement alone;
+            true (ablation ``subqrag_require_grounded``): a "sufficient" triple answer also needs
+            a used triple that names it (:func:`answer_grounded`).
     """
 
     tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
@@ -195,7 +197,7 @@ class SubQRAG(BaseReasoner):
                  corpus: str | None = "dataset", world_seed: int = 0, validate: bool = True,
                  max_tokens: int = 256, kg_source: str = "auto",
                  index_dir: str | None = ".cache/kgreason/subqrag_index", max_reasks: int = 0,
-                 require_grounded: bool = True, embedder=None, graphdb=None) -> None:
+                 require_grounded: bool = False, embedder=None, graphdb=None) -> None:
         if kg_source not in ("auto", "injected", "index"):
             raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
         if kg_source == "index" and not index_dir:

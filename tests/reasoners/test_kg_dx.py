@@ -106,7 +106,7 @@ def test_answer_never_reads_gold(world):
 
 
 @pytest.mark.parametrize("ablation", ["dx_round1_only", "dx_exact_k", "dx_tau_0_8", "dx_topn_20",
-                                      "dx_round2_top50"])
+                                      "dx_round2_top50", "dx_round2_fuzzy_pick"])
 def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
     from conftest import compose_cfg
     from hydra.utils import instantiate
@@ -119,6 +119,7 @@ def test_dx_ablations_apply_to_logoskg_dx(tmp_path, ablation):
         "dx_round2_top50": {"rounds": 2, "exact_hops": False, "rank": "similarity", "max_candidates": 50},
         "dx_tau_0_8": {"rounds": 1, "exact_hops": False, "refine": "threshold", "tau": 0.8},
         "dx_topn_20": {"rounds": 1, "exact_hops": False, "refine": "top_n", "top_n": 20},
+        "dx_round2_fuzzy_pick": {"rounds": 2, "exact_hops": False, "round2_match": "words"},
     }[ablation]
     kg = make_world(0).kg
     built = {}

@@ -178,10 +178,12 @@ def test_few_shot_switch(world):
 
 
 def test_few_shot_examples_use_the_kgs_own_naming(world, tiny_kg):
-    """The examples name super-relations as the candidates do: Freebase ``film.film (backward)``
-    on a domain.type KG, bare relation names on a flat KG (MetaQA). With the Freebase examples
-    on MetaQA, Qwen2.5-Coder-1.5B replied ``film.film (backward): 0.9`` to candidates named
-    ``directed_by (backward)``, which no parser can map (docs/validation.md)."""
+    """The examples name super-relations in the form the candidates take: ``domain.type
+    (backward)`` on a domain.type KG, bare relation names on a flat KG (MetaQA). With the
+    Freebase-form examples on MetaQA, Qwen2.5-Coder-1.5B replied ``film.film (backward): 0.9``
+    to candidates named ``directed_by (backward)``, which no parser can map (docs/validation.md).
+    Both example sets use a made-up domain (bridges and rivers), never a dataset's own relation
+    names (tests/test_prompt_examples.py)."""
     seen = {}
     for name, kg, q in (("freebase", world.kg, world.questions[0]),
                         ("flat", tiny_kg, Example(id="t", question="what does A r?", answers=("B",),
@@ -189,8 +191,8 @@ def test_few_shot_examples_use_the_kgs_own_naming(world, tiny_kg):
         llm = _llm(decide="Yes")
         ReKnoS(kg=kg, llm=llm, depth=1).answer(q)
         seen[name] = llm.calls[0].messages[-1].content.split("Q: ", 1)[1].split("\nQ: " + q.question)[0]
-    assert "film.film (backward): 0.85" in seen["freebase"]
-    assert "directed_by (backward): 0.85" in seen["flat"] and "film.film" not in seen["flat"]
+    assert "structure.bridge (backward): 0.85" in seen["freebase"]
+    assert "designer (backward): 0.85" in seen["flat"] and "structure.bridge" not in seen["flat"]
 
 
 # ----------------------------------------------------------------------------- valid chains

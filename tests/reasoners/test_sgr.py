@@ -342,7 +342,8 @@ def test_end_to_end_scripted(tmp_path):
         assert r["extra"]["refine_rounds"] == 2  # empty scripted replies: nothing validates
 
 
-@pytest.mark.parametrize("ablation", ["sgr_no_schema", "sgr_no_cypher", "sgr_no_refine", "sgr_collab_majority_vote"])
+@pytest.mark.parametrize("ablation", ["sgr_no_schema", "sgr_no_cypher", "sgr_no_refine", "sgr_collab_majority_vote",
+                                      "sgr_schema_either_way_fallback"])
 def test_ablation_bundles_compose(tmp_path, ablation):
     from hydra.utils import instantiate
 
@@ -353,9 +354,11 @@ def test_ablation_bundles_compose(tmp_path, ablation):
     graphdb = instantiate(cfg.graphdb, kg=kg, cache_dir=str(tmp_path))
     r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg), llm=ScriptedLLM(), graphdb=graphdb)
     assert graphdb.opened == r.use_cypher  # the DB is opened only when SGR queries it
-    assert (r.use_schema, r.use_cypher, r.max_refine_rounds, r.vote_mode) == {
-        "sgr_no_schema": (False, True, 2, "confidence"), "sgr_no_cypher": (True, False, 2, "confidence"),
-        "sgr_no_refine": (True, True, 0, "confidence"), "sgr_collab_majority_vote": (True, True, 2, "majority"),
+    assert (r.use_schema, r.use_cypher, r.max_refine_rounds, r.vote_mode, r.schema_direction) == {
+        "sgr_no_schema": (False, True, 2, "confidence", "strict"), "sgr_no_cypher": (True, False, 2, "confidence", "strict"),
+        "sgr_no_refine": (True, True, 0, "confidence", "strict"),
+        "sgr_collab_majority_vote": (True, True, 2, "majority", "strict"),
+        "sgr_schema_either_way_fallback": (True, True, 2, "confidence", "auto"),
     }[ablation]
     graphdb.close()
     graphdb.close()  # idempotent

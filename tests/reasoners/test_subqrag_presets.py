@@ -69,6 +69,7 @@ def test_every_sweep_point_has_the_papers_settings(preset, tmp_path):
                     assert cfg.reasoner.kg_source in ("auto", "index"), where
                     for k in ("decomposition", "rewriting", "update"):
                         assert cfg.reasoner[k] == ABLATION_SWITCH[ab].get(k, True), where
+                    assert cfg.reasoner.require_grounded is False, where  # §2.3: the generator judges sufficiency
 
 
 def test_twowiki_uses_hipporags_corpus_file(tmp_path):
