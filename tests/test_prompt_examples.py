@@ -66,9 +66,6 @@ PAPER_EXAMPLES = {
     "who is 1 s husband": "subqrag.txt Fig. 1 (sub-question 2)",
     "what is 2 s profession": "subqrag.txt Fig. 1 (sub-question 3)",
 }
-# ToG's prompts are rewritten on another branch: the cases that fail today may fail here until it merges
-TOG_XFAIL = "ToG prompts rewritten on branch tog"
-TOG_FAILING = {("tog/reason.txt", "template"), ("tog/reason.txt", "relations")}
 
 
 def _rel(p: Path) -> str:
@@ -277,8 +274,7 @@ def _cases():
     for f in FILES:
         for check in CHECKS:
             short = _rel(f).split("prompts/")[-1]
-            marks = [pytest.mark.xfail(strict=False, reason=TOG_XFAIL)] if (short, check) in TOG_FAILING else []
-            yield pytest.param(f, check, id=f"{short}:{check}", marks=marks)
+            yield pytest.param(f, check, id=f"{short}:{check}")
 
 
 @pytest.mark.parametrize("path, check", list(_cases()))
