@@ -231,7 +231,7 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("umls", "UMLS Metathesaurus (MRCONSO / MRREL / MRSTY)",
            "US National Library of Medicine, https://www.nlm.nih.gov/research/umls/ (UTS account)",
            "UMLS Metathesaurus Licence (free, personal account; some source vocabularies add restrictions)",
-           "full release ~30 GB unpacked; MRCONSO ~2 GB, MRREL ~5 GB", "licensed",
+           "a release is several GB zipped; MRCONSO.RRF and MRREL.RRF are GBs each", "licensed",
            notes="`kgreason data prepare umls --from <release>.zip` (or its META folder); writes where UMLS_META points.",
            prepare="umls"),
     Source("umls_semnet", "UMLS semantic network (135 types, 46 relations; ConvE split)",

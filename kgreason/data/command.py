@@ -135,7 +135,11 @@ def listing(root: Path, conf: Path | None = None) -> list[dict]:
     for group, option in options(conf):
         key = f"{group}/{option}"
         src = SOURCES.get(CONFIGS.get(key, ""))
-        needs = [] if (src and src.access == "generated") else config_needs(group, option, root, conf)
+        try:
+            needs = [] if (src and src.access == "generated") else config_needs(group, option, root, conf)
+        except Exception as e:  # noqa: BLE001 - one unreadable config must not hide the others
+            needs = [Need("(config)", f"{conf or kpaths.config_dir()}/{key}.yaml does not resolve: {e}", None,
+                          "file", False)]
         rows.append({
             "config": key, "entry": src.name if src else None, "title": src.title if src else None,
             "source": src.upstream if src else None, "licence": src.licence if src else None,
@@ -198,19 +202,22 @@ def _report(src: Source, written: list[Path], full: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kgreason data", description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
+    ap = argparse.ArgumentParser(prog="kgreason data",
+                                 description="list the datasets and KGs; download (fetch) or convert (prepare) them "
+                                             "into the data root",
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="See docs/data.md. Entries: " + ", ".join(SOURCES))
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_list = sub.add_parser("list", help="each dataset and KG option: source, licence, size, files, presence")
     p_list.add_argument("--json", action="store_true", help="print JSON instead of text")
     p_fetch = sub.add_parser("fetch", help="download NAME from its upstream source and convert it")
-    p_fetch.add_argument("names", nargs="+", metavar="NAME")
+    p_fetch.add_argument("names", nargs="+", metavar="NAME", help="entries of `kgreason data list` ("
+                         + ", ".join(n for n, s in SOURCES.items() if s.sample or s.full) + ")")
     p_fetch.add_argument("--full", action="store_true",
                          help="the whole official release instead of the sample the default config reads")
     p_fetch.add_argument("--no-verify", action="store_true", help="accept a file whose SHA-256 differs from the pin")
     p_prep = sub.add_parser("prepare", help="convert a file you already have (UMLS, ProbSum, MetaQA, ...)")
-    p_prep.add_argument("name", metavar="NAME")
+    p_prep.add_argument("name", metavar="NAME", help="umls, probsum, metaqa, freebase, or any fetchable entry")
     p_prep.add_argument("--from", dest="src", default=None, metavar="FILE",
                         help="the release file, archive or folder (freebase: the dump, optional)")
     for p in (p_list, p_fetch, p_prep):
@@ -247,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         written = prepare(src, Path(args.src), root)
         _report(src, written, full=False)
         return 0
-    except (FetchError, KeyError, ImportError) as e:
+    except (FetchError, KeyError, ImportError, OSError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {msg}", file=sys.stderr)
         return 1

@@ -67,6 +67,11 @@ def download(url: str, part: Path, timeout: float = 60.0) -> None:
         raise
     with resp:
         status = getattr(resp, "status", None) or resp.getcode()
+        if have and status == 206:
+            rng = resp.headers.get("Content-Range", "")
+            start = rng.split()[1].split("-")[0] if rng.startswith("bytes ") else str(have)
+            if start != str(have):
+                raise OSError(f"asked for bytes from {have}, the server sent {rng!r}")
         mode = "ab" if (have and status == 206) else "wb"
         with open(part, mode) as f:
             shutil.copyfileobj(resp, f, CHUNK)
@@ -169,14 +174,26 @@ class Inputs:
             yield self.src
 
     def find(self, *patterns: str, required: bool = True) -> Path | None:
-        """The first file whose name (or path inside an archive) matches one of ``patterns``."""
+        """The file whose name (or path inside a folder or archive) matches the first pattern that
+        matches anything; archives, and archives inside them, are opened as needed."""
+        for pattern in patterns:
+            hit = self._find_one(pattern)
+            if hit is not None:
+                return hit
+        if required:
+            raise FetchError(f"{self.src}: no file named {' or '.join(patterns)} (in it or in its archives)")
+        return None
+
+    def _find_one(self, pattern: str) -> Path | None:
         def hit(name: str) -> bool:
-            base = name.rsplit("/", 1)[-1]
-            return any(fnmatch(base, p) or fnmatch(name, p) or fnmatch(name, "*/" + p) for p in patterns)
+            return fnmatch(name.rsplit("/", 1)[-1], pattern) or fnmatch(name, pattern) or fnmatch(name, "*/" + pattern)
 
         archives = []
         for f in self._files():
-            if hit(f.name) or (self.src.is_dir() and hit(f.relative_to(self.src).as_posix())):
+            rel = f.relative_to(self.src).as_posix() if self.src.is_dir() else f.name
+            if self.src == self.work and rel.startswith("unpacked/"):
+                continue  # our own extraction folder (staging == work)
+            if hit(rel):
                 return f
             if zipfile.is_zipfile(f):
                 archives.append(f)
@@ -184,19 +201,19 @@ class Inputs:
             arc = archives.pop(0)
             with zipfile.ZipFile(arc) as z:
                 for m in z.namelist():
-                    if m.endswith("/") or "__MACOSX" in m:
+                    parts = Path(m).parts
+                    if m.endswith("/") or "__MACOSX" in parts or ".." in parts or Path(m).is_absolute():
                         continue
                     if hit(m) or m.endswith(".zip"):
                         out = self.work / "unpacked" / arc.stem / m
-                        if not out.exists():
+                        info = z.getinfo(m)
+                        if not (out.exists() and out.stat().st_size == info.file_size):
                             out.parent.mkdir(parents=True, exist_ok=True)
                             with z.open(m) as fin, open(out, "wb") as fout:
                                 shutil.copyfileobj(fin, fout, CHUNK)
                         if hit(m):
                             return out
                         archives.append(out)
-        if required:
-            raise FetchError(f"{self.src}: no file named {' or '.join(patterns)} (in it or in its archives)")
         return None
 
 
@@ -312,7 +329,7 @@ def conv_hotpotqa(inputs: Inputs, root: Path, targets: str = "", names: list[str
     """HotpotQA official dev JSON (a list) → JSON Lines, each record checked by the loader."""
     from kgreason.data.multihop import parse_hotpot
 
-    src = inputs.find("hotpot_dev_distractor_v1.json", "hotpot_*.json", "*.json")
+    src = inputs.find("hotpot_dev_distractor_v1.json", "hotpot_*.json", "*.json", "*.jsonl")
     recs = _validated(src, parse_hotpot, "hotpotqa")
     return [_write_jsonl(recs, root / "hotpotqa" / (src.stem + ".jsonl"))]
 
@@ -481,14 +498,14 @@ def fetch(source: Source, root: Path, *, full: bool = False, verify: bool = True
     if recipe is None:
         if full and source.sample is not None:
             raise FetchError(f"{source.name}: the sample is the whole release; run `kgreason data fetch {source.name}`")
-        how = (f"`kgreason data prepare {source.name} --from FILE`" if source.prepare
-               else "see docs/data.md")
-        raise FetchError(f"{source.name} ({source.access}): nothing to download from here. {source.notes or ''} "
-                         f"Use {how}.".replace("  ", " "))
+        how = source.notes or (f"Use `kgreason data prepare {source.name} --from FILE`." if source.prepare
+                               else "See docs/data.md.")
+        raise FetchError(f"{source.name} ({source.access}): nothing to download from here. {how}")
     staging = root / ".downloads" / source.name
     log(f"{source.name}: {len(recipe.remotes)} file(s) into {staging}")
     for r in recipe.remotes:
         fetch_remote(r, staging, verify=verify, log=log)
+    shutil.rmtree(staging / "unpacked", ignore_errors=True)  # archives may have been fetched anew
     written = run_converter(recipe.convert, Inputs(staging, staging), root, _remote_names(recipe))
     return written
 
