@@ -41,6 +41,7 @@ class Need:
     env: str | None         # the variable that moves it (KGREASON_DATA, PROBSUM_CSV, ...)
     kind: str = "file"      # file | endpoint
     exists: bool | None = None
+    bytes: int | None = None  # size on disk when present
 
 
 def data_root(dest: str | None = None) -> Path:
@@ -96,7 +97,8 @@ def config_needs(group: str, option: str, root: Path, conf: Path | None = None) 
             if "://" in value or base == "url":
                 out.append(Need(key, value, var, "endpoint", None))
             else:
-                out.append(Need(key + tag, value, var, "file", Path(value).is_file()))
+                p = Path(value)
+                out.append(Need(key + tag, value, var, "file", p.is_file(), p.stat().st_size if p.is_file() else None))
     return out
 
 
@@ -169,7 +171,7 @@ def print_listing(rows: list[dict], root_line: str) -> None:
         print(f"    licence: {r['licence']}")
         print(f"    size:    {r['size']}")
         for n in r["needs"]:
-            mark = {True: "ok", False: "MISSING", None: "not checked"}[n["exists"]]
+            mark = {True: f"ok ({(n['bytes'] or 0) / 1e6:,.1f} MB)", False: "MISSING", None: "not checked"}[n["exists"]]
             via = f"  [{n['env']}]" if n["env"] else ""
             if n["kind"] == "file" and not Path(n["value"]).is_absolute():
                 via += " (relative to the working directory)"

@@ -92,7 +92,7 @@ def test_list_on_a_machine_with_no_data(root, capsys):
         "path": "UMLS_META", "mrrel": "UMLS_META", "mrsty": "UMLS_META"}
     assert e["kg/freebase_sparql"]["needs"] == [
         {"setting": "url", "value": "http://localhost:8890/sparql", "env": "FREEBASE_SPARQL_URL",
-         "kind": "endpoint", "exists": None}]
+         "kind": "endpoint", "exists": None, "bytes": None}]
     assert e["dataset/cwq"]["licence"] and "fetch cwq" in e["dataset/cwq"]["get"]
     assert "prepare umls --from" in e["kg/umls"]["get"]
 
