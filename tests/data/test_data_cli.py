@@ -480,6 +480,8 @@ def test_fetch_stops_on_a_hash_or_size_mismatch(root, tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert f"got {src.stat().st_size:,} bytes, expected 3,833,233" in err and "kgreason/data/catalog.py" in err
     assert not (root / "cwq" / "tog_cwq.json").exists()
+    assert command.main(["fetch", "cwq", "--no-verify"]) == 0  # accepted as it is (still a valid ToG file)
+    assert (root / "cwq" / "tog_cwq.json").read_bytes() == src.read_bytes()
     # a file of the right size but other bytes fails the SHA-256
     r = Remote("f.bin", "file:///unused", size=4, sha256=hashlib.sha256(b"abcd").hexdigest())
     (tmp_path / "other.bin").write_bytes(b"abce")
