@@ -1,7 +1,7 @@
 """The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
 
 * ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
-* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``sync``.
+* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``sync``, ``data``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
 ``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
@@ -113,6 +113,10 @@ TOOLS: dict[str, Tool] = {
     "sync": Tool("upload a run's or a sweep's offline W&B runs",
                  "kgreason sync outputs/multirun/2026-01-31/12-00-00 [--dry-run]",
                  sync_main),
+    "data": Tool("list the datasets and KGs (source, licence, files, present?); fetch or prepare them",
+                 "kgreason data list [--json]   |   kgreason data fetch metaqa cwq [--dest DIR]   |   "
+                 "kgreason data prepare umls --from umls-2024AA-metathesaurus.zip",
+                 _module_main("kgreason.data.command")),
 }
 
 

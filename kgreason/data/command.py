@@ -1,0 +1,266 @@
+"""``kgreason data``: list the datasets and KGs, download (``fetch``) or convert (``prepare``) them.
+
+* ``kgreason data list [--json]`` — every ``conf/dataset/*.yaml`` and ``conf/kg/*.yaml`` option:
+  where it comes from, its licence and size (:mod:`kgreason.data.catalog`), and the exact files a
+  run reads, derived from the config itself (each path-like setting resolved with this machine's
+  ``paths.*`` and environment), whether they are present, and which variable moves them.
+* ``kgreason data fetch NAME [--full] [--dest DIR]`` — download from the upstream source, check
+  size and SHA-256 where known, convert, place under the data root (resumable).
+* ``kgreason data prepare NAME --from FILE [--dest DIR]`` — the same from a file you have (the
+  licensed and credentialed ones: UMLS, ProbSum; MetaQA from its Google Drive folder); for
+  ``freebase`` it prints the Virtuoso bulk-load steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from kgreason import paths as kpaths
+from kgreason.data.catalog import CONFIGS, SOURCES, VARIANTS, Source, lookup
+
+#: settings that name input files (besides any string built from ${paths.data} or ${oc.env:...})
+PATH_KEYS = {"path", "corpus", "conditions", "evidences", "names", "aliases", "mrrel", "mrsty", "authorship",
+             "citations", "authors", "relations_file"}
+#: settings never treated as inputs
+SKIP_KEYS = {"_target_", "loader", "cache_dir", "prefix", "hub_id", "default_graph", "name"}
+_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass
+class Need:
+    setting: str            # e.g. "path", "path[1]", "path (hops=1)"
+    value: str              # resolved
+    env: str | None         # the variable that moves it (KGREASON_DATA, PROBSUM_CSV, ...)
+    kind: str = "file"      # file | endpoint
+    exists: bool | None = None
+    bytes: int | None = None  # size on disk when present
+
+
+def data_root(dest: str | None = None) -> Path:
+    return Path(dest) if dest else Path(kpaths.resolve("data"))
+
+
+def _paths_node(root: Path) -> dict[str, str]:
+    return {"root": kpaths.resolve("root"), "data": str(root), "cache": kpaths.resolve("cache"),
+            "models": kpaths.resolve("models"), "output": kpaths.resolve("output")}
+
+
+def _leaves(raw: Any, res: Any, key: str = ""):
+    """(setting, raw string, resolved value) for every leaf; list items keep their parent's key."""
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            yield from _leaves(v, res.get(k) if isinstance(res, dict) else None, f"{key}.{k}" if key else str(k))
+    elif isinstance(raw, list):
+        for i, v in enumerate(raw):
+            yield from _leaves(v, res[i] if isinstance(res, list) and i < len(res) else None, f"{key}[{i}]")
+    else:
+        yield key, raw, res
+
+
+def config_needs(group: str, option: str, root: Path, conf: Path | None = None) -> list[Need]:
+    """The files (and endpoints) ``conf/<group>/<option>.yaml`` reads, resolved against ``root``."""
+    from omegaconf import OmegaConf
+
+    conf = conf or kpaths.config_dir()
+    node = OmegaConf.load(conf / group / f"{option}.yaml")
+    variants = VARIANTS.get(f"{group}/{option}", {})
+    combos = [dict(zip(variants, vals)) for vals in itertools.product(*variants.values())] if variants else [{}]
+    out: list[Need] = []
+    seen: set[tuple[str, str]] = set()
+    for combo in combos:
+        merged = OmegaConf.merge(node, combo)
+        cfg = OmegaConf.create({"paths": _paths_node(root), "seed": 0, group: merged})
+        resolved = OmegaConf.to_container(cfg, resolve=True)[group]
+        raw = OmegaConf.to_container(merged, resolve=False)
+        tag = " (" + ", ".join(f"{k}={v}" for k, v in combo.items()) + ")" if combo else ""
+        for key, rv, val in _leaves(raw, resolved):
+            base = re.sub(r"\[\d+\]$", "", key).rsplit(".", 1)[-1]
+            if base in SKIP_KEYS or not isinstance(rv, str) or val is None:
+                continue
+            env = _ENV.search(rv)
+            from_data = "${paths.data}" in rv
+            if not (env or from_data or base in PATH_KEYS):
+                continue
+            var = env.group(1) if env else ("KGREASON_DATA" if from_data else None)
+            value = str(val)
+            if (key, value) in seen:
+                continue
+            seen.add((key, value))
+            if "://" in value or base == "url":
+                out.append(Need(key, value, var, "endpoint", None))
+            else:
+                p = Path(value)
+                out.append(Need(key + tag, value, var, "file", p.is_file(), p.stat().st_size if p.is_file() else None))
+    return out
+
+
+def options(conf: Path | None = None) -> list[tuple[str, str]]:
+    conf = conf or kpaths.config_dir()
+    return [(g, p.stem) for g in ("dataset", "kg") for p in sorted((conf / g).glob("*.yaml"))]
+
+
+def status_of(src: Source | None, needs: list[Need]) -> str:
+    if src is not None and src.access == "generated":
+        return "generated, always present"
+    files = [n for n in needs if n.kind == "file"]
+    if not files:
+        return "endpoint (not checked)" if needs else "nothing on disk"
+    have = sum(bool(n.exists) for n in files)
+    return "present" if have == len(files) else ("absent" if have == 0 else f"partial ({have}/{len(files)} files)")
+
+
+def how_to_get(src: Source | None) -> str:
+    if src is None:
+        return "no catalog entry (add one to kgreason/data/catalog.py)"
+    if src.access == "generated":
+        return "nothing to get"
+    parts = []
+    if src.sample:
+        parts.append(f"kgreason data fetch {src.name}")
+    if src.full:
+        parts.append(f"kgreason data fetch {src.name} --full  ({src.full.writes})")
+    if src.prepare:
+        parts.append(f"kgreason data prepare {src.name} --from " + ("DUMP" if src.name == "freebase" else "FILE"))
+    return " | ".join(parts) or (src.notes or "see docs/data.md")
+
+
+def listing(root: Path, conf: Path | None = None) -> list[dict]:
+    rows = []
+    for group, option in options(conf):
+        key = f"{group}/{option}"
+        src = SOURCES.get(CONFIGS.get(key, ""))
+        try:
+            needs = [] if (src and src.access == "generated") else config_needs(group, option, root, conf)
+        except Exception as e:  # noqa: BLE001 - one unreadable config must not hide the others
+            needs = [Need("(config)", f"{conf or kpaths.config_dir()}/{key}.yaml does not resolve: {e}", None,
+                          "file", False)]
+        rows.append({
+            "config": key, "entry": src.name if src else None, "title": src.title if src else None,
+            "source": src.upstream if src else None, "licence": src.licence if src else None,
+            "size": src.size if src else None, "access": src.access if src else None,
+            "notes": src.notes if src else None, "status": status_of(src, needs),
+            "present": status_of(src, needs) in ("present", "generated, always present"),
+            "needs": [asdict(n) for n in needs], "get": how_to_get(src),
+        })
+    return rows
+
+
+def _root_line(root: Path, dest: str | None) -> str:
+    if dest:
+        return f"data root: {root} (--dest)"
+    var = kpaths.ENV["data"]
+    return f"data root: {root} ({var}={os.environ[var]})" if os.environ.get(var) else \
+        f"data root: {root} ({var} unset: the default)"
+
+
+def print_listing(rows: list[dict], root_line: str) -> None:
+    print(root_line)
+    for r in rows:
+        print(f"\n{r['config']:<22} {r['status']:<26} {r['access'] or '?'}: {r['title'] or ''}")
+        if r["access"] == "generated":
+            continue
+        print(f"    source:  {r['source']}")
+        print(f"    licence: {r['licence']}")
+        print(f"    size:    {r['size']}")
+        for n in r["needs"]:
+            mark = {True: f"ok ({(n['bytes'] or 0) / 1e6:,.1f} MB)", False: "MISSING", None: "not checked"}[n["exists"]]
+            via = f"  [{n['env']}]" if n["env"] else ""
+            if n["kind"] == "file" and not Path(n["value"]).is_absolute():
+                via += " (relative to the working directory)"
+            print(f"    needs:   {n['setting']} = {n['value']}{via}  {mark}")
+        if r["notes"]:
+            print(f"    note:    {r['notes']}")
+        print(f"    get:     {r['get']}")
+
+
+def _exports(written: list[Path]) -> list[str]:
+    """``export VAR=...`` lines for files written where a variable-reading setting must be pointed."""
+    lines = []
+    for var, test in (("PROBSUM_CSV", lambda p: p.name.endswith(".csv") and p.parent.name == "probsum"),
+                      ("ROG_JSONL", lambda p: p.parent.name == "rog"),
+                      ("UMLS_META", lambda p: p.suffix == ".RRF")):
+        hit = next((p for p in written if test(p)), None)
+        if hit is not None and not os.environ.get(var):
+            lines.append(f"export {var}={hit.parent if var == 'UMLS_META' else hit}")
+    return lines
+
+
+def _report(src: Source, written: list[Path], full: bool) -> None:
+    for p in written:
+        print(f"  wrote {p} ({p.stat().st_size:,} bytes)")
+    for line in _exports(written):
+        print(f"  then: {line}")
+    recipe = src.full if full else src.sample
+    if recipe is not None and recipe.use:
+        print(f"  use:  kgreason ... {recipe.use}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kgreason data",
+                                 description="list the datasets and KGs; download (fetch) or convert (prepare) them "
+                                             "into the data root",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="See docs/data.md. Entries: " + ", ".join(SOURCES))
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_list = sub.add_parser("list", help="each dataset and KG option: source, licence, size, files, presence")
+    p_list.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p_fetch = sub.add_parser("fetch", help="download NAME from its upstream source and convert it")
+    p_fetch.add_argument("names", nargs="+", metavar="NAME", help="entries of `kgreason data list` ("
+                         + ", ".join(n for n, s in SOURCES.items() if s.sample or s.full) + ")")
+    p_fetch.add_argument("--full", action="store_true",
+                         help="the whole official release instead of the sample the default config reads")
+    p_fetch.add_argument("--no-verify", action="store_true", help="accept a file whose SHA-256 differs from the pin")
+    p_prep = sub.add_parser("prepare", help="convert a file you already have (UMLS, ProbSum, MetaQA, ...)")
+    p_prep.add_argument("name", metavar="NAME", help="umls, probsum, metaqa, freebase, or any fetchable entry")
+    p_prep.add_argument("--from", dest="src", default=None, metavar="FILE",
+                        help="the release file, archive or folder (freebase: the dump, optional)")
+    for p in (p_list, p_fetch, p_prep):
+        p.add_argument("--dest", default=None, metavar="DIR",
+                       help="data root to check / write (default: $KGREASON_DATA, else paths.data's default)")
+    try:
+        args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:  # --help, or a usage error (argparse printed it)
+        return int(e.code or 0)
+    root = data_root(args.dest)
+    from kgreason.data.fetch import FetchError, fetch, freebase_steps, prepare
+
+    if args.cmd == "list":
+        rows = listing(root)
+        if args.json:
+            print(json.dumps({"data_root": str(root), "entries": rows}, indent=2))
+        else:
+            print_listing(rows, _root_line(root, args.dest))
+        return 0
+    try:
+        if args.cmd == "fetch":
+            for name in args.names:
+                src = lookup(name)
+                written = fetch(src, root, full=args.full, verify=not args.no_verify)
+                _report(src, written, args.full)
+            return 0
+        src = lookup(args.name)
+        if src.name == "freebase":
+            print(freebase_steps(args.src))
+            return 0
+        if not args.src:
+            print(f"error: kgreason data prepare {src.name} needs --from FILE", file=sys.stderr)
+            return 2
+        written = prepare(src, Path(args.src), root)
+        _report(src, written, full=False)
+        return 0
+    except (FetchError, KeyError, ImportError, OSError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {msg}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
