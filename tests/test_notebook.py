@@ -1,6 +1,7 @@
 """notebooks/analysis.ipynb: committed with its outputs (tables and figures visible when the
 notebook is viewed on the hosting site), papermill-style parameters, and it runs headless
-(nbclient, python3 kernel) on a real tiny multirun, drawing its figures inline."""
+(nbclient, python3 kernel) on a real tiny multirun, drawing its figures inline; the metrics its
+stored outputs name are the ones a fresh run writes (stale outputs: ``make notebook``)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,51 @@ def test_analysis_notebook_executes(tmp_path):
         assert len(pngs) == 1 and pngs[0][:4] == b"\x89PNG", [o.get("output_type") for o in c.outputs]
     for name in ("analysis_metric_vs_hops.png", "analysis_metric_vs_ablation.png"):
         assert (sweep / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def _stored_metric_names(nb) -> dict[str, str]:
+    """``metric/<name>`` -> where the committed notebook names it: its stored outputs (table header
+    cells ``<dataset> / <name>``, the ``| metric: <name>`` line, any literal ``metric/<name>``), the
+    ``METRIC`` default of the parameters cell and the ``-p METRIC <name>`` of its papermill example."""
+    import re
+
+    found: dict[str, str] = {}
+    for i, c in enumerate(nb.cells):
+        texts = []
+        for o in c.get("outputs", []):
+            texts.append("".join(o.get("text", "")))
+            texts += ["".join(v) for k, v in o.get("data", {}).items() if k.startswith("text/")]
+        for t in texts:
+            for line in t.splitlines():
+                if line.startswith("|") and " / " in line:  # the results table's header
+                    for cell in line.strip("|").split("|"):
+                        if " / " in cell:
+                            found.setdefault("metric/" + cell.split(" / ")[-1].strip().strip("*"), f"cell {i} output")
+            for m in re.finditer(r"\| metric: (\w+)", t):
+                found.setdefault(f"metric/{m.group(1)}", f"cell {i} output")
+            for m in re.finditer(r"\bmetric/(\w+)", t):
+                found.setdefault(f"metric/{m.group(1)}", f"cell {i} output")
+        for m in re.finditer(r"^METRIC = [\"'](\w+)[\"']|-p METRIC (\w+)", c.source, re.M):
+            found.setdefault(f"metric/{m.group(1) or m.group(2)}", f"cell {i} source")
+    return found
+
+
+def test_notebook_names_only_metrics_a_fresh_run_writes(tmp_path):
+    """The committed outputs go stale when a metric is renamed (issue 33): every metric the stored
+    outputs name is a key of a fresh default run's metrics.json (the notebook's sweep runs the
+    default reasoner; which keys a run writes does not depend on its size)."""
+    import json
+
+    nbformat = pytest.importorskip("nbformat")
+    stored = _stored_metric_names(nbformat.read(NB, as_version=4))
+    assert "metric/hits_at_1" in stored, stored  # the scan reads the outputs at all
+    run = tmp_path / "run"
+    env = {**os.environ, "KGREASON_PROGRESS": "off"}
+    r = subprocess.run([sys.executable, "-m", "kgreason", "tracking=none", "dataset.limit=2",
+                        f"hydra.run.dir={run}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fresh = set(json.loads((run / "metrics.json").read_text()))
+    stale = {k: v for k, v in stored.items() if k not in fresh}
+    assert not stale, (f"notebooks/analysis.ipynb names metrics a fresh run no longer writes: {stale}; "
+                       f"the run writes {sorted(k for k in fresh if k.startswith('metric/'))}: "
+                       "re-execute it (make notebook) and fix the names in its sources")
