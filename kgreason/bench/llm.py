@@ -20,7 +20,8 @@
 Speed is never asserted in tests; this prints a table (and ``--json PATH`` writes one).
 
 :class:`FakeChatServer` is also the test server of ``tests/llm``: it speaks
-``/v1/chat/completions`` and ``/v1/completions`` (echo+logprobs), and can inject 429 (with
+``/v1/chat/completions`` and ``/v1/completions`` (echo+logprobs, optionally shifted by one
+position as llama-cpp-python's server does on some models), and can inject 429 (with
 ``Retry-After``), 5xx, slow replies and 404 for chosen requests.
 """
 
@@ -53,8 +54,10 @@ class FakeChatServer:
         headers: the matching request headers (dicts).
     """
 
-    def __init__(self, latency_s: float = 0.0, faults: list[tuple] | None = None, completions: bool = True) -> None:
+    def __init__(self, latency_s: float = 0.0, faults: list[tuple] | None = None, completions: bool = True,
+                 echo_shift: bool = False) -> None:
         self.latency_s, self.faults, self.completions = latency_s, list(faults or []), completions
+        self.echo_shift = echo_shift
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0      # requests being handled right now
@@ -152,17 +155,35 @@ class FakeChatServer:
         return {"id": "cmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model", "fake"),
                 "choices": choices, "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
 
-    @staticmethod
-    def _completion(body: dict) -> dict:
-        """Echo scoring: one token per character, log-prob −0.01·(char code mod 7 + 1)."""
+    def _completion(self, body: dict) -> dict:
+        """Echo scoring, one token per word with its leading spaces (``\\s*\\S+``): log-prob
+        −0.01·(len(token) mod 7 + 1), except the continuations of the score-alignment probes
+        (:data:`~kgreason.llm.openai_http.SCORE_PROBES`): the right one −0.05, the wrong one −6.
+        The first token's log-prob is null (as the OpenAI API reports it). ``echo_shift``: as
+        llama-cpp-python ≤ 0.3.36 on a model without BOS, each token gets the next position's
+        value and the last one the same −2 whatever it is."""
+        import re
+
+        from kgreason.llm.openai_http import SCORE_PROBES
+
         prompt = body.get("prompt", "")
-        offs = list(range(len(prompt)))
-        lps = [None] + [-0.01 * (ord(c) % 7 + 1) for c in prompt[1:]]
+        toks = [(m.start(), m.group()) for m in re.finditer(r"\s*\S+|\s+$", prompt)]
+        lps: list[float | None] = [-0.01 * (len(t) % 7 + 1) for _, t in toks]
+        for prefix, right, wrong in SCORE_PROBES:
+            for cand, v in ((right, -0.05), (wrong, -6.0)):
+                if prompt == prefix + cand:
+                    for i, (off, _) in enumerate(toks):
+                        if off >= len(prefix):
+                            lps[i] = v
+        if self.echo_shift and lps:
+            lps = lps[1:] + [-2.0]
+        if lps:
+            lps[0] = None
         return {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": body.get("model", "fake"),
                 "choices": [{"index": 0, "text": prompt, "finish_reason": "length",
-                             "logprobs": {"tokens": list(prompt), "token_logprobs": lps, "text_offset": offs,
-                                          "top_logprobs": None}}],
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": len(prompt)}}
+                             "logprobs": {"tokens": [t for _, t in toks], "token_logprobs": lps,
+                                          "text_offset": [o for o, _ in toks], "top_logprobs": None}}],
+                "usage": {"prompt_tokens": len(toks), "completion_tokens": 0, "total_tokens": len(toks)}}
 
     def __enter__(self) -> "FakeChatServer":
         self._thread.start()
