@@ -91,18 +91,17 @@ def test_server_applies_the_ggufs_chat_template_and_reports_its_tokens(llama_ser
 
 
 def test_stop_strings_cut_the_reply(llama_server):
-    """Greedy reply without a stop string, then the same request stopped at a word inside it:
-    the reply ends just before that word and is shorter."""
+    """A stop string the reply would surely contain (the letter e, in 40 tokens of English) cuts
+    it: the stopped reply has no "e", is shorter and cost fewer tokens. (Two greedy replies to
+    the same prompt are not compared: a reused KV prefix changes SmolLM2's near-ties.)"""
     llm = _llm(llama_server)
-    req = dict(messages=(Message("user", "Count from one to twenty in words, separated by commas."),),
-               max_tokens=40, temperature=0.0)
-    full = llm.generate([ChatRequest(**req)])[0].text
-    words = re.findall(r"[A-Za-z]{3,}", full)
-    assert len(words) >= 3, full
-    stop = words[2]
-    cut = llm.generate([ChatRequest(**req, stop=(stop,))])[0]
-    assert stop not in cut.text and len(cut.text) < len(full)
-    assert full.startswith(cut.text.rstrip()), (full, cut.text)
+    req = dict(messages=(Message("user", "Describe the weather in three sentences."),), max_tokens=40,
+               temperature=0.0)
+    full = llm.generate([ChatRequest(**req)])[0]
+    assert "e" in full.text, full.text
+    cut = llm.generate([ChatRequest(**req, stop=("e",))])[0]
+    assert "e" not in cut.text and len(cut.text) < len(full.text), (full.text, cut.text)
+    assert cut.usage.completion_tokens < full.usage.completion_tokens
 
 
 # ----------------------------------------------------------------------------- score(), Eq. 18
@@ -187,10 +186,10 @@ FAST = {
     "io": ["reasoner=io", "reasoner.max_tokens=24"],
     "cot": ["reasoner=cot", "reasoner.max_tokens=48"],
     "rag": ["reasoner=rag", "reasoner.max_tokens=24"],
-    "rag_text": ["reasoner=rag_text", "dataset=embedded", "dataset.task=multihop", "reasoner.max_tokens=24"],
     "logoskg_dx": ["reasoner=logoskg_dx", "dataset=embedded_clinical", "reasoner.max_tokens=32"],
 }
-SLOW = {
+SLOW = {  # rag_text: encoding its passage pool with MiniLM takes ~2 min on 2 cores, not the server
+    "rag_text": ["reasoner=rag_text", "dataset=embedded", "dataset.task=multihop", "reasoner.max_tokens=24"],
     "tog": ["reasoner=tog", "reasoner.max_tokens=32"],
     "reknos": ["reasoner=reknos", "reasoner.max_tokens=32"],
     "sgr": ["reasoner=sgr", "reasoner.max_tokens=48"],
