@@ -235,17 +235,17 @@ def test_reasoner_runs_through_the_server_slow(name, llama_server, tmp_path):
 
 @pytest.mark.slow
 def test_subqrag_runs_through_the_server(llama_server, tmp_path):
-    """SubQRAG indexes its pool first (§2.1): a pool of the question's passages plus two others."""
+    """SubQRAG indexes its pool first (§2.1): a pool of two of the question's passages and one other."""
     from kgreason.data.embedded import load_embedded
     from kgreason.reasoners.rag_text import load_corpus
 
     ex = next(iter(load_embedded(task="multihop", limit=1)))
     world = load_corpus("embedded", 0)
-    keep = [p for p in world if p[0] in set(ex.supporting)][:3] + world[:2]
+    keep = [p for p in world if p[0] in set(ex.supporting)][:2] + world[:1]
     corpus = tmp_path / "pool.jsonl"
     corpus.write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in keep))
     res, _ = _run(llama_server, tmp_path, "reasoner=subqrag", "dataset=embedded", "dataset.task=multihop",
-                  "reasoner.max_tokens=48", f"reasoner.corpus={corpus}", f"reasoner.index_dir={tmp_path / 'idx'}")
+                  "reasoner.max_tokens=24", f"reasoner.corpus={corpus}", f"reasoner.index_dir={tmp_path / 'idx'}")
     assert res.metrics["run/error_rate"] == 0.0 and res.metrics["llm/calls"] > 0
 
 
@@ -301,3 +301,18 @@ def test_kgreason_serve_prints_the_override_line_and_answers(tmp_path):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_server_bench_reports_every_row():
+    """`kgreason bench llm --which server` on the smallest setting: its own server, one io row
+    per worker count, with the busy share, the server's own speeds and the prefix-cache count."""
+    from kgreason.bench.llm import bench_server
+
+    r = bench_server(("llm=local",), reasoners=("io",), workers=(1, 2), n=2, parallel=2, threads=1, max_tokens=8)
+    assert [(x["reasoner"], x["example_workers"]) for x in r["rows"]] == [("io", 1), ("io", 2)]
+    for x in r["rows"]:
+        assert x["requests"] == 3 and x["error_rate"] == 0.0  # 2 examples + the preflight probe
+        assert 0 < x["slots_busy_share"] <= 1 and x["server_decode_tok_per_s"] > 0
+        assert x["cached_tokens_in_usage"] is None  # llama-cpp-python sends no prompt_tokens_details
+    assert r["score_check"]["passed"] in (True, False)
