@@ -7,9 +7,22 @@ TORCH_VERSION ?= 2.13.0
 # the index of the torch wheel; empty = pip's configured index (see setup below)
 TORCH_INDEX ?=
 
-.PHONY: setup run test test-fast bench notebook clean
+.PHONY: setup setup-server run test test-fast bench notebook clean
 
 setup: $(VENV)/.installed
+
+# llama-cpp-python's OpenAI-compatible server, for the `server` tests and `kgreason serve`: only
+# `make test` installs it (a one-time llama.cpp compile, ~8 min on 2 cores; pip caches the wheel),
+# so `make run` stays fast.
+# x86-64: a portable AVX2 build, not -march=native: the native 0.3.36 build segfaults in its first
+# decode on a CPU with AMX (Xeon, 2026-11-25), and pip's cached wheel may be reused on another CPU.
+LLAMA_SERVER := llama-cpp-python[server]==0.3.36
+LLAMA_CMAKE := $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON,)
+setup-server: $(VENV)/.installed-server
+
+$(VENV)/.installed-server: $(VENV)/.installed
+	$(PY) -c "import llama_cpp.server.app" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip install -q "$(LLAMA_SERVER)"
+	touch $@
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +44,7 @@ run: setup
 
 # The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py): install Debian's
 # virtuoso-opensource when virtuoso-t is missing and apt-get is usable (root); otherwise they skip.
-test: setup
+test: setup setup-server
 	@command -v virtuoso-t >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq virtuoso-opensource) >/dev/null 2>&1 ; } || \
 	  echo "virtuoso-t not installed: the Virtuoso tests will skip"

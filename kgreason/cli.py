@@ -1,7 +1,7 @@
 """The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
 
 * ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
-* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``sync``, ``data``.
+* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``, ``sync``, ``data``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
 ``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
@@ -110,6 +110,9 @@ TOOLS: dict[str, Tool] = {
     "index": Tool("build a SubQRAG triple index for a corpus with an LLM backend",
                   "kgreason index corpus.jsonl .cache/kgreason/subqrag_index llm=openai llm.model=gpt-4o-mini",
                   _module_main("kgreason.reasoners.subqrag_index")),
+    "serve": Tool("serve a local model (llm=local, llm=qwen_coder_1_5b) on an OpenAI-compatible endpoint (llama.cpp)",
+                  "kgreason serve llm=qwen_coder_1_5b --port 8000 --parallel 2     (prints the llm=openai overrides to use)",
+                  _module_main("kgreason.llm.serve")),
     "sync": Tool("upload a run's or a sweep's offline W&B runs",
                  "kgreason sync outputs/multirun/2026-01-31/12-00-00 [--dry-run]",
                  sync_main),

@@ -126,3 +126,25 @@ def virtuoso_freebase(shared_data, tmp_path_factory):
                          names=str(src / "entity2text.txt"), aliases=str(src / "FB15k_mid2name.txt"))
     with VirtuosoServer(d / "db", [nt]) as server:
         yield {"url": server.url, "server": server, "nt": nt}
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """The embedded SmolLM2 GGUF behind llama-cpp-python's OpenAI-compatible server on 127.0.0.1
+    (``kgreason.llm.serve.LlamaServer``: two slots of one thread each behind its proxy, free
+    ports), up once per session; every process it started is stopped at the end, also when a
+    test fails. Skips where ``llama_cpp.server`` cannot be imported (``make test`` installs it)."""
+    from kgreason.llm.serve import LlamaServer, llama_server_available
+
+    why = llama_server_available()
+    if why:
+        pytest.skip(why)
+    from kgreason.llm.local import find_gguf
+
+    try:
+        gguf = find_gguf()
+    except (ImportError, FileNotFoundError) as e:
+        pytest.skip(str(e))
+    with LlamaServer(gguf, "smollm2-135m-instruct", parallel=2, threads=1, n_ctx=4096,
+                     log_dir=tmp_path_factory.mktemp("llama-server")) as srv:
+        yield srv

@@ -23,7 +23,7 @@ def test_help_lists_user_groups_and_tools_not_internal_ones(capsys):
     group_lines = [ln.split()[0] for ln in out.split("config groups")[1].splitlines()[1:] if ln.startswith("  ")]
     assert {"dataset", "kg", "retriever", "reasoner", "llm", "experiment"} <= set(group_lines)
     assert not {"bench", "pairing", "hydra", "paths"} & set(group_lines), group_lines
-    for tool in ("tables", "score", "bench", "index", "sync"):
+    for tool in ("tables", "score", "bench", "index", "serve", "sync"):
         assert f"  {tool} " in out
 
 

@@ -12,6 +12,10 @@
   route: greedy tokens/s on the same prompts, one request at a time or ``--batch N`` per
   ``generate`` call, the dtypes alternating prompt by prompt (fair on a shared CPU), and whether
   each dtype's greedy reply equals the first one's.
+* ``server``: whole runs (io and ToG by default) with ``llm=openai`` against a llama.cpp server
+  (``kgreason serve``'s :class:`~kgreason.llm.serve.LlamaServer`, ``--parallel`` slots) serving
+  ``--llm``'s local model, at ``example_workers`` 1, 4 and 8: examples per minute, the share of
+  time the slots were busy, the server's own decode/prefill tokens/s and its prefix-cache hits.
 * ``workers``: a whole run (``kgreason.run.run``, ``reasoner=io`` on MetaQA 2-hop, call cache
   off) with ``example_workers=1`` and ``=8`` on the same questions → examples per minute and
   the ratio (8 workers → the local model's requests are merged by
@@ -24,6 +28,8 @@ Speed is never asserted in tests; this prints a table (and ``--json PATH`` write
 ``Retry-After``), 5xx, slow replies and 404 for chosen requests. With ``openai_rules=True`` it
 refuses what the OpenAI API refuses for its reasoning models (HTTP 400 with OpenAI's error JSON)
 and reports reasoning tokens in ``usage.completion_tokens_details``.
+It can also shift the echoed log-probs by one position (``echo_shift``), as llama-cpp-python's
+server does on some models.
 """
 
 from __future__ import annotations
@@ -75,10 +81,11 @@ class FakeChatServer:
 
     def __init__(self, latency_s: float = 0.0, faults: list[tuple] | None = None, completions: bool = True,
                  openai_rules: bool = False, reasoning_tokens: int = 0,
-                 reply: Callable[[dict], str] | None = None) -> None:
+                 reply: Callable[[dict], str] | None = None, echo_shift: bool = False) -> None:
         self.latency_s, self.faults, self.completions = latency_s, list(faults or []), completions
         self.openai_rules, self.reasoning_tokens, self.reply = openai_rules, int(reasoning_tokens), reply
         self.rejected: list[str] = []  # the error messages of the requests refused by openai_rules
+        self.echo_shift = echo_shift
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0      # requests being handled right now
@@ -219,17 +226,35 @@ class FakeChatServer:
         return {"id": "cmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model", "fake"),
                 "choices": choices, "usage": usage}
 
-    @staticmethod
-    def _completion(body: dict) -> dict:
-        """Echo scoring: one token per character, log-prob −0.01·(char code mod 7 + 1)."""
+    def _completion(self, body: dict) -> dict:
+        """Echo scoring, one token per word with its leading spaces (``\\s*\\S+``): log-prob
+        −0.01·(len(token) mod 7 + 1), except the continuations of the score-alignment probes
+        (:data:`~kgreason.llm.openai_http.SCORE_PROBES`): the right one −0.05, the wrong one −6.
+        The first token's log-prob is null (as the OpenAI API reports it). ``echo_shift``: as
+        llama-cpp-python ≤ 0.3.36 on a model without BOS, each token gets the next position's
+        value and the last one the same −2 whatever it is."""
+        import re
+
+        from kgreason.llm.openai_http import SCORE_PROBES
+
         prompt = body.get("prompt", "")
-        offs = list(range(len(prompt)))
-        lps = [None] + [-0.01 * (ord(c) % 7 + 1) for c in prompt[1:]]
+        toks = [(m.start(), m.group()) for m in re.finditer(r"\s*\S+|\s+$", prompt)]
+        lps: list[float | None] = [-0.01 * (len(t) % 7 + 1) for _, t in toks]
+        for prefix, right, wrong in SCORE_PROBES:
+            for cand, v in ((right, -0.05), (wrong, -6.0)):
+                if prompt == prefix + cand:
+                    for i, (off, _) in enumerate(toks):
+                        if off >= len(prefix):
+                            lps[i] = v
+        if self.echo_shift and lps:
+            lps = lps[1:] + [-2.0]
+        if lps:
+            lps[0] = None
         return {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": body.get("model", "fake"),
                 "choices": [{"index": 0, "text": prompt, "finish_reason": "length",
-                             "logprobs": {"tokens": list(prompt), "token_logprobs": lps, "text_offset": offs,
-                                          "top_logprobs": None}}],
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": len(prompt)}}
+                             "logprobs": {"tokens": [t for _, t in toks], "token_logprobs": lps,
+                                          "text_offset": [o for o, _ in toks], "top_logprobs": None}}],
+                "usage": {"prompt_tokens": len(toks), "completion_tokens": 0, "total_tokens": len(toks)}}
 
     def __enter__(self) -> "FakeChatServer":
         self._thread.start()
@@ -392,9 +417,89 @@ def bench_workers(llm_overrides: tuple[str, ...] = ("llm=qwen_coder_1_5b",), n: 
     return out
 
 
+def bench_server(llm_overrides: tuple[str, ...] = ("llm=local",), reasoners: tuple[str, ...] = ("io", "tog"),
+                 workers: tuple[int, ...] = (1, 4, 8), n: int = 8, parallel: int = 2, threads: int | None = None,
+                 max_tokens: int = 32, n_ctx: int = 4096, data: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Whole runs (``kgreason.run.run``, call cache off) with ``llm=openai`` against a llama.cpp
+    server (``kgreason.llm.serve.LlamaServer``, ``parallel`` slots) serving a local model: for
+    each reasoner and each ``example_workers`` the examples per minute, the tokens the server
+    reported, the share of time its slots were busy, and what its own logs say (decode and
+    prefill tokens/s from llama.cpp's per-request timings; prompt tokens reused from the KV
+    cache). The same ``n`` questions for every row."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from kgreason.llm.openai_http import OpenAIChat
+    from kgreason.llm.serve import LlamaServer, resolve_model
+    from kgreason.run import run
+    from kgreason.types import ChatRequest
+
+    gguf, name, _ = resolve_model(llm_overrides)
+    conf = str(Path(__file__).resolve().parents[2] / "conf")
+    out: dict[str, Any] = {"backend": f"llama.cpp server ({gguf.name}, {parallel} slots)", "n": n,
+                           "max_tokens": max_tokens, "load_avg_start": os.getloadavg()[0], "rows": []}
+    with LlamaServer(gguf, name, parallel=parallel, threads=threads, n_ctx=n_ctx) as srv:
+        out["threads_per_slot"] = srv.threads
+        probe = OpenAIChat(model=name, base_url=srv.base_url, api_key_env=None)
+        probe.generate([ChatRequest.of("Hi", max_tokens=2)] * parallel)  # warm every slot
+        out["score_check"] = dict(zip(("passed", "detail"), probe.score_alignment()))
+        for reasoner in reasoners:
+            for w in workers:
+                ov = [f"reasoner={reasoner}", f"dataset.limit={n}", "tracking=none", "llm_cache.mode=off",
+                      f"example_workers={w}", f"reasoner.max_tokens={max_tokens}", "llm=openai",
+                      f"llm.base_url={srv.base_url}", f"llm.model={name}", "llm.api_key_env=null", *data]
+                GlobalHydra.instance().clear()
+                with initialize_config_dir(config_dir=conf, version_base=None):
+                    cfg = compose("config", overrides=ov)
+                s0, l0 = srv.stats(), srv.log_counters()
+                with tempfile.TemporaryDirectory() as d:
+                    t0 = time.perf_counter()
+                    res = run(cfg, d)
+                    dt = time.perf_counter() - t0
+                s1, l1 = srv.stats(), srv.log_counters()
+                busy = sum(b1 - b0 for b0, b1 in zip(s0["busy_s"], s1["busy_s"]))
+                d_ = {k: s1[k] - s0[k] for k in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens",
+                                                 "replies_with_cached_field")}
+                lg = {k: l1[k] - l0[k] for k in l1}
+                out["rows"].append({
+                    "reasoner": reasoner, "example_workers": w, "s": round(dt, 1),
+                    "examples_per_min": round(n / dt * 60, 2), "requests": d_["requests"],
+                    "prompt_tokens": d_["prompt_tokens"], "completion_tokens": d_["completion_tokens"],
+                    "completion_tok_per_s": round(d_["completion_tokens"] / dt, 2),
+                    "slots_busy_share": round(busy / (parallel * dt), 3),
+                    "server_decode_tok_per_s": round(lg["eval_tokens"] / (lg["eval_ms"] / 1000), 1) if lg["eval_ms"] else None,
+                    "server_prefill_tok_per_s": round(lg["prompt_eval_tokens"] / (lg["prompt_eval_ms"] / 1000), 1)
+                    if lg["prompt_eval_ms"] else None,
+                    "prefix_cache_hit_tokens": int(lg["prefix_hit_tokens"]),
+                    "cached_tokens_in_usage": d_["cached_tokens"] if d_["replies_with_cached_field"] else None,
+                    "error_rate": res.metrics.get("run/error_rate")})
+                print(json.dumps(out["rows"][-1]), flush=True)
+    out["load_avg_end"] = os.getloadavg()[0]
+    for reasoner in reasoners:
+        rows = [r for r in out["rows"] if r["reasoner"] == reasoner]
+        for r in rows:
+            r["ratio_vs_1_worker"] = round(r["examples_per_min"] / rows[0]["examples_per_min"], 2)
+    return out
+
+
+def print_server_table(r: dict[str, Any]) -> None:
+    print(f"{r['backend']}, {r['threads_per_slot']} thread(s) per slot, n={r['n']}, max_tokens={r['max_tokens']}")
+    cols = ("reasoner", "example_workers", "s", "examples_per_min", "ratio_vs_1_worker", "requests",
+            "completion_tok_per_s", "slots_busy_share", "server_decode_tok_per_s", "server_prefill_tok_per_s",
+            "prompt_tokens", "prefix_cache_hit_tokens", "cached_tokens_in_usage")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for row in r["rows"]:
+        print("| " + " | ".join(str(row.get(c)) for c in cols) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kgreason.bench.llm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf, dtypes, workers")
+    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf, dtypes, workers, server")
     p.add_argument("--n", type=int, default=64, help="requests per measurement")
     p.add_argument("--latency-ms", type=float, default=50.0, help="fake server latency per request")
     p.add_argument("--concurrency", type=int, default=16)
@@ -403,9 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct",
                    help="dtypes: named local model ('smollm2' = the embedded default)")
     p.add_argument("--max-tokens", type=int, default=32, help="dtypes: new tokens per prompt; workers: reasoner.max_tokens")
-    p.add_argument("--llm", default="llm=qwen_coder_1_5b", help="workers: space-separated llm overrides")
+    p.add_argument("--llm", default="llm=qwen_coder_1_5b",
+                   help="workers, server: space-separated llm overrides (server: the local model to serve, e.g. llm=local)")
     p.add_argument("--workers", type=int, default=8, help="workers: the concurrent run's example_workers")
     p.add_argument("--threads", type=int, default=None, help="dtypes: torch CPU threads (1 on a busy shared box)")
+    p.add_argument("--parallel", type=int, default=2, help="server: llama.cpp server slots (processes)")
+    p.add_argument("--reasoners", default="io,tog", help="server: comma list of reasoners")
+    p.add_argument("--worker-counts", default="1,4,8", help="server: example_workers values")
+    p.add_argument("--data", default="", help="server: space-separated dataset overrides (default: the embedded world)")
     p.add_argument("--batch", type=int, default=1, help="dtypes: requests per generate call (one left-padded batch)")
     p.add_argument("--dtypes", default="float32,bfloat16,int8",
                    help="dtypes: comma list, the first is the reference; 'llamacpp' adds the llama.cpp route")
@@ -424,12 +534,20 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r, indent=1))
             results.append(r)
             continue
+        if which == "server":
+            r = bench_server(tuple(a.llm.split()),
+                             reasoners=tuple(x for x in a.reasoners.split(",") if x),
+                             workers=tuple(int(x) for x in a.worker_counts.split(",") if x), n=min(a.n, 64),
+                             parallel=a.parallel, threads=a.threads, max_tokens=a.max_tokens, data=tuple(a.data.split()))
+            print_server_table(r)
+            results.append(r)
+            continue
         if which == "openai":
             results.append(bench_openai(a.n, a.latency_ms / 1000, a.concurrency))
         elif which == "hf":
             results.append(bench_hf(min(a.n, 16), batch_size=a.concurrency, repeats=a.repeats))
         else:
-            p.error(f"unknown --which item {which!r} (openai, hf, dtypes, workers)")
+            p.error(f"unknown --which item {which!r} (openai, hf, dtypes, workers, server)")
     print(f"{'backend':26s} {'mode':11s} {'req/s':>8s} {'tok/s':>9s}")
     for r in results:
         if "sequential" not in r:

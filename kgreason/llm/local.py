@@ -55,6 +55,23 @@ def find_gguf(package: str = DEFAULT_PACKAGE, gguf_path: str | None = None) -> P
     return Path(files[0])
 
 
+def resolve_gguf(model: str | None = None, package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
+                 cache_dir: str | Path | None = None, sha256: str | None = None) -> Path:
+    """The GGUF a ``llm=local`` config names: a named model (:data:`kgreason.llm.models.MODELS`)
+    assembled from its installed parts, else ``gguf_path`` or the one ``.gguf`` inside ``package``.
+    Shared by the in-process routes and ``kgreason serve`` (one model, one file)."""
+    from kgreason.llm.models import MODELS, assemble
+
+    spec = MODELS.get(model) if model else None
+    if spec is None:
+        return find_gguf(package, gguf_path)
+    if sha256 and sha256 != spec.sha256:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, sha256=str(sha256))
+    return assemble(spec, cache_dir or default_cache_dir())
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get("KGREASON_MODEL_DIR") or Path.home() / ".cache" / "kgreason" / "models")
 
@@ -128,7 +145,7 @@ class LocalLLM:
                  n_threads: int | None = None, model: str | None = None, sha256: str | None = None,
                  dtype: str = "auto") -> None:
         # n_threads also sets torch's CPU threads on the transformers route
-        from kgreason.llm.models import MODELS, assemble
+        from kgreason.llm.models import MODELS
 
         from kgreason.llm.hf import DTYPES, resolve_dtype
 
@@ -140,14 +157,7 @@ class LocalLLM:
                              "for another GGUF set llm.gguf_path=<file> (llm.model then only names it)")
         if dtype not in DTYPES:  # checked before any assembly or conversion
             raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
-        if spec is not None:
-            if sha256 and sha256 != spec.sha256:
-                import dataclasses
-
-                spec = dataclasses.replace(spec, sha256=str(sha256))
-            self.gguf = assemble(spec, cache_dir or default_cache_dir())
-        else:
-            self.gguf = find_gguf(package, gguf_path)
+        self.gguf = resolve_gguf(model, package, gguf_path, cache_dir, sha256)
         self.route = route
         default_dtype = spec.dtype if spec is not None else "float32"
         # auto: the model's measured dtype; on the transformers route float32 instead of bfloat16

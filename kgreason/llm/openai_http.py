@@ -12,9 +12,13 @@ llama.cpp server, TGI, Ollama...), through the official ``openai`` client.
   sends it; after ``max_retries`` retries :class:`~kgreason.llm.base.LLMError` names the
   endpoint and the last status. Other 4xx fail at once.
 * ``score`` uses the legacy ``/v1/completions`` endpoint with ``echo=True, logprobs=0,
-  max_tokens=0`` (vLLM and llama.cpp servers support it; OpenAI's chat models do not): the
-  candidate's log-prob is the sum of the echoed token log-probs after the prompt. Servers
-  that refuse it raise :class:`~kgreason.llm.base.ScoringUnsupported`.
+  max_tokens=1`` (vLLM and llama.cpp servers support it; OpenAI's chat models do not): the
+  candidate's log-prob is the sum of the echoed log-probs of the tokens that overlap the
+  candidate. Servers that refuse it raise :class:`~kgreason.llm.base.ScoringUnsupported`, and
+  so does a server whose echoed log-probs fail a known-answer check
+  (:meth:`OpenAIChat.score_alignment`, run once, one warning): llama-cpp-python's server
+  reports them one position off on some models, which would rank a wrong answer above the
+  right one.
 * **Reasoning models** (``reasoning_models``: name patterns, by default ``gpt-5*``, ``o1*``,
   ``o3*``, ``o4*``; docs/llm.md "Reasoning models") get the request the OpenAI API accepts from
   them: ``max_completion_tokens`` = the request's ``max_tokens`` (the visible reply's budget) +
@@ -37,6 +41,7 @@ import fnmatch
 import logging
 import os
 import random
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
@@ -116,6 +121,8 @@ class OpenAIChat:
             when set (null: the API's default); a non-reasoning model refuses it (LLMError here).
         reasoning_budget_tokens: tokens a reasoning model may spend reasoning on top of the
             request's ``max_tokens`` (``max_completion_tokens`` = both).
+        score_check: before the first ``score``, check the echoed log-probs on known answers
+            (:meth:`score_alignment`); a server that fails is treated as unable to score.
         sleep / rng: injectable for tests (``sleep(seconds)``, ``random.Random``).
     """
 
@@ -124,7 +131,8 @@ class OpenAIChat:
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
                  max_concurrency: int = 8, max_retries: int = 5, backoff_base_s: float = 0.5,
                  backoff_max_s: float = 60.0, timeout_s: float = 120.0, prices: Mapping[str, Any] | None = None,
-                 score_endpoint: str = "completions", extra_body: Mapping[str, Any] | None = None,
+                 score_endpoint: str = "completions", score_check: bool = True,
+                 extra_body: Mapping[str, Any] | None = None,
                  reasoning_models: Sequence[str] | None = DEFAULT_REASONING_MODELS,
                  reasoning_effort: str | None = None, reasoning_budget_tokens: int = 8192,
                  sleep: Callable[[float], None] | None = None, rng: random.Random | None = None) -> None:
@@ -154,6 +162,9 @@ class OpenAIChat:
         self.backoff_base_s, self.backoff_max_s = float(backoff_base_s), float(backoff_max_s)
         self.prices = PriceTable.of(prices)
         self.score_endpoint = str(score_endpoint)
+        self.score_check = bool(score_check)
+        self._aligned: tuple[bool, str] | None = None  # score_alignment()'s result, once known
+        self._align_lock = threading.Lock()
         self.extra_body = dict(extra_body or {})
         self.reasoning_models = tuple(str(p) for p in (DEFAULT_REASONING_MODELS if reasoning_models is None
                                                         else reasoning_models))
@@ -301,31 +312,90 @@ class OpenAIChat:
             return list(pool.map(self._one, requests))  # map keeps order
 
     # ------------------------------------------------------------------ score
+    def _echo(self, text: str) -> Any:
+        """``/completions`` with ``echo`` and log-probs of ``text``: the response's logprobs.
+
+        ``max_tokens=1``, not 0: llama-cpp-python reads 0 as "until the context is full"; the one
+        generated token lies past ``len(text)`` and is never counted."""
+        endpoint = f"{self.base_url}/completions"
+
+        def call():
+            return self._client.completions.create(model=self.model, prompt=text, echo=True, logprobs=0,
+                                                   max_tokens=1, temperature=0.0)
+        try:
+            resp = self._with_retries(endpoint, call)
+        except LLMError as e:
+            if "failed with HTTP 4" not in str(e):  # outages stay LLMError; refusals mean unsupported
+                raise
+            raise ScoringUnsupported(f"{endpoint} does not support echo+logprobs scoring: {e}") from e
+        lp = resp.choices[0].logprobs if resp.choices else None
+        if lp is None or not getattr(lp, "token_logprobs", None) or getattr(lp, "text_offset", None) is None:
+            raise ScoringUnsupported(f"{endpoint} returned no echoed logprobs for model {self.model}")
+        return lp
+
+    def _continuation(self, prefix: str, cand: str) -> float:
+        """Σ of the echoed log-probs of the tokens of ``prefix + cand`` that overlap ``cand``.
+
+        A token that straddles the boundary counts: with the prompt ending in ``"assistant: "``
+        a BPE tokenizer reads ``" Paris"`` as one token starting at the prefix's last space;
+        counting only tokens that start inside the candidate scored such a candidate 0."""
+        lp = self._echo(prefix + cand)
+        offs, vals = list(lp.text_offset), list(lp.token_logprobs)
+        start, end = len(prefix), len(prefix) + len(cand)
+        total = 0.0
+        for i, (off, v) in enumerate(zip(offs, vals)):
+            tok_end = offs[i + 1] if i + 1 < len(offs) else float("inf")
+            if off < end and tok_end > start and v is not None:
+                total += float(v)
+        return total
+
+    def score_alignment(self) -> tuple[bool, str]:
+        """Check the server's echoed log-probs on known answers (:data:`SCORE_PROBES`), once.
+
+        Every probe's right continuation must outscore its wrong one by :data:`SCORE_PROBE_MARGIN`
+        nats. A server whose log-probs sit one position off (llama-cpp-python ≤ 0.3.36 on a model
+        without a BOS token reports, at each echoed token, the log-prob the *next* position's
+        distribution gives it) fails: its score for a one-token continuation says nothing about
+        the continuation. Returns (passed, detail); the result is kept for this object's life."""
+        with self._align_lock:
+            if self._aligned is None:
+                rows = []
+                for prefix, right, wrong in SCORE_PROBES:
+                    r, w = self._continuation(prefix, right), self._continuation(prefix, wrong)
+                    rows.append(f"{prefix!r}+{right!r} {r:.2f} vs {wrong!r} {w:.2f}")
+                    if not r - w >= SCORE_PROBE_MARGIN:
+                        self._aligned = (False, "; ".join(rows))
+                        break
+                else:
+                    self._aligned = (True, "; ".join(rows))
+                if not self._aligned[0]:
+                    log.warning("llm=openai (%s, %s): the server's /completions echo log-probs fail the known-answer "
+                                "check (%s; the right continuation must lead by >= %.1f nats): score() is treated as "
+                                "unsupported for this run (SGR falls back to its chat choice). Known cause: "
+                                "llama-cpp-python's server shifts echoed log-probs by one position on models "
+                                "without a BOS token (docs/llm.md)", self.base_url, self.model, self._aligned[1],
+                                SCORE_PROBE_MARGIN)
+            return self._aligned
+
     def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
         if self.score_endpoint != "completions":
             raise ScoringUnsupported(f"llm=openai ({self.base_url}, {self.model}): score_endpoint={self.score_endpoint!r}")
+        if self.score_check:
+            ok, detail = self.score_alignment()
+            if not ok:
+                raise ScoringUnsupported(f"{self.base_url}/completions: echoed log-probs failed the alignment "
+                                         f"check ({detail})")
         prefix = render_plain(prompt)
-        endpoint = f"{self.base_url}/completions"
-        out = []
-        for cand in candidates:
-            def call(text=prefix + cand):
-                return self._client.completions.create(model=self.model, prompt=text, echo=True, logprobs=0,
-                                                       max_tokens=0, temperature=0.0)
-            try:
-                resp = self._with_retries(endpoint, call)
-            except LLMError as e:
-                if "failed with HTTP 4" not in str(e):  # outages stay LLMError; refusals mean unsupported
-                    raise
-                raise ScoringUnsupported(f"{endpoint} does not support echo+logprobs scoring: {e}") from e
-            lp = resp.choices[0].logprobs if resp.choices else None
-            if lp is None or not getattr(lp, "token_logprobs", None) or getattr(lp, "text_offset", None) is None:
-                raise ScoringUnsupported(f"{endpoint} returned no echoed logprobs for model {self.model}")
-            total = 0.0
-            for off, val in zip(lp.text_offset, lp.token_logprobs):
-                if off >= len(prefix) and val is not None:
-                    total += float(val)
-            out.append(total)
-        return out
+        return [self._continuation(prefix, cand) for cand in candidates]
+
+
+#: Known-answer probes of :meth:`OpenAIChat.score_alignment`: (prefix, right, wrong continuation).
+#: Chosen so that even SmolLM2-135M (the embedded model) ranks them right by a wide margin
+#: on the in-process llama.cpp route (tests/server).
+SCORE_PROBES: tuple[tuple[str, str, str], ...] = (
+    ("1, 2, 3, 4, 5, 6, 7,", " 8", " 3"),
+)
+SCORE_PROBE_MARGIN = 1.0
 
 
 def _msg(e: Exception) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from kgreason.bench.llm import FakeChatServer
 from kgreason.llm.base import LLMError, ScoringUnsupported
-from kgreason.llm.openai_http import OpenAIChat, parse_retry_after
+from kgreason.llm.openai_http import SCORE_PROBES, OpenAIChat, parse_retry_after
 from kgreason.types import ChatRequest, Message
 
 KEY_ENV = "KGREASON_TEST_FAKE_KEY"
@@ -115,20 +115,84 @@ def test_missing_key_env_is_a_clear_error(monkeypatch):
 def test_score_via_echo_logprobs_and_unsupported():
     prompt = (Message("user", "Capital of France?"),)
     with FakeChatServer() as srv:
-        got = _llm(srv).score(prompt, ["Paris", "Rome"])
-    from kgreason.llm.openai_http import render_plain
-
-    def ref(c):
-        text = render_plain(prompt) + c
-        return sum(-0.01 * (ord(ch) % 7 + 1) for ch in text[len(render_plain(prompt)):])
-
-    assert got == pytest.approx([ref("Paris"), ref("Rome")])
-    assert srv.requests[0]["echo"] is True and srv.requests[0]["max_tokens"] == 0
+        got = _llm(srv).score(prompt, ["Paris", "Rome de Italia"])
+    # the fake: one token per word with its leading spaces, log-prob −0.01·(len(token) mod 7 + 1).
+    # The prompt ends in "assistant: ", so " Paris" is one token that starts on the prefix's last
+    # space: it counts (it scored 0 when only tokens starting inside the candidate counted)
+    assert got == pytest.approx([-0.01 * (6 % 7 + 1), -0.01 * ((5 % 7 + 1) + (3 % 7 + 1) + (7 % 7 + 1))])
+    scored = [r for r in srv.requests if r["prompt"].startswith("user: ")]
+    assert len(srv.requests) == len(scored) + 2 * len(SCORE_PROBES)  # the alignment check, once
+    # max_tokens=1: llama-cpp-python reads 0 as "generate until the context is full"
+    assert all(r["echo"] is True and r["max_tokens"] == 1 for r in srv.requests)
     with FakeChatServer(completions=False) as srv:
         with pytest.raises(ScoringUnsupported):
             _llm(srv).score(prompt, ["Paris"])
     with pytest.raises(ScoringUnsupported):
         OpenAIChat(model="m", base_url="http://x/v1", api_key_env=None, score_endpoint="none").score(prompt, ["a"])
+
+
+def test_generated_token_after_the_candidate_is_not_counted():
+    """The one generated token (max_tokens=1) lies past the candidate: never part of its score."""
+    from kgreason.llm.openai_http import render_plain
+
+    prompt = (Message("user", "Q"),)
+
+    class Gen(FakeChatServer):
+        def _completion(self, body):
+            out = super()._completion(body)
+            if body["prompt"].startswith("user: "):
+                lp = out["choices"][0]["logprobs"]
+                lp["tokens"].append(" extra")
+                lp["token_logprobs"].append(-50.0)
+                lp["text_offset"].append(len(body["prompt"]))
+            return out
+
+    with Gen() as srv:
+        assert _llm(srv).score(prompt, [" Paris"]) == pytest.approx([-0.01 * (7 % 7 + 1)])  # "  Paris"
+    assert render_plain(prompt).endswith("assistant: ")
+
+
+def test_server_with_shifted_echo_logprobs_cannot_score(caplog):
+    """A server that reports each echoed token with the next position's log-prob (llama-cpp-python
+    0.3.36 on a model without BOS) fails the known-answer check: score() raises
+    ScoringUnsupported every time, the check runs once, and the run is warned once."""
+    import logging
+
+    prompt = (Message("user", "Capital of France?"),)
+    with FakeChatServer(echo_shift=True) as srv, caplog.at_level(logging.WARNING, logger="kgreason.llm"):
+        llm = _llm(srv)
+        for _ in range(3):
+            with pytest.raises(ScoringUnsupported, match="alignment"):
+                llm.score(prompt, ["Paris", "Rome"])
+        assert llm.score_alignment()[0] is False
+        assert len(srv.requests) == 2  # the probe's two continuations, never again; no candidate scored
+    warned = [r for r in caplog.records if "known-answer" in r.getMessage()]
+    assert len(warned) == 1 and srv.base_url in warned[0].getMessage()
+    # the same server, aligned: the check passes and the candidates are scored
+    with FakeChatServer() as srv:
+        llm = _llm(srv)
+        assert llm.score_alignment()[0] is True
+        assert len(llm.score(prompt, ["Paris", "Rome"])) == 2
+    # score_check=false trusts the server as is (the shifted values come back)
+    with FakeChatServer(echo_shift=True) as srv:
+        assert len(_llm(srv, score_check=False).score(prompt, ["Paris"])) == 1
+        assert len(srv.requests) == 1
+
+
+def test_sgr_falls_back_to_chat_choice_when_the_server_cannot_score():
+    """SGR's P_θ (Eq. 18) comes from score() on an aligned server and is None (chat-choice
+    fallback) on a shifted one."""
+    from kgreason.reasoners.sgr import SGR
+
+    class Stub:
+        def __init__(self, llm):
+            self.llm = llm
+
+    with FakeChatServer() as srv:
+        p = SGR._p_theta(Stub(_llm(srv)), "Which?", ["Paris", "Rome"])
+        assert p is not None and sum(p) == pytest.approx(1.0)
+    with FakeChatServer(echo_shift=True) as srv:
+        assert SGR._p_theta(Stub(_llm(srv)), "Which?", ["Paris", "Rome"]) is None
 
 
 def test_parse_retry_after():
