@@ -85,6 +85,18 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
     positive_int("retrieval_batch", allow_none=True, minimum=0, what=" (0: off)")
     positive_int("max_consecutive_failures", allow_none=True, minimum=0, what=" (0: never stop early)")
     positive_int("preflight.sample", allow_none=True)
+    for key in ("seed", "dataset.seed", "kg.seed", "judge.seed"):  # seed=abc must not reach a run
+        v = _get(cfg, key)
+        if v is not None and (not _is_int(v) or v < 0):
+            problems.append(f"{key}={v!r}: expected an integer >= 0")
+    kg_name = _get(cfg, "kg.name")
+    if kg_name is not None:  # a folder name of the graph-database cache (kgreason.kg.cypher.open_graphdb)
+        from kgreason.paths import safe_component
+
+        try:
+            safe_component(kg_name, "kg.name")
+        except ValueError as e:
+            problems.append(str(e))
     rate = _get(cfg, "max_error_rate")
     if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate <= 1):
         problems.append(f"max_error_rate={rate!r}: expected a number between 0 and 1, or null")

@@ -386,6 +386,9 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
                  name: str = "results", digits: int = 3) -> dict[str, Path]:
     """collect → pivot → write ``<name>.md/.tex/.csv`` (+ ``missing.txt``) into ``out_dir``
     (default: the multirun dir itself). Returns the written paths."""
+    from kgreason.paths import safe_component
+
+    name = safe_component(name, "--name")  # <name>.md/.tex/.csv are written into out_dir, never beside it
     root = Path(root)
     df, missing = collect(root)
     out = Path(out_dir) if out_dir else root

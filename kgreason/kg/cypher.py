@@ -68,6 +68,7 @@ import numpy as np
 from kgreason import progress
 from kgreason.kg.cypher_guard import CypherRejected, check_read_only, enforce_limit
 from kgreason.kg.store import KG
+from kgreason.paths import inside, safe_component
 from kgreason.paths import resolve as resolve_path
 
 
@@ -323,6 +324,12 @@ class KuzuDB(GraphDB):
         except ImportError as e:
             raise GraphDBUnavailable("engine 'kuzu' needs the `kuzu` package: pip install kuzu==0.11.3") from e
         self.path = Path(path)
+        if self.path.is_dir() and any(self.path.iterdir()) and not (
+                (self.path / ".export.lock").exists() or (self.path / "current").is_symlink()):
+            # an export deletes the v-* folders it finds where the DB lives: never in a folder
+            # that is not already a kgreason kuzu DB
+            raise ValueError(f"graphdb.path={str(path)!r} is a non-empty directory that is not a kgreason kuzu "
+                             "database (no current/ or .export.lock in it); choose a new or empty directory")
         self.path.mkdir(parents=True, exist_ok=True)
         self._ro = None  # (Database, Connection)
         self._staging: Path | None = None  # the version dir an export is building
@@ -790,8 +797,10 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
     opts = dict(options)
     if engine == "kuzu" and "path" not in opts:
         base = Path(cache_dir or Path(resolve_path("cache")) / "cypher")
-        key = f"{kg.name}-{kg_content_hash(kg)[:12]}" if kg is not None else "empty"
-        opts["path"] = base / "kuzu" / key
+        # the KG's name is a config value (kg.name): one path component, and the DB stays under
+        # the cache dir (a re-export deletes old v-* folders where it lives)
+        key = f"{safe_component(kg.name, 'kg.name')}-{kg_content_hash(kg)[:12]}" if kg is not None else "empty"
+        opts["path"] = inside(base, base / "kuzu" / key, "kg.name")
     if engine == "neo4j":
         opts.pop("path", None)
     db = ENGINES[engine](**opts)

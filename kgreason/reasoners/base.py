@@ -191,4 +191,7 @@ def load_prompt(reasoner: str, step: str) -> str:
     """Read ``kgreason/reasoners/prompts/<reasoner>/<step>.txt``."""
     from importlib.resources import files
 
-    return files("kgreason.reasoners").joinpath("prompts", reasoner, f"{step}.txt").read_text()
+    from kgreason.paths import safe_component
+
+    folder = safe_component(reasoner, "reasoner.prompts_dir")  # a config value: one folder under prompts/
+    return files("kgreason.reasoners").joinpath("prompts", folder, f"{safe_component(step, 'prompt step')}.txt").read_text()
