@@ -48,9 +48,13 @@ def main(cfg: DictConfig) -> float | None:
 
     scrub_std_streams()  # Hydra prints a failed job's overrides to stderr, secrets included
 
+    from kgreason.run import RunInterrupted
+
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         result = run(cfg, out_dir)
+    except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would
+        raise SystemExit(128 + e.signum) from None
     except Exception as e:  # noqa: BLE001 - re-raised; a missing input file gets a hint first
         missing = isinstance(e, FileNotFoundError) or "not found" in str(e) or "No such file" in str(e)
         hint = explain_missing(cfg, str(e)) if missing else None
