@@ -35,6 +35,7 @@ KG_FOR_DATASET = {
 
 TASKS = ("kgqa", "multihop", "diagnosis")
 CACHE_MODES = ("readwrite", "readonly", "off")
+GRAPHDB_ENGINES = ("kuzu", "falkordb", "neo4j")  # kgreason.kg.cypher.ENGINES (a test keeps them equal)
 
 
 class PreflightError(ValueError):
@@ -89,6 +90,9 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
         v = _get(cfg, key)
         if v is not None and (not _is_int(v) or v < 0):
             problems.append(f"{key}={v!r}: expected an integer >= 0")
+    engine = _get(cfg, "graphdb.engine")
+    if _get(cfg, "graphdb._target_") and engine is not None and str(engine) not in GRAPHDB_ENGINES:
+        problems.append(f"graphdb.engine={engine!r}: expected one of {', '.join(GRAPHDB_ENGINES)}")
     kg_name = _get(cfg, "kg.name")
     if kg_name is not None:  # a folder name of the graph-database cache (kgreason.kg.cypher.open_graphdb)
         from kgreason.paths import safe_component

@@ -121,6 +121,9 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
     built is closed before the error propagates."""
     stack = contextlib.ExitStack()
     try:
+        # the dataset first: a missing or malformed dataset file stops the run before the KG is
+        # compiled into its cache (or anything else is opened or written)
+        dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
         kg = instantiate(cfg.kg)
         retriever = _owned(stack, instantiate(cfg.retriever, kg=kg))
         if int(cfg.get("retrieval_batch") or 0) > 1:
@@ -135,7 +138,6 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
                                        purpose="answer"))
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
-        dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
         names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
         unknown = [n for n in names if n not in METRICS]
         if unknown:

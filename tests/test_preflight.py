@@ -134,3 +134,11 @@ def test_kg_name_that_is_not_one_path_component_stops_before_the_run(name):
     settings, so a run with sgr+kuzu does not stop half-way when the DB is opened."""
     problems = check_settings(_cfg(**{"kg.name": name}))
     assert len(problems) == 1 and problems[0].startswith(f"kg.name={name!r}"), problems
+
+
+def test_graphdb_engines_listed_in_preflight_are_the_real_ones():
+    pytest.importorskip("kuzu")
+    from kgreason.kg.cypher import ENGINES
+    from kgreason.preflight import GRAPHDB_ENGINES
+
+    assert sorted(GRAPHDB_ENGINES) == sorted(ENGINES)
