@@ -304,6 +304,46 @@ def _edges_by_type(edges) -> list[tuple[str, list[list]]]:
 
 # ============================================================================ kuzu
 
+#: the CSV folder an export writes in the temp dir: ``kgreason-kuzu-<owner pid>-<random>``
+KUZU_TEMP_PREFIX = "kgreason-kuzu-"
+#: a dead owner's folder is removed once it is this old (an export's folder lives for seconds to minutes)
+STALE_TEMP_AGE_S = 3600
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_temp_dirs(min_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+    """Remove the ``kgreason-kuzu-<pid>-*`` folders that killed exports left in the temp dir:
+    only those whose owner process is gone and that were last changed over ``min_age_s`` ago
+    (so a folder in use is never touched). Returns the folders removed."""
+    root = Path(tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(root.glob(f"{KUZU_TEMP_PREFIX}*"))
+    except OSError:
+        return removed
+    now = time.time()
+    for d in entries:
+        pid = d.name[len(KUZU_TEMP_PREFIX):].split("-", 1)[0]
+        try:
+            if not d.is_dir() or d.is_symlink() or not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if now - d.stat().st_mtime < min_age_s:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
 
 class KuzuDB(GraphDB):
     """Embedded kuzu database in ``path`` (a directory; created on first export).
@@ -432,7 +472,8 @@ class KuzuDB(GraphDB):
             for typ in sorted(by_type):  # one REL TABLE per relation type
                 if typ.lower() not in have:
                     conn.execute(f"CREATE REL TABLE `{typ}`(FROM Entity TO Entity, relation STRING, rid INT64)")
-            with tempfile.TemporaryDirectory(prefix="kgreason-kuzu-") as tmp:
+            clean_stale_temp_dirs()
+            with tempfile.TemporaryDirectory(prefix=f"{KUZU_TEMP_PREFIX}{os.getpid()}-") as tmp:
                 for i, (table, rows) in enumerate([("Entity", nodes)] + sorted(by_type.items())):
                     if not rows:
                         continue
@@ -809,6 +850,6 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
     return db
 
 
-__all__ = ["GraphDB", "LazyGraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
+__all__ = ["clean_stale_temp_dirs", "GraphDB", "LazyGraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
            "GraphDBUnavailable", "CypherError", "CypherRejected", "kg_content_hash", "triple_keys",
            "relation_type_names", "graph_schema_text"]
