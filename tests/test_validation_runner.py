@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+MACHINE_ROOT = "/" + "work" + "/"  # the development machine's root (spelled apart: `git grep` stays clean)
 RUNNER = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "run_validation.py"
 
 
@@ -59,3 +60,21 @@ def test_every_subqrag_row_answers_in_dataset_order(tmp_path, monkeypatch):
     main, ablated = (mod.command(r, 20, str(tmp_path)) for r in ("hotpotqa_subqrag", "hotpotqa_subqrag_no_decomposition"))
     assert [c for c in ablated if c not in main and not c.startswith("hydra.run.dir=")] == ["ablation=subqrag_no_decomposition"]
     assert "example_workers=8" in mod.command("hotpotqa_rag_text", 20, str(tmp_path))
+
+
+def test_the_committed_json_holds_no_machine_path(tmp_path, monkeypatch):
+    """Issue #32 item 8: the stored command named this machine's data directory and could name the
+    call cache's absolute path; it now uses the documented relative default and a placeholder."""
+    monkeypatch.setenv("KGREASON_DATA", str(tmp_path / "somewhere" / "data"))
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    assert mod.main(["--n", "7", "--rows", "metaqa_io", "--cache", str(tmp_path / "my cache")]) == 0
+    text = (tmp_path / "validation_n7.json").read_text()
+    assert str(tmp_path) not in text and MACHINE_ROOT not in text, text
+    cmd = json.loads(text)["metaqa_io"]["command"]
+    assert cmd.startswith("KGREASON_DATA=../shared/data python -m kgreason ") and "llm_cache.dir=<cache>" in cmd, cmd
+
+
+def test_no_committed_validation_json_names_a_machine_path():
+    for f in sorted(RUNNER.parent.glob("validation_n*.json")):
+        text = f.read_text()
+        assert MACHINE_ROOT not in text and "/root/" not in text and "/home/" not in text, f.name

@@ -1,8 +1,8 @@
 """The validation table of issue 21: every method on the same N shared-sample questions with
 Qwen2.5-Coder-1.5B-Instruct (``llm=qwen_coder_1_5b``), one row per (dataset, reasoner).
 
-    KGREASON_DATA=/work/shared/data python experiments/validation/run_validation.py --n 3 --rows metaqa_io,metaqa_rag
-    KGREASON_DATA=/work/shared/data python experiments/validation/run_validation.py --n 20          # every row
+    KGREASON_DATA=../shared/data python experiments/validation/run_validation.py --n 3 --rows metaqa_io,metaqa_rag
+    KGREASON_DATA=../shared/data python experiments/validation/run_validation.py --n 20          # every row
     python experiments/validation/run_validation.py --print                                        # the commands only
 
 Each row is one ``python -m kgreason`` run (printed, and stored in the JSON as ``command``) with
@@ -128,11 +128,28 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
+DEFAULT_CACHE = "~/.cache/kgreason/validation"
+
+
+def shown_command(cmd: list[str], cache: str) -> str:
+    """The row's command as stored in the committed JSON: no path of this machine in it. The data
+    directory is the documented relative default (``../shared/data`` from the clone's root; set
+    ``KGREASON_DATA`` to yours), the call cache is ``~/.cache/kgreason/validation`` when it is the
+    default, else ``<cache>``."""
+    text = shlex.join(cmd[1:])
+    default = os.path.expanduser(DEFAULT_CACHE)
+    for arg in cmd:  # the cache as it appears in the command (quoted when it holds a space)
+        if arg.startswith("llm_cache.dir="):
+            shown_cache = DEFAULT_CACHE if os.path.abspath(cache) == os.path.abspath(default) else "<cache>"
+            text = text.replace(shlex.quote(arg), f"llm_cache.dir={shown_cache}")
+    return "KGREASON_DATA=../shared/data python " + text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20, help="questions per row (dataset.limit)")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
-    ap.add_argument("--cache", default=os.path.expanduser("~/.cache/kgreason/validation"))
+    ap.add_argument("--cache", default=os.path.expanduser(DEFAULT_CACHE))
     ap.add_argument("--workers", type=int, default=8, help="example_workers (batched on the local model)")
     ap.add_argument("--threads", type=int, default=2, help="llm.n_threads (torch CPU threads)")
     ap.add_argument("--route", choices=sorted(ROUTES), default="transformers",
@@ -153,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     out = HERE / f"validation_n{args.n}{suffix}.json"
     for row in rows:
         cmd = command(row, args.n, args.cache, args.workers, args.threads, args.route)
-        shown = "KGREASON_DATA=/work/shared/data python " + shlex.join(cmd[1:]).replace(args.cache, "~/.cache/kgreason/validation")
+        shown = shown_command(cmd, args.cache)
         print(shown, flush=True)
         if args.print:
             continue
