@@ -15,7 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from kgreason.paths import config_dir, explain_missing
+from kgreason.paths import config_dir, explain_missing, inside
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -51,6 +51,11 @@ def main(cfg: DictConfig) -> float | None:
     from kgreason.run import RunInterrupted
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    if str(hc.mode) == "RunMode.MULTIRUN":
+        # a job's dir is <sweep dir>/<subdir>, the subdir made of the override values: a value with
+        # "../" (kg.name=../../x) must not place the job's files outside the sweep dir
+        inside(hc.sweep.dir, out_dir, f"hydra.sweep.subdir (here {hc.sweep.subdir!r}, made from the overrides)")
     try:
         result = run(cfg, out_dir)
     except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would

@@ -76,3 +76,21 @@ def test_tables_name_is_one_component(tmp_path):
     with pytest.raises(ValueError, match="name"):
         write_tables(tmp_path, name="../../escaped")
     assert not (tmp_path.parent.parent / "escaped.md").exists()
+
+
+def test_a_multirun_job_dir_cannot_leave_the_sweep_dir(tmp_path):
+    """hydra.sweep.subdir is made of the override values (``0_kg.name=../../x``): a job whose dir
+    resolves outside the sweep dir stops before anything of the run is written there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    sweep = tmp_path / "a" / "sweep"
+    r = subprocess.run([sys.executable, "-m", "kgreason", "--multirun", "dataset.limit=1", "tracking=none",
+                        "reports.hop_distribution=false", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=../../escaped"],
+                       cwd=repo, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "hydra.sweep.subdir" in r.stderr + r.stdout
+    assert not (tmp_path / "escaped" / "predictions.jsonl").exists()
+    assert not (tmp_path / "escaped" / "metrics.json").exists()
