@@ -161,7 +161,8 @@ class Trace:
     def retrieval(self, name: str, sub: Subgraph, kg=None, **data: Any) -> Subgraph:
         """Record a k-hop retrieval: seeds, per-hop entity/triple counts, paths kept."""
         info = dict(
-            seeds=[kg.entity_names[s] for s in sub.seeds] if kg is not None else sub.seeds,
+            # by id string (not internal id): the same record on every KG backend
+            seeds=sorted(str(kg.entity_names[s]) for s in sub.seeds) if kg is not None else sub.seeds,
             hops=sub.hops,
             entities_per_hop=[int(len(e)) for e in sub.entities_by_hop],
             triples_per_hop=[int(len(t)) for t in sub.triples_by_hop],
