@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from kgreason.paths import config_dir, explain_missing
+from kgreason.paths import config_dir, explain_missing, inside
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -120,17 +120,22 @@ def _drop_empty_run_dir(out_dir: Path) -> bool:
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     set_hub_mode(cfg)
-    from kgreason.run import run
+    from kgreason.run import RunInterrupted, run
     from kgreason.secrets import scrub_std_streams
 
     scrub_std_streams()  # Hydra prints a failed job's overrides to stderr, secrets included
-
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     single = hc.mode == RunMode.RUN
+    if hc.mode == RunMode.MULTIRUN:
+        # a job's dir is <sweep dir>/<subdir>, the subdir made of the override values: a value with
+        # "../" (kg.name=../../x) must not place the job's files outside the sweep dir
+        inside(hc.sweep.dir, out_dir, f"hydra.sweep.subdir (here {hc.sweep.subdir!r}, made from the overrides)")
     try:
         _refuse_resume_without_run(hc.overrides.task, out_dir)
         result = run(cfg, out_dir)
+    except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would
+        raise SystemExit(128 + e.signum) from None
     except Exception as e:  # noqa: BLE001 - re-raised, or told in a line or two (a user error)
         missing = isinstance(e, FileNotFoundError) or "not found" in str(e) or "No such file" in str(e)
         hint = explain_missing(cfg, str(e)) if missing else None

@@ -89,6 +89,46 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("kgreason.path", resolve)
 
 
+#: the longest name accepted as one path component (names are joined with a hash or suffix)
+MAX_COMPONENT_CHARS = 128
+
+
+def safe_component(name: Any, field: str) -> str:
+    """``name`` when it is usable as exactly one path component, else a ValueError naming
+    ``field`` (the setting it came from). Refused: empty, ``.``/``..``, a leading dot (hidden and
+    temporary entries are ours), a path separator (``/`` or ``\\``), a control character, and names
+    over :data:`MAX_COMPONENT_CHARS` characters. Every config value that becomes a file or folder
+    name (a KG's name in a cache path, a prompts folder, an output name) passes through here."""
+    s = str(name) if isinstance(name, (str, int)) else None
+    why = None
+    if s is None:
+        why = f"expected a string, got {type(name).__name__}"
+    elif not s:
+        why = "it is empty"
+    elif s in (".", "..") or s.startswith("."):
+        why = "it starts with '.'"
+    elif "/" in s or "\\" in s:
+        why = "it contains a path separator"
+    elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in s):
+        why = "it contains a control character"
+    elif len(s) > MAX_COMPONENT_CHARS:
+        why = f"it is {len(s)} characters long (at most {MAX_COMPONENT_CHARS})"
+    if why:
+        raise ValueError(f"{field}={name!r} cannot be used in a file name: {why}; "
+                         "use letters, digits and -_.+@ (one path component)")
+    return s
+
+
+def inside(root: str | Path, path: str | Path, field: str) -> Path:
+    """``path`` resolved (symlinks followed); a ValueError naming ``field`` when it is not
+    inside ``root`` (also resolved). Call it before anything is written or deleted at ``path``."""
+    r, p = Path(root).expanduser().resolve(), Path(path).expanduser().resolve()
+    if p != r and r not in p.parents:
+        raise ValueError(f"{field}: the path {path} resolves to {p}, outside its root {r}; "
+                         "nothing is written or deleted there")
+    return p
+
+
 def _string_leaves(node: Any, prefix: str = ""):
     if isinstance(node, dict):
         for k, v in node.items():

@@ -40,6 +40,7 @@ KG_FOR_DATASET = {
 
 TASKS = ("kgqa", "multihop", "diagnosis")
 CACHE_MODES = ("readwrite", "readonly", "off")
+GRAPHDB_ENGINES = ("kuzu", "falkordb", "neo4j")  # kgreason.kg.cypher.ENGINES (a test keeps them equal)
 
 
 class PreflightError(ValueError):
@@ -93,6 +94,21 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
     wait = _get(cfg, "preflight.probe_wait_s")
     if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0):
         problems.append(f"preflight.probe_wait_s={wait!r}: expected a number of seconds >= 0")
+    for key in ("seed", "dataset.seed", "kg.seed", "judge.seed"):  # seed=abc must not reach a run
+        v = _get(cfg, key)
+        if v is not None and (not _is_int(v) or v < 0):
+            problems.append(f"{key}={v!r}: expected an integer >= 0")
+    engine = _get(cfg, "graphdb.engine")
+    if _get(cfg, "graphdb._target_") and engine is not None and str(engine) not in GRAPHDB_ENGINES:
+        problems.append(f"graphdb.engine={engine!r}: expected one of {', '.join(GRAPHDB_ENGINES)}")
+    kg_name = _get(cfg, "kg.name")
+    if kg_name is not None:  # a folder name of the graph-database cache (kgreason.kg.cypher.open_graphdb)
+        from kgreason.paths import safe_component
+
+        try:
+            safe_component(kg_name, "kg.name")
+        except ValueError as e:
+            problems.append(str(e))
     rate = _get(cfg, "max_error_rate")
     if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate <= 1):
         problems.append(f"max_error_rate={rate!r}: expected a number between 0 and 1, or null")

@@ -19,6 +19,9 @@ import dataclasses
 import json
 import logging
 import math
+import shlex
+import signal
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +123,12 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
     built is closed before the error propagates."""
     stack = contextlib.ExitStack()
     try:
+        # the dataset first: a missing or malformed dataset file stops the run before the KG is
+        # compiled into its cache (or anything else is opened or written)
+        dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
+        q = cfg.get("questions") or {}
+        if str(q.get("split", "all")) != "all":  # a named split of the file (dev / heldout)
+            select_split(dataset, str(q.split), int(q.get("dev_size", 20)), q.get("heldout_n"), int(q.get("seed", 0)))
         kg = instantiate(cfg.kg)
         retriever = _owned(stack, instantiate(cfg.retriever, kg=kg))
         if int(cfg.get("retrieval_batch") or 0) > 1:
@@ -134,10 +143,6 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
                                        purpose="answer"))
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
-        dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
-        q = cfg.get("questions") or {}
-        if str(q.get("split", "all")) != "all":  # a named split of the file (dev / heldout)
-            select_split(dataset, str(q.split), int(q.get("dev_size", 20)), q.get("heldout_n"), int(q.get("seed", 0)))
         names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
         unknown = [n for n in names if n not in METRICS]
         if unknown:
@@ -444,7 +449,89 @@ def _pending(examples: list[Example], store: PredictionStore, retry_errors: bool
     return [ex for ex in examples if not done(ex)]
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """The run was stopped by a signal other than Ctrl-C (SIGTERM: ``kill``, a scheduler's
+    stop); handled exactly as Ctrl-C is. ``signum`` gives the exit status (128 + signum)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum, self.signame = int(signum), signal.Signals(signum).name
+        super().__init__(self.signame)
+
+
+@contextlib.contextmanager
+def _signals_as_interrupt(signals=(signal.SIGTERM,)):
+    """While the run is on, SIGTERM raises :class:`RunInterrupted` (a KeyboardInterrupt) in the
+    main thread, so it unwinds like Ctrl-C: resources closed, partial metrics written. Outside
+    the main thread (a run started from a worker thread) signals are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise RunInterrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _run_metrics(c: Components, rows: list[Mapping[str, Any]], examples: list[Example], prepared: Ledger,
+                 report: Mapping[str, Any]) -> dict[str, Any]:
+    outside = prepared
+    for meter in (c.llm, getattr(c.judge, "llm", None)):
+        for p, u in getattr(getattr(meter, "outside", None), "by_purpose", {}).items():
+            outside.add(p, u)
+    metrics = summarise(rows, c.metrics, len(examples), outside)
+    metrics.update(_preflight_metrics(report))
+    return metrics
+
+
+def resume_command(out_dir: Path) -> str:
+    """The command line that resumes this run dir (the run's own overrides when started from
+    the command line, else a generic form)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    except Exception:  # noqa: BLE001 - only for the message
+        overrides = None
+    if overrides is None:
+        return f"python -m kgreason <the same overrides> hydra.run.dir={shlex.quote(str(out_dir))}"
+    kept = [o for o in overrides if not o.startswith("hydra.run.dir=")]
+    return " ".join(["python -m kgreason", *map(shlex.quote, kept), shlex.quote(f"hydra.run.dir={out_dir}")])
+
+
+def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_dir: Path, prepared: Ledger,
+                   report: Mapping[str, Any], why: BaseException) -> None:
+    """metrics.json for the rows written before an interruption, marked ``run/partial``; the
+    log says what stopped the run and how to resume it. The rows are re-read from the file,
+    as a resume will see them."""
+    signame = why.signame if isinstance(why, RunInterrupted) else "SIGINT (Ctrl-C)"
+    try:
+        store = PredictionStore(out_dir / "predictions.jsonl")
+        rows = [store.rows[ex.id] for ex in examples if ex.id in store]
+        metrics = _run_metrics(c, rows, examples, prepared, report)
+        metrics["run/partial"] = True
+        metrics["run/interrupted_by"] = signame.split()[0]
+        write_json(out_dir / "metrics.json", metrics)
+        done = len(rows)
+    except Exception as e:  # noqa: BLE001 - the interruption is what is reported
+        log.error("could not write partial metrics.json: %s", e)
+        done = -1
+    log.warning("run interrupted by %s after %d of %d examples; rows are kept in %s and metrics.json holds "
+                "the partial figures (run/partial: true). Resume with: %s", signame, done, len(examples),
+                out_dir / "predictions.jsonl", resume_command(out_dir))
+
+
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
+    with _signals_as_interrupt():
+        return _run(cfg, out_dir)
+
+
+def _run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
@@ -471,14 +558,13 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
         todo = {ex.id for ex in pending}
         kept = [store.rows[ex.id] for ex in examples if ex.id in store and ex.id not in todo]
         prepared = _prepare(c, kept if pending else None, out_dir)
-        _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
+        try:
+            _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was answered is summed up, then the run stops
+            _write_partial(cfg, c, examples, out_dir, prepared, report, e)
+            raise
         rows = [store.rows[ex.id] for ex in examples if ex.id in store]  # dataset order, last row per id
-        outside = prepared
-        for meter in (c.llm, getattr(c.judge, "llm", None)):
-            for p, u in getattr(getattr(meter, "outside", None), "by_purpose", {}).items():
-                outside.add(p, u)
-        metrics = summarise(rows, c.metrics, len(examples), outside)
-        metrics.update(_preflight_metrics(report))
+        metrics = _run_metrics(c, rows, examples, prepared, report)
         reports = build_reports(cfg, c, examples, rows, out_dir)
         write_json(out_dir / "metrics.json", metrics)
         timing: dict[str, Any] = {"wall_s": round(time.perf_counter() - t0, 3)}

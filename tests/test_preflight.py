@@ -199,3 +199,37 @@ def test_temperatures_a_reasoning_model_cannot_serve_stop_at_start_up():
                  "(llm.reasoning_models) and the API refuses the field; set it to null"]
     assert check_settings(_cfg(**{"preflight.probe_wait_s": -1})) == \
         ["preflight.probe_wait_s=-1: expected a number of seconds >= 0"]
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("seed", "abc", "seed='abc': expected an integer >= 0"),
+    ("seed", 1.5, "seed=1.5: expected an integer >= 0"),
+    ("seed", -1, "seed=-1: expected an integer >= 0"),
+    ("seed", True, "seed=True: expected an integer >= 0"),
+    ("dataset.seed", "x", "dataset.seed='x': expected an integer >= 0"),
+    ("kg.seed", "x", "kg.seed='x': expected an integer >= 0"),
+])
+def test_seed_must_be_an_integer(key, value, expected):
+    """Issue #32 item 5: ``seed=abc`` was accepted and only failed (or not) where it was used."""
+    problems = check_settings(_cfg(**{key: value}))
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+
+
+def test_seed_as_integer_passes():
+    assert check_settings(_cfg(seed=3, **{"dataset.seed": 3, "kg.seed": 0})) == []
+
+
+@pytest.mark.parametrize("name", ["../../../x", "/abs/db", "a/b"])
+def test_kg_name_that_is_not_one_path_component_stops_before_the_run(name):
+    """Issue #32 item 1: kg.name becomes a folder name of the graph-database cache; checked with the
+    settings, so a run with sgr+kuzu does not stop half-way when the DB is opened."""
+    problems = check_settings(_cfg(**{"kg.name": name}))
+    assert len(problems) == 1 and problems[0].startswith(f"kg.name={name!r}"), problems
+
+
+def test_graphdb_engines_listed_in_preflight_are_the_real_ones():
+    pytest.importorskip("kuzu")
+    from kgreason.kg.cypher import ENGINES
+    from kgreason.preflight import GRAPHDB_ENGINES
+
+    assert sorted(GRAPHDB_ENGINES) == sorted(ENGINES)

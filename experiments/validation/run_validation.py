@@ -234,6 +234,23 @@ def markdown() -> str:
     return "\n".join(out).strip()
 
 
+DEFAULT_CACHE = "~/.cache/kgreason/validation"
+
+
+def shown_command(cmd: list[str], cache: str) -> str:
+    """The row's command as stored in the committed JSON: no path of this machine in it. The data
+    directory is the documented relative default (``../shared/data`` from the clone's root; set
+    ``KGREASON_DATA`` to yours), the call cache is ``~/.cache/kgreason/validation`` when it is the
+    default, else ``<cache>``."""
+    text = shlex.join(cmd[1:])
+    default = os.path.expanduser(DEFAULT_CACHE)
+    for arg in cmd:  # the cache as it appears in the command (quoted when it holds a space)
+        if arg.startswith("llm_cache.dir="):
+            shown_cache = DEFAULT_CACHE if os.path.abspath(cache) == os.path.abspath(default) else "<cache>"
+            text = text.replace(shlex.quote(arg), f"llm_cache.dir={shown_cache}")
+    return "KGREASON_DATA=../shared/data python " + text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20, help="questions per row (dev: the first N <= 20; heldout: N)")
@@ -241,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="dev: the first 20 questions (prompts and settings are chosen on these only); "
                          "heldout: N seeded questions disjoint from dev (the reported table)")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
-    ap.add_argument("--cache", default=os.path.expanduser("~/.cache/kgreason/validation"))
+    ap.add_argument("--cache", default=os.path.expanduser(DEFAULT_CACHE))
     ap.add_argument("--workers", type=int, default=8, help="example_workers (batched on the local model)")
     ap.add_argument("--threads", type=int, default=2, help="llm.n_threads (torch CPU threads)")
     ap.add_argument("--route", choices=sorted(ROUTES), default="transformers",
@@ -264,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     out = HERE / f"validation_{name}.json"
     for row in rows:
         cmd = command(row, args.n, args.cache, args.workers, args.threads, args.route, args.split)
-        shown = "python " + shlex.join(cmd[1:]).replace(args.cache, "~/.cache/kgreason/validation")
+        shown = shown_command(cmd, args.cache)
         print(shown, flush=True)
         if args.print:
             continue

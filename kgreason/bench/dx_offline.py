@@ -1,6 +1,6 @@
 """Offline measurements for the LogosKG diagnosis study on DDXPlus (no LLM needed).
 
-    python -m kgreason.bench.dx_offline [--data /work/shared/data] [--max-hops 5] [--json OUT]
+    python -m kgreason.bench.dx_offline [--data $KGREASON_DATA] [--max-hops 5] [--json OUT]
 
 Reports, on the 588-patient DDXPlus sample + the DDXPlus condition→evidence KG:
 

@@ -30,13 +30,27 @@ class ExampleSet:
     """
 
     def __init__(self, name: str, examples: Sequence[Example], *, sample: int | None = None,
-                 limit: int | None = None, seed: int = 0) -> None:
+                 limit: int | None = None, seed: int = 0, origins: Sequence[str] | None = None,
+                 id_field: str | Sequence[str] = "id") -> None:
+        """``origins``: where each example was read (``file:line`` or ``file: record i``) and
+        ``id_field``: the record field its id came from (one name, or one per example); both
+        only serve the duplicate-id message."""
         items = list(examples)
-        seen: set[str] = set()
-        for ex in items:
+        seen: dict[str, int] = {}
+        for j, ex in enumerate(items):
             if ex.id in seen:
-                raise DataError(f"dataset {name!r}: duplicate example id {ex.id!r}")
-            seen.add(ex.id)
+                i = seen[ex.id]
+                field = id_field if isinstance(id_field, str) else id_field[j]
+                if origins is not None:
+                    first, here = origins[i], origins[j]
+                    # "<file>:<line>" / "<file>: record <i>": name the first one's line or record
+                    first_at = first.rsplit(":", 1)[-1].strip()
+                    first_at = f"line {first_at}" if first_at.isdigit() else first_at
+                else:
+                    here, first_at = f"dataset {name!r}: example {j}", f"example {i}"
+                raise DataError(f"{here}: field {field!r}: duplicate example id {ex.id!r} (first at {first_at}); "
+                                "example ids must be unique (resume keys rows by id)")
+            seen[ex.id] = j
         if sample is not None and sample < len(items):
             idx = np.sort(np.random.default_rng(seed).choice(len(items), size=sample, replace=False))
             items = [items[i] for i in idx]

@@ -72,7 +72,8 @@ def load_probsum(path: str | None = None, split: str = "test", limit: int | None
         items.append(Example(id=f"probsum-{fid}", question=note, answers=problems, answer_groups=tuple((p,) for p in problems),
                              diagnoses=problems, findings=(s, o, a) if o else (s, a),
                              extra={"summary": row["Summary"].strip(), "assessment": a}))
-    return ExampleSet("probsum", items, sample=sample, limit=limit, seed=seed)
+    return ExampleSet("probsum", items, sample=sample, limit=limit, seed=seed,
+                      origins=[f"{path}: record {i}" for i in range(len(items))], id_field="File ID")
 
 
 __all__ = ["load_probsum"]

@@ -338,7 +338,8 @@ def load_ddxplus(path: str | None = None, conditions: str | None = None, evidenc
     else:
         raise DataError(f"ddxplus: source must be 'local' or 'hub', got {source!r}")
     fr = french_code_map(rows, dec)
-    return ExampleSet("ddxplus", [parse_patient(r, dec, fr) for r in rows], sample=sample, limit=limit, seed=seed)
+    return ExampleSet("ddxplus", [parse_patient(r, dec, fr) for r in rows], sample=sample, limit=limit, seed=seed,
+                      origins=[r.where for r in rows])
 
 
 def load_ddxplus_kg(conditions: PathLike, evidences: PathLike, name: str = "ddxplus") -> KG:

@@ -28,6 +28,18 @@ from kgreason.types import Example
 # ----------------------------------------------------------------------------- shared readers
 
 
+#: key read_records adds to a JSON Lines record: its line number (for messages that say where)
+LINE_KEY = "_line"
+#: record fields the parsers take an example's id from, in the order they try them
+ID_FIELDS = ("ID", "qid", "id", "QuestionId", "question_id", "_id")
+
+
+def origin_of(rec: dict, src: str, i: int) -> str:
+    """``<file>:<line>`` for a JSON Lines record, else ``<file>: record <i>``."""
+    line = rec.get(LINE_KEY)
+    return f"{src}:{line}" if isinstance(line, int) else f"{src}: record {i}"
+
+
 def read_records(path: str | Path) -> list[dict]:
     """Read a JSON list (or ``{"Questions"|"data": [...]}``) or JSON Lines file of objects.
 
@@ -67,6 +79,8 @@ def read_records(path: str | Path) -> list[dict]:
                     continue
                 try:
                     records.append(json.loads(line))
+                    if isinstance(records[-1], dict):
+                        records[-1][LINE_KEY] = line_no
                 except json.JSONDecodeError as e:
                     raise DataError(f"{p}:{line_no}: expected one JSON object per line ({e.msg})") from None
     if not isinstance(records, list):
@@ -139,12 +153,14 @@ def uniq(items: Iterable[str]) -> tuple[str, ...]:
 
 def build_set(name: str, records: list[dict], parse: Callable[[dict, str], Example | None], src: str,
               *, limit: int | None, sample: int | None, seed: int) -> ExampleSet:
-    out = []
+    out, origins, fields = [], [], []
     for i, rec in enumerate(records):
         ex = parse(dict(rec, _index=i), f"{src}: record {i}")
         if ex is not None:
             out.append(ex)
-    return ExampleSet(name, out, sample=sample, limit=limit, seed=seed)
+            origins.append(origin_of(rec, src, i))
+            fields.append(next((k for k in ID_FIELDS if k in rec and str(rec[k]) == ex.id), "id"))
+    return ExampleSet(name, out, sample=sample, limit=limit, seed=seed, origins=origins, id_field=fields)
 
 
 def _load(name: str, path, split, limit, sample, seed, source, hub_id, hub_name, parse) -> ExampleSet:

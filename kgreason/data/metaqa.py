@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from kgreason.data.base import DataError, ExampleSet
-from kgreason.data.kgqa import answer_strings, read_records, uniq
+from kgreason.data.kgqa import answer_strings, origin_of, read_records, uniq
 from kgreason.textio import InputFileError, read_text
 from kgreason.types import Example
 
@@ -52,9 +52,11 @@ def load_metaqa(path: str, split: str = "test", hops: int | None = None, limit: 
         raise DataError(f"{p}: file not found")
     h = _hops_from(p, hops)
     items: list[Example] = []
+    origins: list[str] = []
     if p.suffix in (".jsonl", ".json"):
         for i, rec in enumerate(read_records(p)):
             where = f"{p}: record {i}"
+            origins.append(origin_of(rec, str(p), i))
             if "question" not in rec or "answers" not in rec:
                 raise DataError(f"{where}: expected fields 'question' and 'answers'")
             q, topic = parse_question(str(rec["question"]), where)
@@ -88,10 +90,12 @@ def load_metaqa(path: str, split: str = "test", hops: int | None = None, limit: 
             ans = uniq(a.strip() for a in parts[1].split("|"))
             if not ans:
                 raise DataError(f"{where}: no answers")
+            origins.append(where)
             items.append(Example(id=f"{h}hop-{split}-{line_no - 1}", question=parts[0] if keep_brackets else q,
                                  answers=ans, answer_groups=tuple((a,) for a in ans), topic_entities=(topic,),
                                  topic_names=(topic,), hops=h))
-    return ExampleSet(f"metaqa-{h}hop" if h else "metaqa", items, sample=sample, limit=limit, seed=seed)
+    return ExampleSet(f"metaqa-{h}hop" if h else "metaqa", items, sample=sample, limit=limit, seed=seed,
+                      origins=origins)
 
 
 __all__ = ["load_metaqa", "parse_question"]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kgreason import progress
+from kgreason.kg.loaders import MAX_NAME_CHARS, name_limit
 from kgreason.kg.store import KG
 from kgreason.textio import note_file
 
@@ -76,18 +77,21 @@ def _hash_value(h: "hashlib._Hash", v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
 
 
-def cache_key(loader: Callable[..., KG] | str, path: Any, **kw: Any) -> str:
+def cache_key(loader: Callable[..., KG] | str, path: Any, max_name_chars: int | None = None, **kw: Any) -> str:
     """SHA-256 over source bytes + loader name + arguments (paths contribute their bytes, not
-    their location, so moving the data does not invalidate the cache)."""
+    their location, so moving the data does not invalidate the cache) + the name limit."""
     fn = _resolve(loader)
     h = hashlib.sha256()
     desc = {"v": CACHE_VERSION, "loader": f"{fn.__module__}.{fn.__qualname__}",
             "path": _hash_value(h, path), "kw": {k: _hash_value(h, kw[k]) for k in sorted(kw)}}
+    if max_name_chars is not None and int(max_name_chars) != MAX_NAME_CHARS:  # the default keeps old keys
+        desc["max_name_chars"] = int(max_name_chars)
     h.update(json.dumps(desc, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
 
-def load_cached(loader: Callable[..., KG] | str, path: Any, cache_dir: str | Path, **kw: Any) -> KG:
+def load_cached(loader: Callable[..., KG] | str, path: Any, cache_dir: str | Path,
+                max_name_chars: int | None = None, **kw: Any) -> KG:
     """Load ``loader(path, **kw)`` through the compiled cache (see module docstring).
 
     Args:
@@ -95,6 +99,8 @@ def load_cached(loader: Callable[..., KG] | str, path: Any, cache_dir: str | Pat
         path: the loader's first argument (file or list of files); missing files raise the
             loader's own error.
         cache_dir: parent directory of the compiled copies (one subdirectory per key).
+        max_name_chars: the longest name the loader accepts (``kg.max_name_chars``; ``None``:
+            :data:`kgreason.kg.loaders.MAX_NAME_CHARS`); part of the key.
         **kw: the loader's other arguments (part of the key).
 
     Returns:
@@ -103,10 +109,16 @@ def load_cached(loader: Callable[..., KG] | str, path: Any, cache_dir: str | Pat
     fn = _resolve(loader)
     path = _plain(path)
     kw = {k: _plain(v) for k, v in kw.items()}
+    with name_limit(max_name_chars):
+        return _load_cached(fn, path, cache_dir, max_name_chars, kw)
+
+
+def _load_cached(fn: Callable[..., KG], path: Any, cache_dir: str | Path, max_name_chars: int | None,
+                 kw: dict[str, Any]) -> KG:
     for p in (path if isinstance(path, list) else [path]):
         if not Path(p).is_file():
             return fn(path, **kw)  # let the loader raise its KGFormatError
-    key = cache_key(fn, path, **kw)
+    key = cache_key(fn, path, max_name_chars, **kw)
     root = Path(cache_dir)
     target = root / f"{fn.__name__}-{key[:24]}"
     if (target / "vocab.json").exists():

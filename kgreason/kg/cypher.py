@@ -68,6 +68,7 @@ import numpy as np
 from kgreason import progress
 from kgreason.kg.cypher_guard import CypherRejected, check_read_only, enforce_limit
 from kgreason.kg.store import KG
+from kgreason.paths import inside, safe_component
 from kgreason.paths import resolve as resolve_path
 
 
@@ -303,6 +304,46 @@ def _edges_by_type(edges) -> list[tuple[str, list[list]]]:
 
 # ============================================================================ kuzu
 
+#: the CSV folder an export writes in the temp dir: ``kgreason-kuzu-<owner pid>-<random>``
+KUZU_TEMP_PREFIX = "kgreason-kuzu-"
+#: a dead owner's folder is removed once it is this old (an export's folder lives for seconds to minutes)
+STALE_TEMP_AGE_S = 3600
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_temp_dirs(min_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+    """Remove the ``kgreason-kuzu-<pid>-*`` folders that killed exports left in the temp dir:
+    only those whose owner process is gone and that were last changed over ``min_age_s`` ago
+    (so a folder in use is never touched). Returns the folders removed."""
+    root = Path(tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(root.glob(f"{KUZU_TEMP_PREFIX}*"))
+    except OSError:
+        return removed
+    now = time.time()
+    for d in entries:
+        pid = d.name[len(KUZU_TEMP_PREFIX):].split("-", 1)[0]
+        try:
+            if not d.is_dir() or d.is_symlink() or not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if now - d.stat().st_mtime < min_age_s:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
 
 class KuzuDB(GraphDB):
     """Embedded kuzu database in ``path`` (a directory; created on first export).
@@ -323,6 +364,12 @@ class KuzuDB(GraphDB):
         except ImportError as e:
             raise GraphDBUnavailable("engine 'kuzu' needs the `kuzu` package: pip install kuzu==0.11.3") from e
         self.path = Path(path)
+        if self.path.is_dir() and any(self.path.iterdir()) and not (
+                (self.path / ".export.lock").exists() or (self.path / "current").is_symlink()):
+            # an export deletes the v-* folders it finds where the DB lives: never in a folder
+            # that is not already a kgreason kuzu DB
+            raise ValueError(f"graphdb.path={str(path)!r} is a non-empty directory that is not a kgreason kuzu "
+                             "database (no current/ or .export.lock in it); choose a new or empty directory")
         self.path.mkdir(parents=True, exist_ok=True)
         self._ro = None  # (Database, Connection)
         self._staging: Path | None = None  # the version dir an export is building
@@ -425,7 +472,8 @@ class KuzuDB(GraphDB):
             for typ in sorted(by_type):  # one REL TABLE per relation type
                 if typ.lower() not in have:
                     conn.execute(f"CREATE REL TABLE `{typ}`(FROM Entity TO Entity, relation STRING, rid INT64)")
-            with tempfile.TemporaryDirectory(prefix="kgreason-kuzu-") as tmp:
+            clean_stale_temp_dirs()
+            with tempfile.TemporaryDirectory(prefix=f"{KUZU_TEMP_PREFIX}{os.getpid()}-") as tmp:
                 for i, (table, rows) in enumerate([("Entity", nodes)] + sorted(by_type.items())):
                     if not rows:
                         continue
@@ -790,8 +838,10 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
     opts = dict(options)
     if engine == "kuzu" and "path" not in opts:
         base = Path(cache_dir or Path(resolve_path("cache")) / "cypher")
-        key = f"{kg.name}-{kg_content_hash(kg)[:12]}" if kg is not None else "empty"
-        opts["path"] = base / "kuzu" / key
+        # the KG's name is a config value (kg.name): one path component, and the DB stays under
+        # the cache dir (a re-export deletes old v-* folders where it lives)
+        key = f"{safe_component(kg.name, 'kg.name')}-{kg_content_hash(kg)[:12]}" if kg is not None else "empty"
+        opts["path"] = inside(base, base / "kuzu" / key, "kg.name")
     if engine == "neo4j":
         opts.pop("path", None)
     db = ENGINES[engine](**opts)
@@ -800,6 +850,6 @@ def open_graphdb(engine: str, *, kg: KG | None = None, cache_dir: str | Path | N
     return db
 
 
-__all__ = ["GraphDB", "LazyGraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
+__all__ = ["clean_stale_temp_dirs", "GraphDB", "LazyGraphDB", "KuzuDB", "FalkorDB", "Neo4jDB", "ENGINES", "open_graphdb", "ExportStats",
            "GraphDBUnavailable", "CypherError", "CypherRejected", "kg_content_hash", "triple_keys",
            "relation_type_names", "graph_schema_text"]

@@ -52,8 +52,9 @@ READ_PROCEDURES = frozenset({
     # Neo4j built-ins that only read the catalogue
     "db.labels", "db.relationshiptypes", "db.propertykeys", "db.schema.nodetypeproperties",
     "db.schema.reltypeproperties", "db.schema.visualization", "db.indexes",
-    # kuzu table functions
-    "show_tables", "table_info", "show_connection", "current_setting", "db_version",
+    # kuzu table functions (not current_setting: it hands the model the machine's home directory
+    # and file search path, and no setting helps answer a question over the KG)
+    "show_tables", "table_info", "show_connection", "db_version",
 })
 READ_STARTS = frozenset({"match", "optional", "with", "unwind", "return", "call"})
 

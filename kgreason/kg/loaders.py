@@ -22,6 +22,7 @@ load_rog_subgraphs     RoG-style JSONL, one question per line with its ``graph``
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import json
 from contextlib import contextmanager
@@ -39,6 +40,37 @@ _DELIMITERS = {"\t": "\t", "tab": "\t", "\\t": "\t", "|": "|", "pipe": "|", ",":
 
 class KGFormatError(InputFileError):
     """Malformed KG input. The message reads ``<file>:<line>: <what was expected>``."""
+
+
+#: the longest entity/relation name or label a loader accepts (``kg.max_name_chars``): far above
+#: any real KG's longest label (UMLS strings, PrimeKG names and Freebase labels stay under ~3,000
+#: characters), so only a corrupted line (a 20 MB field) is refused, naming file and line
+MAX_NAME_CHARS = 4096
+_NAME_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("kg_max_name_chars", default=MAX_NAME_CHARS)
+
+
+@contextmanager
+def name_limit(max_chars: int | None):
+    """Loaders inside this block refuse names longer than ``max_chars`` (``None``: the default)."""
+    n = MAX_NAME_CHARS if max_chars is None else int(max_chars)
+    if n < 1:
+        raise KGFormatError("<config>", None, f"kg.max_name_chars={max_chars!r}: expected an integer >= 1")
+    token = _NAME_LIMIT.set(n)
+    try:
+        yield n
+    finally:
+        _NAME_LIMIT.reset(token)
+
+
+def _check_names(p: PathLike, line_no: int | None, fields: dict[str, str] | Sequence[str]) -> None:
+    """Refuse a field over the name limit (the field is never echoed: it may be megabytes)."""
+    limit = _NAME_LIMIT.get()
+    items = fields.items() if isinstance(fields, dict) else enumerate(fields, 1)
+    for key, v in items:
+        if isinstance(v, str) and len(v) > limit:
+            what = f"column {key!r}" if isinstance(key, str) else f"field {key}"
+            raise KGFormatError(p, line_no, f"{what} is {len(v):,} characters long, over the name limit of "
+                                f"{limit} (kg.max_name_chars; raise it if this KG really has such names)")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -102,6 +134,7 @@ def _rows(p: Path, delimiter: str, *, header: bool = False, skip_blank: bool = T
             if header and n == 1:
                 continue
             fields = line.split(delimiter)
+            _check_names(p, line_no, fields)
             if trailing_empty:
                 if not fields or fields[-1] != "":
                     raise KGFormatError(p, line_no, f"expected the line to end with {delimiter!r} (RRF format)")
@@ -120,11 +153,21 @@ def _csv_dicts(p: Path, required: Sequence[str], delimiter: str = ",") -> Iterat
         if missing:
             raise KGFormatError(p, 1, f"header lacks column(s) {missing}; found {reader.fieldnames}")
         n = 0
-        for row in reader:
+        rows = iter(reader)
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                break
+            except csv.Error as e:  # e.g. a field over csv's own size limit (131,072 characters)
+                # the reader has not counted the line it failed on
+                raise KGFormatError(p, reader.line_num + 1, f"unreadable CSV row ({e}); a field over the name limit "
+                                    f"of {_NAME_LIMIT.get()} characters (kg.max_name_chars) is refused") from None
             n += 1
             if None in row or any(row[c] is None for c in required):
                 raise KGFormatError(p, reader.line_num, f"expected {len(reader.fieldnames)} columns "
                                     f"({','.join(reader.fieldnames)})")
+            _check_names(p, reader.line_num, {c: row[c] for c in required})
             yield reader.line_num, row
         if n == 0:
             raise KGFormatError(p, None, "no data rows after the header")
@@ -538,6 +581,7 @@ def read_rog_graphs(path: PathLike, graph_field: str = "graph") -> dict[str, lis
             if not isinstance(t, (list, tuple)) or len(t) != 3:
                 raise KGFormatError(p, line_no, f"{graph_field}[{i}]: expected [head, relation, tail], got {t!r}")
             trip.append((str(t[0]), str(t[1]), str(t[2])))
+            _check_names(p, line_no, trip[-1])
         out[str(qid)] = trip
     return out
 
@@ -554,7 +598,7 @@ def load_rog_subgraphs(path: PathLike, graph_field: str = "graph", name: str = "
 
 
 __all__ = [
-    "KGFormatError", "read_triples", "read_name_map", "load_triples", "load_metaqa_kb", "load_pykeen",
+    "KGFormatError", "MAX_NAME_CHARS", "name_limit", "read_triples", "read_name_map", "load_triples", "load_metaqa_kb", "load_pykeen",
     "load_freebase_slice", "load_primekg", "load_umls_rrf", "load_pkg", "read_rog_graphs",
     "load_rog_subgraphs", "MRCONSO_COLS", "MRREL_COLS", "MRSTY_COLS",
 ]

@@ -66,10 +66,10 @@ log = logging.getLogger(__name__)
 
 FREEBASE_NS = "http://rdf.freebase.com/ns/"
 #: Freebase machine ids: ``m.027rn``, ``g.11b6_2t1k2`` (lower-case base-32-ish, underscore)
-MID_RE = re.compile(r"^[mg]\.[0-9a-z_]{1,32}$")
+MID_RE = re.compile(r"[mg]\.[0-9a-z_]{1,32}")  # always used with fullmatch (``$`` also matches before a final "\n")
 #: Freebase property ids ``domain.type.property`` (FB15k-237 CVT paths joined by ``|``)
 _PROP = r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+"
-RELATION_RE = re.compile(rf"^{_PROP}(?:\|{_PROP})*$")
+RELATION_RE = re.compile(rf"{_PROP}(?:\|{_PROP})*")  # fullmatch only
 CVT_SEP_IRI = ".."  # ``|`` of a CVT path as written in a predicate IRI
 NAME_PREDICATE = "type.object.name"
 ALIAS_PREDICATE = "common.topic.alias"
@@ -90,13 +90,13 @@ class InvalidIdentifier(ValueError):
 
 # ----------------------------------------------------------------------------- validation
 def check_mid(mid: str) -> str:
-    if not isinstance(mid, str) or not MID_RE.match(mid):
+    if not isinstance(mid, str) or not MID_RE.fullmatch(mid):
         raise InvalidIdentifier(f"not a Freebase MID (expected {MID_RE.pattern}): {mid!r}")
     return mid
 
 
 def check_relation(rel: str) -> str:
-    if not isinstance(rel, str) or not RELATION_RE.match(rel):
+    if not isinstance(rel, str) or not RELATION_RE.fullmatch(rel):
         raise InvalidIdentifier(f"not a Freebase relation name (expected {RELATION_RE.pattern}): {rel!r}")
     return rel
 
@@ -109,7 +109,7 @@ def relation_to_local(rel: str) -> str:
 def local_to_relation(local: str) -> str | None:
     """Predicate local name → KG relation name, or ``None`` when it is not a relation name."""
     rel = local.replace(CVT_SEP_IRI, "|")
-    return rel if RELATION_RE.match(rel) else None
+    return rel if RELATION_RE.fullmatch(rel) else None
 
 
 def string_literal(text: str, lang: str | None = None) -> str:
@@ -375,7 +375,11 @@ class SparqlKG:
         i = self._entity_index.get(name)
         if i is not None:
             return i
-        if isinstance(name, str) and MID_RE.match(name) and self._exists(name):
+        name = name.strip() if isinstance(name, str) else name  # "m.01a\n" from a data file is m.01a
+        i = self._entity_index.get(name)
+        if i is not None:
+            return i
+        if isinstance(name, str) and MID_RE.fullmatch(name) and self._exists(name):
             return self._intern(name)
         raise KeyError(f"unknown entity {name!r} in KG {self.name!r} ({self.endpoint_url})")
 
@@ -391,7 +395,11 @@ class SparqlKG:
         i = self._entity_index.get(mention)
         if i is not None:
             return i
-        if MID_RE.match(mention):
+        if MID_RE.fullmatch(mention.strip()):  # surrounding whitespace (a trailing "\n") is not part of an id
+            mention = mention.strip()
+            i = self._entity_index.get(mention)
+            if i is not None:
+                return i
             return self._intern(mention) if self._exists(mention) else -1
         if len(mention) > MAX_LITERAL or any(ord(c) < 0x20 for c in mention):
             return -1
@@ -556,7 +564,7 @@ class SparqlKG:
             if r is None:
                 continue
             sm, om = s[len(self.prefix):], o[len(self.prefix):]
-            if s.startswith(self.prefix) and o.startswith(self.prefix) and MID_RE.match(sm) and MID_RE.match(om):
+            if s.startswith(self.prefix) and o.startswith(self.prefix) and MID_RE.fullmatch(sm) and MID_RE.fullmatch(om):
                 out.append((sm, r, om))
         return out
 
@@ -649,7 +657,7 @@ class SparqlKG:
         if not v.startswith(self.prefix):
             return None
         m = v[len(self.prefix):]
-        return m if MID_RE.match(m) else None
+        return m if MID_RE.fullmatch(m) else None
 
     # ------------------------------------------------------------------ whole-graph views
     def _whole(self, what: str):
@@ -728,7 +736,7 @@ def fb15k237_to_ntriples(path: str | Sequence[str], out: str | Path, *, names: s
                 m = _mid(mid, "dot")
                 if m not in seen:
                     continue  # the name files cover FB15k (a superset); keep the slice's entities
-                if not MID_RE.match(m):
+                if not MID_RE.fullmatch(m):
                     continue
                 txt = text.replace("_", " ") if key == "aliases" else text
                 f.write(f"<{prefix}{m}> <{prefix}{pred}> {_nt_literal(txt)} .\n")

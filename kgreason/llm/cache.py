@@ -103,6 +103,8 @@ def check_cache(cache_cfg: Any) -> None:
     failing every example on its own."""
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return
+    if str(cache_cfg.get("mode")) == "readwrite" and not (Path(os.path.expanduser(str(cache_cfg.get("dir")))) / DB_NAME).exists():
+        return  # nothing to check, and nothing is written before the run is known to start
     store = CallStore.open(cache_cfg.get("dir"), mode=str(cache_cfg.get("mode")))
     store.close()
 

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
+import numpy as np
+
 from kgreason.llm.parsing import REASK_MESSAGE, ParseResult, reask_request
 from kgreason.types import ChatRequest, Completion, Example, Prediction, Step, Subgraph, Usage, to_jsonable
 
@@ -159,7 +161,8 @@ class Trace:
     def retrieval(self, name: str, sub: Subgraph, kg=None, **data: Any) -> Subgraph:
         """Record a k-hop retrieval: seeds, per-hop entity/triple counts, paths kept."""
         info = dict(
-            seeds=[kg.entity_names[s] for s in sub.seeds] if kg is not None else sub.seeds,
+            # by id string (not internal id): the same record on every KG backend
+            seeds=sorted(str(kg.entity_names[s]) for s in sub.seeds) if kg is not None else sub.seeds,
             hops=sub.hops,
             entities_per_hop=[int(len(e)) for e in sub.entities_by_hop],
             triples_per_hop=[int(len(t)) for t in sub.triples_by_hop],
@@ -187,8 +190,49 @@ def render(template: str, **values: Any) -> str:
     return out
 
 
+# ----------------------------------------------------------------------------- canonical tie order
+# Score ties are broken by a canonical key, never by the KG's storage order (internal ids, triple
+# order, a database's row order), so the same question gives the same ranked list on every KG
+# backend and after a recompile (issue #32; tests/reasoners/test_tie_order.py).
+
+
+def entity_key(kg, e: int) -> tuple[str, str]:
+    """The canonical tie key of an entity: its id string (the MID, or the name where names are
+    ids), then its label."""
+    return (str(kg.entity_names[int(e)]), str(kg.entity_label(int(e)) or ""))
+
+
+def canonical_entities(kg, ids) -> list[int]:
+    """``ids`` in canonical order (:func:`entity_key`)."""
+    return sorted((int(e) for e in ids), key=lambda e: entity_key(kg, e))
+
+
+def entity_ranks(kg, ids) -> np.ndarray:
+    """Each id's position in canonical order: the last key of an ``np.lexsort`` that breaks
+    score ties canonically (``np.lexsort((entity_ranks(kg, c), -scores))``)."""
+    ids = [int(e) for e in ids]
+    order = sorted(range(len(ids)), key=lambda i: entity_key(kg, ids[i]))
+    ranks = np.empty(len(ids), dtype=np.int64)
+    ranks[np.asarray(order, dtype=np.int64)] = np.arange(len(ids))
+    return ranks
+
+
+def canonical_triples(kg, triples: np.ndarray) -> np.ndarray:
+    """``(m, 3)`` (head, relation, tail) id rows sorted by (head key, relation name, tail key)."""
+    triples = np.asarray(triples)
+    if len(triples) < 2:
+        return triples
+    rows = triples.tolist()
+    order = sorted(range(len(rows)), key=lambda i: (entity_key(kg, rows[i][0]), str(kg.relation_names[rows[i][1]]),
+                                                  entity_key(kg, rows[i][2])))
+    return triples[np.asarray(order, dtype=np.int64)]
+
+
 def load_prompt(reasoner: str, step: str) -> str:
     """Read ``kgreason/reasoners/prompts/<reasoner>/<step>.txt``."""
     from importlib.resources import files
 
-    return files("kgreason.reasoners").joinpath("prompts", reasoner, f"{step}.txt").read_text()
+    from kgreason.paths import safe_component
+
+    folder = safe_component(reasoner, "reasoner.prompts_dir")  # a config value: one folder under prompts/
+    return files("kgreason.reasoners").joinpath("prompts", folder, f"{safe_component(step, 'prompt step')}.txt").read_text()

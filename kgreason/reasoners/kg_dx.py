@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from kgreason.kg.linking import EmbeddingLinker, link_mentions
-from kgreason.reasoners.base import BaseReasoner, Trace
+from kgreason.reasoners.base import BaseReasoner, Trace, entity_ranks
 from kgreason.reasoners.dx_common import check_hop_retriever, diagnosis_mask, within_k
 from kgreason.types import Example, Prediction
 
@@ -96,10 +96,11 @@ class KGDx(BaseReasoner):
         return support
 
     def rank(self, support: np.ndarray) -> np.ndarray:
-        """Diseases with support ≥ 1, by support, then specificity ``support / reach(d)``, then id."""
+        """Diseases with support ≥ 1, by support, then specificity ``support / reach(d)``, then the
+        canonical entity key (id string, then label; never the internal id)."""
         cands = np.flatnonzero((support > 0) & self._disease).astype(np.int32)
         share = np.array([support[d] / max(self._reach(int(d)), 1) for d in cands], dtype=np.float64)
-        return cands[np.lexsort((cands, -share, -support[cands]))]
+        return cands[np.lexsort((entity_ranks(self.kg, cands), -share, -support[cands]))]
 
     def answer(self, example: Example) -> Prediction:
         t = Trace()

@@ -55,7 +55,7 @@ from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
 from kgreason.metrics.clinical import normalise_diagnosis
 from kgreason.embed import Embedder
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, entity_ranks, load_prompt, render
 from kgreason.reasoners.dx_common import (check_hop_retriever, chunk_by_chars, diagnosis_mask, parse_name_list,
                                           within_k)
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
@@ -274,7 +274,8 @@ class LogosKGDx(BaseReasoner):
 
         ``similarity``: max cosine between the candidate's label and the note entities (also
         whenever a refinement is on); ``path_support``: number of note entities within k of the
-        candidate; ``none``: by id. Ties break by id."""
+        candidate; ``none``: by the canonical entity key. Ties break by the canonical entity key (id
+        string, then label), never by internal id."""
         cands = kh.diseases
         if not len(cands):
             return cands, np.zeros(0, dtype=np.float32)
@@ -291,7 +292,7 @@ class LogosKGDx(BaseReasoner):
         else:
             scores = np.zeros(len(cands))
         scores = np.asarray(scores, dtype=np.float32)
-        order = np.lexsort((cands, -scores))
+        order = np.lexsort((entity_ranks(self.kg, cands), -scores))  # ties: canonical entity key
         return cands[order], scores[order]
 
     def refine_support(self, kh: KHop, ranked: np.ndarray, scores: np.ndarray) -> set[int]:

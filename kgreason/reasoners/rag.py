@@ -24,7 +24,7 @@ import numpy as np
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answers
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, canonical_triples, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 
@@ -80,7 +80,10 @@ class RAG(BaseReasoner):
         ``max_candidates``; and whether the cap cut any."""
         if not sub.triples_by_hop:
             return np.zeros((0, 3), dtype=np.int32), False
-        allt = np.concatenate(sub.triples_by_hop, axis=0).reshape(-1, 3)
+        # nearest hop first; within a hop in canonical order (not the KG's storage order), so the
+        # max_candidates cut and the rank ties are the same on every KG backend
+        allt = np.concatenate([canonical_triples(self.kg, np.asarray(h).reshape(-1, 3)) for h in sub.triples_by_hop],
+                              axis=0).reshape(-1, 3)
         _, first = np.unique(allt, axis=0, return_index=True)
         allt = allt[np.sort(first)]
         cut = len(allt) > self.max_candidates

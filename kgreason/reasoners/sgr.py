@@ -68,7 +68,8 @@ from kgreason.kg.cypher_guard import CypherRejected
 from kgreason.kg.linking import link_example
 from kgreason.llm.base import ScoringUnsupported
 from kgreason.llm.parsing import ParseResult, parse_cypher, parse_hypothesis, parse_schema
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.base import (BaseReasoner, ReaskPolicy, Trace, canonical_entities, canonical_triples, load_prompt,
+                                     render)
 from kgreason.types import ChatRequest, Example, Message, Prediction
 
 def parse_choice(candidates: Sequence[str]):
@@ -233,8 +234,8 @@ class SGR(BaseReasoner):
     def subgraph(self, question: str, sub) -> tuple[np.ndarray, np.ndarray, int]:
         """Eq. 4–6: ``(E*_q (k, 3) int32 triples, their scores (k,), n candidates)``."""
         cands = []
-        for tr in sub.triples_by_hop:  # nearest hops first, capped
-            cands.append(tr)
+        for tr in sub.triples_by_hop:  # nearest hops first, capped; canonical order within a hop
+            cands.append(canonical_triples(self.kg, np.asarray(tr).reshape(-1, 3)))
         allt = np.concatenate(cands, axis=0) if cands else np.zeros((0, 3), dtype=np.int32)
         if len(allt):
             _, first = np.unique(allt, axis=0, return_index=True)
@@ -516,7 +517,9 @@ class SGR(BaseReasoner):
         """Eq. 17 ``A_q = Exec(c_q, G)`` through the read-only guard, then Eq. 19–20.
         Returns ``(A+_q, what went wrong for the refine prompt, A_q)``."""
         rows, msg = self._run_cypher(t, "direct" if round_ == 0 else f"refine_{round_}", query)
-        cands = self._rows_to_entities(rows or [])
+        # A_q is a set (Eq. 17-18): canonical order, not the database's row order, so the P_θ ties
+        # and the choice_cap cut are the same on every KG backend
+        cands = canonical_entities(self.kg, dict.fromkeys(self._rows_to_entities(rows or [])))
         valid = self.validate(cands, allowed)
         t.add("validate", f"round_{round_}", candidates=[self._label(c) for c in cands[:50]],
               valid=[self._label(c) for c in valid[:50]])
@@ -593,6 +596,7 @@ class SGR(BaseReasoner):
             "RETURN a.name AS h, r.relation AS rel, b.name AS tl", {"names": [kg.entity_names[i] for i in ids]})
         texts = [f"{kg.entity_label(kg.find_entity(r['h']))} | {r['rel']} | {kg.entity_label(kg.find_entity(r['tl']))}"
                  for r in rows or []]
+        texts = sorted(texts)  # the database's row order is no tie-break (canonical, as every score tie)
         if not texts:
             return []
         sims = self.embedder.similarity([hypothesis["hypothesis"] or hypothesis["answer"]], texts)[0]

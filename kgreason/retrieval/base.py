@@ -210,7 +210,11 @@ class GraphRetriever(ABC):
         on a path of length h-1, keeping only chains that end in layer h (BFS semantics) or in
         q^(h) (walk). Stops at ``max_paths``."""
         kg, R = self.kg, self.kg.n_relations
-        frontier: list[tuple[int, ...]] = [(int(s),) for s in seeds]
+        ename, rname = kg.entity_names, kg.relation_names
+        # canonical order (never storage order): seeds by id string, each entity's steps by
+        # (relation name, forward first, next entity's id string); so which paths survive the
+        # max_paths cut is the same on every KG backend and after a recompile
+        frontier: list[tuple[int, ...]] = [(int(s),) for s in sorted((int(x) for x in seeds), key=lambda e: ename[e])]
         truncated = False
         for h, tids in enumerate(tids_by_hop):
             if deadline is not None and time.perf_counter() > deadline:
@@ -228,8 +232,13 @@ class GraphRetriever(ABC):
                     if a in allowed:
                         step.setdefault(b, []).append((r + R, a))
             nxt: list[tuple[int, ...]] = []
+            ordered: dict[int, list[tuple[int, int]]] = {}
             for p in frontier:
-                for r, b in step.get(p[-1], ()):
+                steps = ordered.get(p[-1])
+                if steps is None:
+                    steps = ordered[p[-1]] = sorted(step.get(p[-1], ()),
+                                                    key=lambda rb: (rname[rb[0] % R], rb[0] >= R, ename[rb[1]]))
+                for r, b in steps:
                     if len(nxt) >= self.max_paths:
                         truncated = True
                         break

@@ -29,7 +29,7 @@ from kgreason.types import Subgraph
 
 HOW_TO_GET = ("set LOGOSKG_SRC to a checkout of the LogosKG authors' library, e.g. "
               "`git clone https://github.com/Serendipity618/LogosKG-Efficient-and-Scalable-Graph-Retrieval "
-              "/work/ext/LogosKG && export LOGOSKG_SRC=/work/ext/LogosKG` (the older "
+              "../LogosKG && export LOGOSKG_SRC=../LogosKG` (the older "
               "https://github.com/Serendipity618/LogosKG works too; keep it outside this repository)")
 
 

@@ -121,6 +121,7 @@ class NetworkXRetriever(GraphRetriever):
         k = len(layers)
         out: list[tuple[int, ...]] = []
         truncated = False
+        ename, rname, R = self.kg.entity_names, self.kg.relation_names, self.kg.n_relations
 
         def rec(path: tuple[int, ...], h: int) -> bool:
             if h == k:
@@ -130,12 +131,15 @@ class NetworkXRetriever(GraphRetriever):
                 return True
             if deadline is not None and time.perf_counter() > deadline:
                 raise QueryTimeout
-            for _, r, b in self._steps(path[-1], rel_mask):
+            # the canonical order of GraphRetriever._paths (relation name, forward first, entity id
+            # string): the paths kept under the cap do not follow the storage order
+            steps = sorted(self._steps(path[-1], rel_mask), key=lambda x: (rname[x[1] % R], x[1] >= R, ename[x[2]]))
+            for _, r, b in steps:
                 if b in layers[h] and not rec(path + (r, b), h + 1):
                     return False
             return True
 
-        for s in seeds:
+        for s in sorted(seeds, key=lambda e: ename[e]):
             if not rec((s,), 0):
                 truncated = True
                 break

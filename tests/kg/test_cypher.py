@@ -249,3 +249,39 @@ def test_relation_type_names_rule():
                    "directed_by": "directed_by_2"}  # kuzu table names ignore case; sorted order: "D" < "d"
     assert len(set(got.values())) == len(got)
     assert relation_type_names(["x.y", "new"], {"x.y": "kept"}) == {"x.y": "kept", "new": "new"}
+
+
+def test_stale_kuzu_temp_folders_of_dead_exports_are_removed(tmp_path, monkeypatch, embedded_kg):
+    """Issue #32 item 7: a killed export left its ``kgreason-kuzu-*`` CSV folder in the temp dir.
+    The next export removes those whose owner process is dead and that are older than the grace
+    period; a live owner's folder and a fresh one are kept."""
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from kgreason.kg.cypher import STALE_TEMP_AGE_S, clean_stale_temp_dirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    old = time.time() - STALE_TEMP_AGE_S - 60
+    made = {}
+    for name, pid, t in [("stale", dead.pid, old), ("live", os.getpid(), old), ("fresh", dead.pid, time.time())]:
+        d = tmp_path / "tmp" / f"kgreason-kuzu-{pid}-{name}"
+        d.mkdir()
+        (d / "t0.csv").write_text("1,a\n")
+        os.utime(d, (t, t))
+        made[name] = d
+    other = tmp_path / "tmp" / "someone-else-123-x"
+    other.mkdir()
+    os.utime(other, (old, old))
+    assert clean_stale_temp_dirs() == [made["stale"]]
+    assert not made["stale"].exists() and made["live"].exists() and made["fresh"].exists() and other.exists()
+    # an export runs the clean-up first and leaves no folder of its own behind
+    os.utime(made["fresh"], (old, old))
+    db = KuzuDB(tmp_path / "db")
+    db.export(embedded_kg)
+    db.close()
+    assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == sorted([made["live"].name, other.name])

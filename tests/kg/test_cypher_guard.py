@@ -165,3 +165,12 @@ def test_benign_run_and_row_limit(kuzu_db):
     assert rows == []
     with pytest.raises(CypherError):
         kuzu_db.run_read("MATCH (n:Nope) RETURN n")
+
+
+@pytest.mark.parametrize("q", ["CALL current_setting('home_directory') RETURN *",
+                               "CALL current_setting('file_search_path') RETURN *"])
+def test_current_setting_is_not_allowed(q):
+    """Issue #32 item 7: kuzu's current_setting('home_directory') handed the machine's home path to
+    the model; no setting is needed to answer a question over the KG."""
+    with pytest.raises(CypherRejected):
+        check_read_only(q)

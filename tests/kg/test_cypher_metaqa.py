@@ -1,7 +1,7 @@
 """Export + query time of the Cypher backends on the MetaQA KB (~129k triples); prints the
 numbers recorded in docs/sgr.md. No timing assertions, only correctness checks.
 
-    KGREASON_DATA=/work/shared/data python -m pytest tests/kg/test_cypher_metaqa.py --slow -s
+    KGREASON_DATA=../shared/data python -m pytest tests/kg/test_cypher_metaqa.py --slow -s
 """
 
 from __future__ import annotations

@@ -263,3 +263,52 @@ def test_rog_subgraphs(tmp_path):
         load_rog_subgraphs(bad)
     with pytest.raises(KGFormatError, match=":2: expected one JSON object per line"):
         load_rog_subgraphs(write(tmp_path / "b2.jsonl", '{"id": "q", "graph": []}\n{oops\n'))
+
+
+# ---------------------------------------------------------------- issue #32 item 3: oversized names
+
+def test_an_oversized_name_is_refused_naming_file_line_and_limit(tmp_path):
+    from kgreason.kg.loaders import MAX_NAME_CHARS, KGFormatError, load_metaqa_kb, load_triples, name_limit
+
+    big = "x" * (20 * 1024 * 1024)  # a 20 MB field, as in a corrupted dump
+    p = tmp_path / "kb.txt"
+    p.write_text(f"a|r|b\nc|r|{big}\n")
+    with pytest.raises(KGFormatError) as e:
+        load_metaqa_kb(p)
+    msg = str(e.value)
+    assert f"{p}:2" in msg and "20,971,520" in msg and f"{MAX_NAME_CHARS}" in msg and "kg.max_name_chars" in msg
+    assert len(msg) < 400  # the field itself is never echoed
+    # the limit is a setting: a tighter one refuses a shorter name, a looser one takes it
+    q = tmp_path / "t.tsv"
+    q.write_text("a\tr\t" + "y" * 50 + "\n")
+    with pytest.raises(KGFormatError, match=r"t\.tsv:1.*50 characters"), name_limit(40):
+        load_triples(q)
+    with name_limit(50):
+        assert load_triples(q).n_entities == 2
+
+
+def test_an_oversized_name_in_a_name_map_csv_or_jsonl_is_refused(tmp_path):
+    from kgreason.kg.loaders import KGFormatError, load_freebase_slice, load_primekg, load_rog_subgraphs
+
+    (tmp_path / "train.txt").write_text("/m/0a\t/r/x\t/m/0b\n")
+    (tmp_path / "names.txt").write_text("/m/0a\tA\n/m/0b\t" + "n" * 5000 + "\n")
+    with pytest.raises(KGFormatError, match=r"names\.txt:2"):
+        load_freebase_slice([tmp_path / "train.txt"], names=tmp_path / "names.txt")
+    (tmp_path / "kg.csv").write_text("x_name,relation,y_name,x_type,y_type\nA,r," + "b" * 300_000 + ",t,t\n")
+    with pytest.raises(KGFormatError, match=r"kg\.csv:2"):
+        load_primekg(tmp_path / "kg.csv")
+    (tmp_path / "g.jsonl").write_text('{"id": "q1", "graph": [["a", "r", "' + "c" * 5000 + '"]]}\n')
+    with pytest.raises(KGFormatError, match=r"g\.jsonl:1"):
+        load_rog_subgraphs(tmp_path / "g.jsonl")
+
+
+def test_the_compiled_cache_passes_the_limit_and_keys_on_it(tmp_path):
+    from kgreason.kg.compiled import load_cached
+    from kgreason.kg.loaders import KGFormatError
+
+    p = tmp_path / "kb.txt"
+    p.write_text("a|r|" + "z" * 100 + "\n")
+    kg = load_cached("kgreason.kg.loaders.load_metaqa_kb", p, tmp_path / "c", max_name_chars=200)
+    assert kg.n_entities == 2
+    with pytest.raises(KGFormatError, match="kg.max_name_chars"):  # not served from the looser compile
+        load_cached("kgreason.kg.loaders.load_metaqa_kb", p, tmp_path / "c", max_name_chars=50)

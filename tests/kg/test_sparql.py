@@ -277,3 +277,24 @@ def test_whole_graph_steps_stop_at_construction(server, tmp_path):
         EmbeddingLinker(kg, embedder=object())
     with pytest.raises(NeedsInMemoryKG, match="entities_of_type"):
         kg.entities_of_type("people.person")
+
+
+def test_a_trailing_newline_never_reaches_the_endpoint(toy, server, tmp_path):
+    """Issue #32: ``re.match`` with ``$`` also matched before a final newline, so ``"m.0f1\\n"``
+    passed ``check_mid`` and the endpoint answered HTTP 400 (the example failed on every resume)."""
+    for bad in ["m.0f1\n", "g.11b\n", "m.0f1\n\n"]:
+        with pytest.raises(InvalidIdentifier):
+            check_mid(bad)
+    with pytest.raises(InvalidIdentifier):
+        check_relation("film.film.directed_by\n")
+    kg = _kg(server.url, tmp_path)
+    # surrounding whitespace is stripped: the id still links, to the same entity as the clean one
+    for spaced in ["m.0f1\n", " m.0f1 ", "m.0f1\r\n"]:
+        i = kg.find_entity(spaced)
+        assert i >= 0 and kg.entity_names[i] == "m.0f1", spaced
+        assert kg.entity_names[kg.entity_id(spaced)] == "m.0f1"
+    # an id that is not a MID is "not linked", never an endpoint error
+    for bad in ["m.0f1\nx", "m.0F1!"]:
+        assert kg.find_entity(bad) == -1
+        with pytest.raises(KeyError):
+            kg.entity_id(bad)

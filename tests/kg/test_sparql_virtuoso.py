@@ -2,14 +2,15 @@
 ``virtuoso_freebase`` in tests/conftest.py), compared with kg=freebase_slice on the same CWQ
 questions: identical retrieved facts, answers and metrics (issue 20).
 
-Caps that cut a candidate list *in KG order* (ToG's neighbours per relation, RAG's candidate
-triples, ReKnoS's entities per path) are set above the candidate counts here: the slice keeps
-file order, the SPARQL source a canonical (relation, MID) order, so a binding cap could keep
-different members on the two sources. Everything else must agree exactly: per question the
-answers, per-question metrics, the reasoner's extras (entities retrieved or kept in the beam,
-search space, path layers as sets), the linked MIDs and every k-hop retrieval step; the run's
-metrics; the hop-distribution report. Prompts may list facts in another order (ReKnoS's example
-facts, SGR's schema sample), which a scripted LLM does not see; a real LLM could.
+Every cap runs at its default, hubs included: candidate lists are cut in a canonical order on
+both sources (retriever paths by relation name then MID before ``max_paths``, RAG's and SGR's
+candidate triples by (head, relation, tail) within a hop, ToG's neighbours and ReKnoS's entities
+by MID, every score tie by the entity's MID: issue #32, tests/reasoners/test_tie_order.py), so
+the two sources must agree exactly: per question the answers, per-question metrics, the
+reasoner's extras (entities retrieved or kept in the beam, search space, path layers as sets),
+the linked MIDs and every k-hop retrieval step; the run's metrics; the hop-distribution report.
+The questions are a seeded sample of 40 CWQ questions; at least one reaches a hub (a topic
+whose paths are cut at ``max_paths``, e.g. United States).
 """
 
 from __future__ import annotations
@@ -22,19 +23,18 @@ from tests.conftest import compose_cfg
 
 pytestmark = pytest.mark.slow
 
-N_QUESTIONS = 8
+N_QUESTIONS = 40
 # llm_cache off: the second run must not count the first run's calls as cache hits
-COMMON = ["dataset=cwq", f"dataset.limit={N_QUESTIONS}", "tracking=none", "llm=scripted", "llm_cache.mode=off",
-          "preflight.min_link_rate=0"]  # the two KG sources are compared; the slice links 2 of 8
+COMMON = ["dataset=cwq", f"dataset.sample={N_QUESTIONS}", "seed=7", "tracking=none", "llm=scripted",
+          "llm_cache.mode=off", "preflight.min_link_rate=0"]  # the two KG sources are compared; the slice links some
 REASONERS = {
     # the hop-distribution report (2 hops) once, with the reasoner that needs no LLM
     "retrieval_only": ["reasoner=retrieval_only", "reasoner.hops=1", "reports.max_hops=2"],
-    "rag": ["reasoner=rag", "reports.hop_distribution=false", "reasoner.hops=1", "reasoner.max_candidates=100000", "reasoner.top_k=20"],
-    "tog": ["reasoner=tog", "reports.hop_distribution=false", "reasoner.prune=bm25", "reasoner.width=2", "reasoner.depth=2",
-            "reasoner.sample_at=100000"],
-    "reknos": ["reasoner=reknos", "reports.hop_distribution=false", "reasoner.width=2", "reasoner.depth=2", "reasoner.max_entities=100000",
+    "rag": ["reasoner=rag", "reports.hop_distribution=false", "reasoner.hops=1", "reasoner.top_k=20"],
+    "tog": ["reasoner=tog", "reports.hop_distribution=false", "reasoner.prune=bm25", "reasoner.width=2", "reasoner.depth=2"],
+    "reknos": ["reasoner=reknos", "reports.hop_distribution=false", "reasoner.width=2", "reasoner.depth=2",
                "reasoner.few_shot=false"],
-    "sgr": ["reasoner=sgr", "reports.hop_distribution=false", "reasoner.cypher=false", "reasoner.hops=1", "reasoner.max_candidate_triples=100000",
+    "sgr": ["reasoner=sgr", "reports.hop_distribution=false", "reasoner.cypher=false", "reasoner.hops=1",
             "reasoner.num_paths=1", "reasoner.collab_iterations=1"],
 }
 SPARQL = ["kg=freebase_sparql", "retriever=sparql", "kg.max_rows=100000", "kg.retries=1"]
@@ -91,4 +91,7 @@ def test_sparql_on_virtuoso_equals_the_in_memory_slice(reasoner, virtuoso_freeba
     assert a[2] == b[2]          # hop-distribution report
     linked = [r for r in a[1].values() if r["extra"].get("retrieved")]
     assert linked, "no question reached the KG: the comparison would be vacuous"
+    if reasoner == "retrieval_only":  # the sample reaches a hub: its paths were cut at max_paths
+        steps = [s for r in a[1].values() for s in r["steps"] if isinstance(s, dict)]
+        assert any(s.get("paths_truncated") for s in steps), "no hub in the sample: ties would go untested"
     assert not any(r["error"] for r in b[1].values())

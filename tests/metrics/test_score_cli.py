@@ -135,3 +135,25 @@ def test_score_of_a_dx_run_equals_its_metrics_json_with_kg_alias_matches(tmp_pat
     run_metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert {f"metric/{k}": v for k, v in json.loads(r.stdout).items()} == {
         f"metric/{n}": run_metrics[f"metric/{n}"] for n in names}
+
+
+def test_dedupe_writes_the_last_row_per_id(tmp_path):
+    """Issue #32 item 7: a resumed run's predictions.jsonl keeps superseded error rows; ``--dedupe``
+    writes the file as every reader sees it (last row per id, in first-appearance order)."""
+    rows = [
+        {"id": "1", "prediction": "", "answers": ["A"], "error": "LLMError: down"},
+        {"id": "2", "prediction": "B", "answers": ["B"]},
+        {"id": "3", "prediction": "", "answers": ["C"], "error": "LLMError: down"},
+        {"id": "1", "prediction": "A", "answers": ["A"]},
+        {"id": "3", "prediction": "C", "answers": ["C"]},
+    ]
+    f = _write(tmp_path / "p.jsonl", rows)
+    out = tmp_path / "clean.jsonl"
+    r = _run(f, "--metrics", "em", "--dedupe", out)
+    assert r.returncode == 0, r.stderr
+    kept = [json.loads(x) for x in out.read_text().splitlines()]
+    assert kept == [rows[3], rows[1], rows[4]]
+    assert json.loads(r.stdout)["em"] == 1.0
+    assert "3 ids" in r.stderr and "2 superseded" in r.stderr
+    # scoring the deduplicated file gives the same figures
+    assert json.loads(_run(out, "--metrics", "em").stdout) == json.loads(r.stdout)

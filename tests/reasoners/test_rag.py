@@ -125,7 +125,7 @@ def test_cli_end_to_end(tmp_path, reasoner, llm):
 
 
 # ----------------------------------------------------------------------------- MetaQA
-# Node coverage stated in /work/shared/data/metaqa/PROVENANCE.md (topic and all answers are KB
+# Node coverage stated in $KGREASON_DATA/metaqa/PROVENANCE.md (topic and all answers are KB
 # nodes): the retrieval with gold topic entities and gold hop counts must reach at least this.
 METAQA_NODE_COVERAGE = {1: 1.000, 2: 0.979, 3: 0.947}
 
