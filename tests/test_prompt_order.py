@@ -1,0 +1,42 @@
+"""Issue 30 item 6: static instructions and worked examples come before the per-question parts of
+every prompt, so a server's prompt cache (llama.cpp's ``cache_prompt``, vLLM's prefix caching)
+can reuse them across questions. Measured as the share of a prompt's fixed text that precedes its
+first per-question field; a prompt whose instructions or examples follow the question fails."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = sorted((REPO / "kgreason" / "reasoners" / "prompts").glob("*/*.txt")) + \
+    sorted((REPO / "kgreason" / "judges" / "rubrics").glob("*.txt"))
+#: fields fixed for a whole run (a setting), not per question: they may come anywhere
+RUN_CONSTANT = {"keep", "max_diagnoses", "limit", "what"}
+FIELD = re.compile(r"(?<!\{)\{([a-z_]+)\}(?!\})")
+MIN_PREFIX_SHARE = 0.5
+
+
+def prefix_share(text: str) -> float:
+    """The share of the prompt's fixed text (fields removed) before its first per-question field."""
+    fields = [m for m in FIELD.finditer(text) if m.group(1) not in RUN_CONSTANT]
+    static = FIELD.sub("", text)
+    if not fields or not static.strip():
+        return 1.0
+    return len(FIELD.sub("", text[: fields[0].start()])) / len(static)
+
+
+def test_the_measure_tells_a_question_first_prompt_from_an_instructions_first_one():
+    late = "Question: {question}\n\n" + "Answer with one name, no explanation, no punctuation at all. " * 3
+    early = "Answer with one name, no explanation, no punctuation at all. " * 3 + "\n\nQuestion: {question}\n"
+    assert prefix_share(late) < MIN_PREFIX_SHARE <= prefix_share(early)
+    assert prefix_share("Pick the {keep} best of:\n{question}") == 1.0
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(REPO).as_posix().split("prompts/")[-1])
+def test_fixed_text_comes_before_the_question(path):
+    share = prefix_share(path.read_text(encoding="utf-8"))
+    assert share >= MIN_PREFIX_SHARE, (f"{path.name}: only {share:.0%} of its fixed text precedes the first "
+                                       "per-question field; put instructions and examples first")
