@@ -786,7 +786,8 @@ def render_paper(comp: pd.DataFrame, doc: Mapping[str, Any], ci: CIOptions | Non
         lines.append(f"| {r['table']} | {r['row']} | {r['column']} ({r['metric']}) | {r['paper']:.{digits}f} | "
                      f"{ours} | {diff} | {model} |")
     lines += ["", f"Paper values from {doc['source']} ({doc['paper']}), as printed × {doc['scale']} "
-                  "(kgreason metrics are 0–1); cited per row in the preset's paper.yaml. Ours: the mean over the "
+                  "(to kgreason's scale: rates 0–1; PDSQI-9 scores stay 1–5); cited per row in the preset's "
+                  "paper.yaml. Ours: the mean over the "
                   f"matching runs (seeds), [lo, hi] the {ci.level:.0%} bootstrap interval over questions. A model "
                   "that differs from the paper's is marked: the difference then mixes model and method."]
     if doc.get("note"):
