@@ -710,6 +710,13 @@ def _job_value(root: Path, job: str, key: str):
     return cur
 
 
+def _setting_str(v: Any) -> str:
+    """A setting as the command line spells it: YAML's False (config, paper.yaml) and the override
+    ``false`` (a swept column) compare equal."""
+    s = str(v)
+    return s.lower() if s in ("True", "False") else s
+
+
 def _job_setting(root: Path, job: str, key: str):
     """A config group's option as the job chose it (``judge`` → ``pdsqi``, from
     ``.hydra/hydra.yaml``), else the value at ``key`` in its config (``reasoner.hops`` → 5)."""
@@ -738,9 +745,9 @@ def paper_comparison(root: str | Path, df: pd.DataFrame, examples: pd.DataFrame 
         sub = df[df["metric"] == _metric_key(e["metric"])]
         for k, v in (e.get("overrides") or {}).items():
             if k in sub.columns:
-                sub = sub[sub[k].fillna("").astype(str) == str(v)]
+                sub = sub[sub[k].fillna("").map(_setting_str) == _setting_str(v)]
             else:  # a setting every job shares has no column: the job's Hydra choice, else its config
-                keep = [str(_job_setting(root, j, k)) == str(v) for j in sub["job"]]
+                keep = [_setting_str(_job_setting(root, j, k)) == _setting_str(v) for j in sub["job"]]
                 sub = sub.loc[pd.Series(keep, index=sub.index, dtype=bool)]
         row = {"table": e["table"], "row": e["row"], "column": e["column"], "paper": float(e["value"]) * scale,
                "paper_model": e["model"], "cite": e["cite"], "metric": e["metric"], "ours": math.nan,

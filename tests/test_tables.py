@@ -486,3 +486,27 @@ def test_paper_figure_only_prints_the_note(tmp_path, preset):
     note = yaml.safe_load((REPO / "experiments" / preset / "paper.yaml").read_text())["note"]
     assert note in r.stdout
     assert "| table | row | column |" not in r.stdout
+
+
+def test_paper_boolean_override_matches_config_and_swept_column(tmp_path):
+    """A ProbSum cell (reasoner.use_findings: false in paper.yaml) matches a job whose config has
+    False, and a sweep whose column (the override ``reasoner.use_findings=false``) says false."""
+    from kgreason.tables import paper_comparison
+
+    col = "ProbSum / UMLS / GPT-4.1 / B"
+    for name, extra in (("config", []), ("column", ["reasoner.use_findings=false", "reasoner.use_findings=true"])):
+        root = tmp_path / name
+        for n, ov in enumerate(extra or [None]):
+            d = _logoskg_job(root, n, "gpt-4.1", {"judge/baseline/accurate": 3.0 + n})
+            for f, fix in ((".hydra/hydra.yaml", lambda c: c["hydra"]["runtime"]["choices"].update(dataset="probsum")),
+                           ("config.yaml", lambda c: c["reasoner"].update(use_findings=ov == "reasoner.use_findings=true"))):
+                c = yaml.safe_load((d / f).read_text())
+                fix(c)
+                (d / f).write_text(yaml.safe_dump(c))
+            if ov:
+                o = yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())
+                (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([*o, ov]))
+        df, _ = collect(root)
+        comp, _ = paper_comparison(root, df, None)
+        cell = comp[(comp["column"] == col) & (comp["metric"] == "judge/baseline/accurate")]
+        assert cell["ours"].tolist() == [3.0], name
