@@ -679,12 +679,15 @@ PAPER_FIELDS = ("table", "row", "column", "index", "value", "model", "cite", "me
 
 def load_paper(path: str | Path) -> dict[str, Any]:
     """A ``paper.yaml``: ``paper``, ``source`` (file under shared/papers), ``scale`` (paper unit →
-    kgreason's 0–1), ``decimals``, ``entries`` (each with :data:`PAPER_FIELDS`)."""
+    kgreason's 0–1), ``decimals``, ``entries`` (each with :data:`PAPER_FIELDS`), and ``note``
+    (printed under the table; required when ``entries`` is empty, e.g. a figure-only preset)."""
     path = Path(path)
     doc = _load_yaml(path) or {}
     for k in ("paper", "source", "scale", "decimals", "entries"):
         if k not in doc:
             raise ValueError(f"{path}: missing top-level field {k!r}")
+    if not doc["entries"] and not str(doc.get("note") or "").strip():
+        raise ValueError(f"{path}: 'entries' is empty: give a 'note' saying why (e.g. values shown only as a figure)")
     for i, e in enumerate(doc["entries"]):
         miss = [f for f in PAPER_FIELDS if f not in e]
         if miss:
@@ -707,6 +710,24 @@ def _job_value(root: Path, job: str, key: str):
     return cur
 
 
+def _setting_str(v: Any) -> str:
+    """A setting as the command line spells it: YAML's False (config, paper.yaml) and the override
+    ``false`` (a swept column) compare equal."""
+    s = str(v)
+    return s.lower() if s in ("True", "False") else s
+
+
+def _job_setting(root: Path, job: str, key: str):
+    """A config group's option as the job chose it (``judge`` → ``pdsqi``, from
+    ``.hydra/hydra.yaml``), else the value at ``key`` in its config (``reasoner.hops`` → 5)."""
+    hy = root / job / ".hydra" / "hydra.yaml"
+    if "." not in key and hy.exists():
+        choices = (((_load_yaml(hy) or {}).get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+        if choices.get(key) is not None:
+            return choices[key]
+    return _job_value(root, job, key)
+
+
 def paper_comparison(root: str | Path, df: pd.DataFrame, examples: pd.DataFrame | None, preset: str | None = None,
                      ci: CIOptions | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per paper cell of the preset's ``paper.yaml``: the paper's value, ours (mean over the
@@ -724,9 +745,10 @@ def paper_comparison(root: str | Path, df: pd.DataFrame, examples: pd.DataFrame 
         sub = df[df["metric"] == _metric_key(e["metric"])]
         for k, v in (e.get("overrides") or {}).items():
             if k in sub.columns:
-                sub = sub[sub[k].fillna("").astype(str) == str(v)]
-            else:
-                sub = sub[[str(_job_value(root, j, k)) == str(v) for j in sub["job"]]]
+                sub = sub[sub[k].fillna("").map(_setting_str) == _setting_str(v)]
+            else:  # a setting every job shares has no column: the job's Hydra choice, else its config
+                keep = [_setting_str(_job_setting(root, j, k)) == _setting_str(v) for j in sub["job"]]
+                sub = sub.loc[pd.Series(keep, index=sub.index, dtype=bool)]
         row = {"table": e["table"], "row": e["row"], "column": e["column"], "paper": float(e["value"]) * scale,
                "paper_model": e["model"], "cite": e["cite"], "metric": e["metric"], "ours": math.nan,
                "lo": math.nan, "hi": math.nan, "runs": len(sub), "questions": math.nan, "our_model": None}
@@ -746,7 +768,10 @@ def paper_comparison(root: str | Path, df: pd.DataFrame, examples: pd.DataFrame 
 
 def render_paper(comp: pd.DataFrame, doc: Mapping[str, Any], ci: CIOptions | None = None, digits: int = 3) -> str:
     ci = ci or CIOptions()
-    lines = [f"{doc['paper']} (experiment={doc['preset']}): the paper's values beside ours", "",
+    title = f"{doc['paper']} (experiment={doc['preset']}): the paper's values beside ours"
+    if not len(comp):  # a figure-only preset: its paper.yaml says why there is nothing to compare
+        return f"{title}\n\nNo paper values: {doc.get('note') or 'the paper.yaml enters none'}\n"
+    lines = [title, "",
              f"| table | row | column | paper | ours [{ci.level:.0%} CI] | ours − paper | model |",
              "|---|---|---|---|---|---|---|"]
     for _, r in comp.iterrows():
@@ -768,9 +793,12 @@ def render_paper(comp: pd.DataFrame, doc: Mapping[str, Any], ci: CIOptions | Non
         lines.append(f"| {r['table']} | {r['row']} | {r['column']} ({r['metric']}) | {r['paper']:.{digits}f} | "
                      f"{ours} | {diff} | {model} |")
     lines += ["", f"Paper values from {doc['source']} ({doc['paper']}), as printed × {doc['scale']} "
-                  "(kgreason metrics are 0–1); cited per row in the preset's paper.yaml. Ours: the mean over the "
+                  "(to kgreason's scale: rates 0–1; PDSQI-9 scores stay 1–5); cited per row in the preset's "
+                  "paper.yaml. Ours: the mean over the "
                   f"matching runs (seeds), [lo, hi] the {ci.level:.0%} bootstrap interval over questions. A model "
                   "that differs from the paper's is marked: the difference then mixes model and method."]
+    if doc.get("note"):
+        lines += ["", f"Note ({doc['preset']}/paper.yaml): {doc['note']}"]
     return "\n".join(lines) + "\n"
 
 

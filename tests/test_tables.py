@@ -441,3 +441,72 @@ def test_same_mean_different_questions_is_not_a_constant_column(tmp_path):
     md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "f1"])["md"].read_text()
     assert md.splitlines()[0] == "| reasoner | f1 |"  # f1 0.5 in both rows, but [0.5, 0.5] vs [0, 1]
     assert "Constant columns (not shown): hits_at_1 = 0.500 in every row" in md  # same values: dropped
+
+
+def _logoskg_job(root, num, model, metrics):
+    """A LogosKG Table 5 job (experiment=logoskg_dx_hops, judge=pdsqi chosen by every job, so no
+    column of its own) whose config has the swept settings."""
+    d = _job(root, num, "logoskg_dx", "none", "ddxplus", 0, metrics, [f"llm.model={model}"])
+    hy = yaml.safe_load((d / ".hydra" / "hydra.yaml").read_text())
+    hy["hydra"]["runtime"]["choices"].update(experiment="logoskg_dx_hops", judge="pdsqi", kg="umls")
+    (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hy))
+    (d / "config.yaml").write_text(yaml.safe_dump({
+        "seed": 0, "llm": {"model": model}, "reasoner": {"hops": 5, "rounds": 2},
+        "judge": {"_target_": "kgreason.judges.pdsqi.PDSQIJudge", "llm": {"model": "gpt-5-mini"}}}))
+    return d
+
+
+def test_paper_group_override_shared_by_every_job(tmp_path):
+    """An entry's group override (judge=pdsqi) that every job shares has no column of its own: the
+    job's Hydra choice matches it (not its judge config, a dict)."""
+    from kgreason.tables import paper_comparison
+
+    root = tmp_path / "m"
+    _logoskg_job(root, 0, "gpt-4.1", {"judge/baseline/accurate": 2.5, "judge/round2/pdsqi_average": 3.0})
+    df, _ = collect(root)
+    comp, doc = paper_comparison(root, df, None)
+    assert doc["preset"] == "logoskg_dx_hops"
+    acc = comp[(comp["metric"] == "judge/baseline/accurate") & (comp["column"] == "DDXPlus / UMLS / GPT-4.1 / B")]
+    assert acc["paper"].tolist() == [2.54] and acc["ours"].tolist() == [2.5]
+    avg = comp[(comp["metric"] == "judge/round2/pdsqi_average") & (comp["column"] == "DDXPlus / UMLS / GPT-4.1 / R2")]
+    assert avg["ours"].tolist() == [3.0] and avg["paper"].tolist() == [3.36]
+    qwen = comp[comp["column"] == "DDXPlus / UMLS / Qwen-2.5-7B-Instruct / B"]
+    assert qwen["ours"].isna().all()  # another model's cell is not filled with GPT-4.1's run
+
+
+@pytest.mark.parametrize("preset", ["logoskg_fig2", "logoskg_dx_baseline"])
+def test_paper_figure_only_prints_the_note(tmp_path, preset):
+    """A preset whose paper values are a figure only (paper.yaml: entries [] and a note): --paper
+    prints the note, not an empty table, and does not fail."""
+    root = tmp_path / "m"
+    _job(root, 0, "kg_dx", "none", "ddxplus", 0, {"metric/hits_at_1": 0.5})
+    r = subprocess.run([sys.executable, "-m", "kgreason.tables", str(root), "--metrics", "hits_at_1",
+                        "--paper", preset], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    note = yaml.safe_load((REPO / "experiments" / preset / "paper.yaml").read_text())["note"]
+    assert note in r.stdout
+    assert "| table | row | column |" not in r.stdout
+
+
+def test_paper_boolean_override_matches_config_and_swept_column(tmp_path):
+    """A ProbSum cell (reasoner.use_findings: false in paper.yaml) matches a job whose config has
+    False, and a sweep whose column (the override ``reasoner.use_findings=false``) says false."""
+    from kgreason.tables import paper_comparison
+
+    col = "ProbSum / UMLS / GPT-4.1 / B"
+    for name, extra in (("config", []), ("column", ["reasoner.use_findings=false", "reasoner.use_findings=true"])):
+        root = tmp_path / name
+        for n, ov in enumerate(extra or [None]):
+            d = _logoskg_job(root, n, "gpt-4.1", {"judge/baseline/accurate": 3.0 + n})
+            for f, fix in ((".hydra/hydra.yaml", lambda c: c["hydra"]["runtime"]["choices"].update(dataset="probsum")),
+                           ("config.yaml", lambda c: c["reasoner"].update(use_findings=ov == "reasoner.use_findings=true"))):
+                c = yaml.safe_load((d / f).read_text())
+                fix(c)
+                (d / f).write_text(yaml.safe_dump(c))
+            if ov:
+                o = yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())
+                (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([*o, ov]))
+        df, _ = collect(root)
+        comp, _ = paper_comparison(root, df, None)
+        cell = comp[(comp["column"] == col) & (comp["metric"] == "judge/baseline/accurate")]
+        assert cell["ours"].tolist() == [3.0], name
