@@ -269,7 +269,8 @@ class LlamaServer:
         return override_line(self.base_url, self.name)
 
     def command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.name,
+        # llama_cpp.server behind kgreason.llm.llamacpp_compat (AMX CPUs), same arguments
+        return [sys.executable, "-m", "kgreason.llm.llamacpp_server", "--model", str(self.gguf), "--model_alias", self.name,
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
                 "--logits_all", "true",  # echo log-probs (score()) need every position's logits

@@ -46,8 +46,10 @@ def local_llama():
     """The in-process llama.cpp route on the same GGUF (every position's logits)."""
     import llama_cpp
 
+    from kgreason.llm import llamacpp_compat
     from kgreason.llm.local import find_gguf
 
+    llamacpp_compat.apply()  # an AMX CPU's native build crashes on the first decode otherwise
     return llama_cpp.Llama(model_path=str(find_gguf()), logits_all=True, n_ctx=512, n_threads=1, verbose=False)
 
 

@@ -95,7 +95,7 @@ def test_log_counters_read_prefix_hits_and_llama_timings(tmp_path):
 def test_server_command_and_override_line(tmp_path):
     srv = LlamaServer(tmp_path / "m.gguf", "my-model", parallel=2, threads=3, n_ctx=1024)
     cmd = srv.command(1234)
-    assert cmd[1:3] == ["-m", "llama_cpp.server"]
+    assert cmd[1:3] == ["-m", "kgreason.llm.llamacpp_server"]  # llama_cpp.server, AMX work-around applied
     flags = dict(zip(cmd[3::2], cmd[4::2]))
     assert flags == {"--model": str(tmp_path / "m.gguf"), "--model_alias": "my-model", "--host": "127.0.0.1",
                      "--port": "1234", "--n_ctx": "1024", "--n_threads": "3", "--n_threads_batch": "3",
