@@ -47,9 +47,8 @@ def test_proxy_spreads_concurrent_requests_over_slots_and_counts_them():
 
 def test_proxy_counts_cached_tokens_when_the_server_reports_them():
     class Cached(FakeChatServer):
-        @staticmethod
-        def _chat(body):
-            out = FakeChatServer._chat(body)
+        def _chat(self, body):
+            out = super()._chat(body)
             out["usage"]["prompt_tokens_details"] = {"cached_tokens": 2}
             return out
 
