@@ -14,8 +14,10 @@ setup: $(VENV)/.installed
 # llama-cpp-python's OpenAI-compatible server, for the `server` tests and `kgreason serve`: only
 # `make test` installs it (a one-time llama.cpp compile, ~8 min on 2 cores; pip caches the wheel),
 # so `make run` stays fast.
-# x86-64: a portable AVX2 build, not -march=native: the native 0.3.36 build segfaults in its first
-# decode on a CPU with AMX (Xeon, 2026-11-25), and pip's cached wheel may be reused on another CPU.
+# x86-64: a portable AVX2 build, not -march=native, since pip's cached wheel may be reused on another
+# CPU. A native build on a CPU with AMX (Xeon, 2026-11-25) segfaults in its first decode unless its
+# AMX weight repacking is off, which kgreason does at run time (kgreason/llm/llamacpp_compat.py):
+# pip reuses a cached wheel whatever CMAKE_ARGS say, so a native wheel can still arrive here.
 LLAMA_SERVER := llama-cpp-python[server]==0.3.36
 LLAMA_CMAKE := $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON,)
 setup-server: $(VENV)/.installed-server
