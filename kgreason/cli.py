@@ -57,12 +57,16 @@ def _bench(argv: list[str]) -> int:
     return 0
 
 
-def offline_runs(sweep_dir: str | Path) -> list[Path]:
-    """Every W&B offline run under a run or sweep dir (``**/wandb/offline-run-*``), sorted."""
+def offline_runs(sweep_dir: str | Path, started_only: bool = False) -> list[Path]:
+    """Every W&B offline run under a run or sweep dir (``**/wandb/offline-run-*``), sorted.
+    ``started_only``: only those of run dirs that got past the start-up checks (their
+    ``run.json`` is written then): a job of a sweep that stopped before its first example left
+    an empty W&B run, which is not worth uploading."""
     root = Path(sweep_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory (give a run dir or a sweep dir under outputs/)")
-    return sorted(p for p in root.rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb")
+    runs = sorted(p for p in root.rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb")
+    return [r for r in runs if (r.parent.parent / "run.json").is_file()] if started_only else runs
 
 
 def sync_main(argv: Sequence[str] | None = None) -> int:
@@ -75,10 +79,14 @@ def sync_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--project", default=None, help="upload into this W&B project (default: the run's own)")
     args = ap.parse_args(argv)
     try:
-        runs = offline_runs(args.dir)
+        found = offline_runs(args.dir)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    runs = offline_runs(args.dir, started_only=True)
+    if len(runs) < len(found):
+        print(f"skipped {len(found) - len(runs)} offline run(s) of jobs that stopped before their first example "
+              "(no run.json)", file=sys.stderr)
     if not runs:
         print(f"error: no W&B offline runs under {args.dir} (runs with tracking=wandb write "
               "<run dir>/wandb/offline-run-*)", file=sys.stderr)

@@ -48,10 +48,14 @@ def test_sync_finds_every_offline_run_of_a_sweep(tmp_path, capsys):
     for r in runs:
         r.mkdir(parents=True)
     (tmp_path / "0_seed=0" / "wandb" / "latest-run").mkdir()  # not an offline run
+    for r in runs[:2]:
+        (r.parent.parent / "run.json").write_text("{}")  # the third job stopped before its first example
     assert cli.offline_runs(tmp_path) == sorted(runs)
+    assert cli.offline_runs(tmp_path, started_only=True) == sorted(runs[:2])
     assert cli.main(["sync", str(tmp_path), "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "3 offline run(s)" in out and all(str(r) in out for r in runs)
+    cap = capsys.readouterr()
+    assert "2 offline run(s)" in cap.out and all(str(r) in cap.out for r in runs[:2]) and str(runs[2]) not in cap.out
+    assert "skipped 1 offline run(s)" in cap.err
     assert cli.main(["sync", str(tmp_path / "0_seed=0" / "nothing")]) == 2
 
 
