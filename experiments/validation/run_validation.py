@@ -155,8 +155,8 @@ def paired(values: dict, base: dict, keys: list[str]) -> dict[str, dict]:
         if not ids:
             continue
         d = paired_bootstrap([values[k][i] for i in ids], [base[k][i] for i in ids])
-        out[k] = {"diff": round(d.diff, 4), "ci95": [round(d.lo, 4), round(d.hi, 4)], "p": round(d.p, 4),
-                  "mcnemar_p": None if d.mcnemar_p is None else round(d.mcnemar_p, 4), "n": d.n}
+        out[k] = {"diff": round(d.diff, 4), "ci95": [round(d.lo, 4), round(d.hi, 4)], "p": float(f"{d.p:.3g}"),
+                  "mcnemar_p": None if d.mcnemar_p is None else float(f"{d.mcnemar_p:.3g}"), "n": d.n}
     return out
 
 
@@ -198,6 +198,10 @@ def baseline_of(row: str) -> str | None:
     return None if row == f"{ds}_io" or ds == "ddxplus" else f"{ds}_io"
 
 
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _fmt(v) -> str:
     return f"{v:.3f}" if isinstance(v, (int, float)) else "–"
 
@@ -224,7 +228,7 @@ def markdown() -> str:
                            for k in keys)
             pd = e.get("paired") or {}
             pair = "; ".join(f"{pd['against']}: {k} {v['diff']:+.3f} [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
-                             + (f" McNemar p {v['mcnemar_p']:.3f}" if v.get("mcnemar_p") is not None else "")
+                             + (f" McNemar p {_p(v['mcnemar_p'])}" if v.get("mcnemar_p") is not None else "")
                              for k, v in pd.get("by_metric", {}).items()) if pd else ""
             tok, wall = e.get("tokens_per_question"), e.get("wall_s")
             tok = "–" if not isinstance(tok, (int, float)) else f"{tok:.0f}"
