@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kgreason.cli import TOOLS as CLI_TOOLS
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
