@@ -111,8 +111,9 @@ def _drop_empty_run_dir(out_dir: Path) -> bool:
         names = {p.name for p in out_dir.iterdir()}
     except OSError:
         return False
-    if not names <= _START_ONLY:
-        return True
+    here = Path.cwd().resolve()
+    if not names <= _START_ONLY or out_dir.resolve() in (here, *here.parents, Path.home().resolve()):
+        return True  # never the working dir, one above it, or home (hydra.run.dir=. in a new folder)
     shutil.rmtree(out_dir, ignore_errors=True)
     return False
 

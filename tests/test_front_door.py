@@ -135,3 +135,15 @@ def test_score_takes_a_run_dir(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert s.returncode == 0, s.stderr
     assert "hits_at_1" in s.stdout
+
+
+def test_a_failed_start_never_removes_the_working_dir(tmp_path, monkeypatch):
+    from kgreason.app import _drop_empty_run_dir
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / "run.log").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert _drop_empty_run_dir(tmp_path) is True and tmp_path.is_dir()  # hydra.run.dir=. in a new folder
+    sub = tmp_path / "run"
+    (sub / ".hydra").mkdir(parents=True)
+    assert _drop_empty_run_dir(sub) is False and not sub.exists()
