@@ -570,6 +570,9 @@ def _run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
         timing: dict[str, Any] = {"wall_s": round(time.perf_counter() - t0, 3)}
         if hasattr(c.retriever, "stats") and isinstance(c.retriever.stats, dict):
             timing["retrieval_prefetch"] = dict(c.retriever.stats)
+        endpoint = getattr(c.kg, "endpoint", None)  # a SPARQL source: requests, cache hits, retries, rechecks
+        if isinstance(getattr(endpoint, "stats", None), dict):
+            timing["kg_endpoint"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in endpoint.stats.items()}
         write_json(out_dir / "timing.json", timing)
         _log_to_tracker(c.tracker, metrics, reports, rows, out_dir,
                         hop_title=f"{getattr(c.dataset, 'name', '?')} on KG {getattr(c.kg, 'name', '?')}")

@@ -31,6 +31,13 @@ How it works
   ``retries`` times with exponential backoff (each retry counted in ``stats``); then
   :class:`SparqlError` names the endpoint, the query kind and the cause. A malformed response
   raises at once. Nothing is ever turned into an empty neighbourhood.
+* **Incomplete answers are not taken as complete.** An answer flagged as cut short (HTTP 206 or
+  Virtuoso's ``X-SQL-State`` header of an anytime query past its time limit) counts as a failed
+  attempt and is retried, never cached. A batched block (two or more entities) answered with no
+  rows at all is asked once more, bypassing the cache, before the empty answer is believed:
+  an all-empty block is rare in real data (every expanded entity was reached by a fact, most
+  have a name), and a loaded server was seen to answer one names block with nothing (issue #32;
+  ``stats["empty_rechecked"]`` / ``["empty_recovered"]`` count these).
 
 Freebase CVT paths of FB15k-237 (``a.b.c|d.e.f`` in :func:`kgreason.kg.loaders.load_freebase_slice`)
 are written as predicates ``ns:a.b.c..d.e.f`` by :func:`fb15k237_to_ntriples` (``|`` is not
@@ -162,7 +169,7 @@ class SparqlEndpoint:
         self._sem = threading.BoundedSemaphore(self.max_concurrency)
         self._lock = threading.Lock()
         self.stats: dict[str, Any] = dict(queries=0, requests=0, cache_hits=0, retries=0, failures=0,
-                                          seconds=0.0, by_kind={})
+                                          seconds=0.0, empty_rechecked=0, empty_recovered=0, by_kind={})
         self.store = None
         if cache_dir is not None and cache_mode != "off":
             from kgreason.callstore import KeyValueStore
@@ -178,13 +185,14 @@ class SparqlEndpoint:
                           sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
-    def query(self, kind: str, query: str) -> dict:
-        """The parsed JSON result of ``query`` (a SELECT or ASK); cached; raises SparqlError."""
+    def query(self, kind: str, query: str, refresh: bool = False) -> dict:
+        """The parsed JSON result of ``query`` (a SELECT or ASK); cached; raises SparqlError.
+        ``refresh``: ask the endpoint even when the answer is stored (and store the new one)."""
         self._count("queries")
         with self._lock:
             self.stats["by_kind"][kind] = self.stats["by_kind"].get(kind, 0) + 1
         k = self.key(query)
-        if self.store is not None:
+        if self.store is not None and not refresh:
             hit = self.store.get(k)
             if hit is not None:
                 self._count("cache_hits")
@@ -222,19 +230,34 @@ class SparqlEndpoint:
         if self.store is not None:
             self.store.put(self.key(query), result, backend="sparql", model=self.url, method=kind)
 
-    def select(self, kind: str, query: str) -> list[dict[str, dict]]:
-        res = self.query(kind, query)
+    def select(self, kind: str, query: str, refresh: bool = False) -> list[dict[str, dict]]:
+        res = self.query(kind, query, refresh=refresh)
         return res["results"]["bindings"]
 
     def ask(self, kind: str, query: str) -> bool:
         return bool(self.query(kind, query)["boolean"])
 
-    def select_many(self, kind: str, queries: Sequence[str]) -> list[list[dict[str, dict]]]:
-        """Several SELECTs, at most ``max_concurrency`` in flight; results in query order."""
+    def select_many(self, kind: str, queries: Sequence[str],
+                    recheck_empty: Sequence[bool] | None = None) -> list[list[dict[str, dict]]]:
+        """Several SELECTs, at most ``max_concurrency`` in flight; results in query order.
+        ``recheck_empty[i]``: an empty answer to query ``i`` is asked once more, past the cache,
+        before it is believed (module docstring)."""
         if len(queries) <= 1:
-            return [self.select(kind, q) for q in queries]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(queries))) as ex:
-            return list(ex.map(lambda q: self.select(kind, q), queries))
+            out = [self.select(kind, q) for q in queries]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(queries))) as ex:
+                out = list(ex.map(lambda q: self.select(kind, q), queries))
+        for i, (q, rows) in enumerate(zip(queries, out)):
+            if rows or not (recheck_empty and recheck_empty[i]):
+                continue
+            self._count("empty_rechecked")
+            again = self.select(kind, q, refresh=True)
+            if again:
+                self._count("empty_recovered")
+                log.warning("SPARQL endpoint %s answered a %s block with no rows, then with %d rows when "
+                            "asked again: the endpoint is unreliable under this load", self.url, kind, len(again))
+                out[i] = again
+        return out
 
     def _send(self, kind: str, query: str) -> dict:
         form = {"query": query}
@@ -250,6 +273,11 @@ class SparqlEndpoint:
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                     raw = resp.read()
+                    state = resp.headers.get("X-SQL-State")
+                    if resp.status == 206 or state:  # an anytime query cut at the server's time limit
+                        msg = resp.headers.get("X-SQL-Message")
+                        raise _Transient(f"incomplete result (HTTP {resp.status}, X-SQL-State {state}"
+                                         + (f": {msg})" if msg else ")"))
             except urllib.error.HTTPError as e:
                 detail = e.read()[:300].decode("utf-8", "replace").strip()
                 if e.code == 429 or e.code >= 500:
@@ -523,7 +551,8 @@ class SparqlKG:
     def _ask_blocks(self, todo: list[tuple[str, list[str]]]) -> list[dict]:
         if not todo:
             return []
-        results = self.endpoint.select_many("neighbourhood", [self._query(d, b) for d, b in todo])
+        results = self.endpoint.select_many("neighbourhood", [self._query(d, b) for d, b in todo],
+                                            recheck_empty=[len(b) > 1 for _, b in todo])
         rows: list[dict] = []
         for (direction, block), res in zip(todo, results):
             if self.max_rows and len(res) >= self.max_rows:
@@ -610,7 +639,9 @@ class SparqlKG:
             else:
                 rows.extend(self._bindings(hit, "names"))
         blocks = [missing[k:k + self.batch_size] for k in range(0, len(missing), self.batch_size)]
-        for block, res in zip(blocks, self.endpoint.select_many("names", [self._name_query(b) for b in blocks])):
+        answers = self.endpoint.select_many("names", [self._name_query(b) for b in blocks],
+                                            recheck_empty=[len(b) > 1 for b in blocks])
+        for block, res in zip(blocks, answers):
             per: dict[str, list[dict]] = {m: [] for m in block}
             for row in res:
                 mid = self._mid_of(row, "e")

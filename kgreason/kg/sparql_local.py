@@ -3,7 +3,9 @@
 * :class:`OxigraphServer`: the embedded ``pyoxigraph`` store behind a small HTTP server speaking
   the SPARQL 1.1 protocol (POST ``query=``, JSON results), so the fast tests exercise exactly the
   HTTP code path of :class:`kgreason.kg.sparql.SparqlEndpoint`. It can be told to misbehave
-  (``fail_next`` 503s, ``delay_s`` per request, ``malformed`` bodies) to test the error paths.
+  (``fail_next`` 503s, ``delay_s`` per request, ``malformed`` bodies, ``empty_next`` SELECTs
+  answered with no rows, ``partial_next`` answers flagged as Virtuoso flags an anytime-query
+  cut: HTTP 206 and ``X-SQL-State: S1TAT``) to test the error paths.
 * :class:`VirtuosoServer`: a private Virtuoso (Debian ``virtuoso-opensource`` 7.2.5, the version
   ToG's setup uses) with its own database directory and free ports, bulk-loading N-Triples with
   ``ld_dir`` + ``rdf_loader_run`` (the loader documented for Freebase dumps), stopped on exit.
@@ -46,25 +48,37 @@ class OxigraphServer:
         self.fail_next = 0
         self.delay_s = 0.0
         self.malformed = False
+        self.empty_next = 0  # the next N SELECTs whose text contains ``empty_match`` get no rows
+        self.empty_match = ""
+        self.partial_next = 0  # the next N answers carry a partial-result flag (and no rows)
         self.requests = 0
         self._httpd: ThreadingHTTPServer | None = None
 
-    def _handle(self, body: bytes) -> tuple[int, bytes]:
+    def _handle(self, body: bytes) -> tuple[int, bytes, dict[str, str]]:
         self.requests += 1
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.fail_next > 0:
             self.fail_next -= 1
-            return 503, b"temporarily unavailable"
+            return 503, b"temporarily unavailable", {}
         if self.malformed:
-            return 200, b"<html>not json</html>"
+            return 200, b"<html>not json</html>", {}
         form = urllib.parse.parse_qs(body.decode("utf-8"))
         q = form.get("query", [""])[0]
         try:
             res = self.store.query(q)
         except SyntaxError as e:
-            return 400, str(e).encode()
-        return 200, res.serialize(format=self.ox.QueryResultsFormat.JSON)
+            return 400, str(e).encode(), {}
+        out = res.serialize(format=self.ox.QueryResultsFormat.JSON)
+        if q.lstrip().upper().startswith("SELECT"):
+            no_rows = b'{"head":{"vars":[]},"results":{"bindings":[]}}'
+            if self.partial_next > 0:
+                self.partial_next -= 1
+                return 206, no_rows, {"X-SQL-State": "S1TAT", "X-SQL-Message": "RC...: Returning incomplete results"}
+            if self.empty_next > 0 and self.empty_match in q:
+                self.empty_next -= 1
+                return 200, no_rows, {}
+        return 200, out, {}
 
     def __enter__(self) -> "OxigraphServer":
         server = self
@@ -72,8 +86,10 @@ class OxigraphServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
                 n = int(self.headers.get("Content-Length", 0))
-                code, out = server._handle(self.rfile.read(n))
+                code, out, extra = server._handle(self.rfile.read(n))
                 self.send_response(code)
+                for k, v in extra.items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/sparql-results+json")
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
