@@ -114,3 +114,31 @@ def test_no_committed_validation_json_names_a_machine_path():
     for f in files:
         text = f.read_text()
         assert MACHINE_ROOT not in text and "/root/" not in text and "/home/" not in text, f.name
+
+
+def test_logoskg_dx_rounds_are_compared_question_by_question_and_a_no_op_resume_keeps_the_wall_time(
+        tmp_path, monkeypatch):
+    """The LogosKG-Dx row pairs its rounds with its no-KG baseline on the same questions; re-running
+    a finished row (to recompute its statistics) keeps the sitting's wall time that answered it."""
+    import os
+
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    run = tmp_path / "outputs" / "validation" / "heldout_n6" / "ddxplus_logoskg_dx"
+    run.mkdir(parents=True)
+    base, r1, r2 = [0, 0, 1, 0, 0, 0], [0, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 1]
+    rows = [{"id": str(i), "metrics": {"dx_baseline_f1": b, "dx_round1_f1": x, "dx_round2_f1": y}}
+            for i, (b, x, y) in enumerate(zip(base, r1, r2))]
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.utime(run / "predictions.jsonl", (1, 1))  # written by an earlier sitting
+    (run / "metrics.json").write_text(json.dumps({"run/n_examples": 6, "llm/calls": 12, "metric/dx_f1": 5 / 6}))
+    (run / "timing.json").write_text(json.dumps({"wall_s": 0.5}))
+    earlier = {"ddxplus_logoskg_dx": {"metrics": {"dx_f1": 5 / 6}, "wall_s": 300.0, "backend_calls": 12}}
+    (tmp_path / "validation_heldout_n6.json").write_text(json.dumps(earlier))
+    assert mod.main(["--n", "6", "--split", "heldout", "--rows", "ddxplus_logoskg_dx", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["ddxplus_logoskg_dx"]
+    within = e["paired_within"]
+    assert within["dx_round2_f1 - dx_baseline_f1"]["diff"] == round(4 / 6, 4)
+    assert within["dx_round1_f1 - dx_baseline_f1"]["diff"] == round(1 / 6, 4)
+    assert within["dx_round2_f1 - dx_round1_f1"]["n"] == 6
+    assert e["wall_s"] == 300.0 and e["no_new_rows"] is True
+    assert "dx_round2_f1 - dx_baseline_f1: +0.667" in mod.markdown()

@@ -185,6 +185,11 @@ KEY_METRICS = {"metaqa": ["hits_at_1", "answer_set_f1", "answer_coverage"], "hot
                "ddxplus": ["hits_at_1", "dx_f1", "dx_baseline_f1", "dx_round1_f1", "dx_round2_f1"]}
 
 
+#: metrics of one row compared question by question (later stage − earlier stage): LogosKG-Dx's
+#: rounds against its no-KG baseline and against each other (logoskg.txt Table 5's comparison)
+WITHIN_ROW = {"ddxplus_logoskg_dx": [("dx_round1_f1", "dx_baseline_f1"), ("dx_round2_f1", "dx_baseline_f1"),
+                                     ("dx_round2_f1", "dx_round1_f1")]}
+
 #: the row each row's paired difference is taken against: an ablation against its full method,
 #: a method against IO on the same dataset
 PAIRED_WITH = {row: f"{row.split('_')[0]}_{ROWS[row][1]}" for row, (_, _, extra) in ROWS.items()
@@ -230,6 +235,8 @@ def markdown() -> str:
             pair = "; ".join(f"{pd['against']}: {k} {v['diff']:+.3f} [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
                              + (f" McNemar p {_p(v['mcnemar_p'])}" if v.get("mcnemar_p") is not None else "")
                              for k, v in pd.get("by_metric", {}).items()) if pd else ""
+            pair = "; ".join(x for x in [pair] + [f"{k}: {v['diff']:+.3f} [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
+                                                  for k, v in (e.get("paired_within") or {}).items()] if x)
             tok, wall = e.get("tokens_per_question"), e.get("wall_s")
             tok = "–" if not isinstance(tok, (int, float)) else f"{tok:.0f}"
             wall = "–" if not isinstance(wall, (int, float)) else f"{wall:.0f}"
@@ -309,6 +316,13 @@ def main(argv: list[str] | None = None) -> int:
                 entry["wall_s"], entry["replayed_from_cache"] = prev.get("wall_s"), True
                 if prev.get("wall_note"):
                     entry["wall_note"] = prev["wall_note"]
+            elif (run_dir / "predictions.jsonl").stat().st_mtime < t0 and prev.get("wall_s") is not None:
+                # a resume that found every question answered (e.g. to recompute the statistics):
+                # the earlier sitting's wall time stands
+                entry["wall_s"], entry["no_new_rows"] = prev["wall_s"], True
+                for k in ("wall_note", "replayed_from_cache"):
+                    if prev.get(k):
+                        entry[k] = prev[k]
             values = per_question(run_dir)
             keys = KEY_METRICS[row.split("_")[0]]
             entry["ci95"] = intervals(values, keys)
@@ -316,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
             base_dir = ROOT / "outputs" / "validation" / name / str(base)
             if base and (base_dir / "predictions.jsonl").exists():
                 entry["paired"] = {"against": base, "by_metric": paired(values, per_question(base_dir), keys)}
+            within = {f"{a} - {b}": paired({"d": values.get(a, {})}, {"d": values.get(b, {})}, ["d"]).get("d")
+                      for a, b in WITHIN_ROW.get(row, [])}
+            if any(within.values()):
+                entry["paired_within"] = {k: v for k, v in within.items() if v}
             table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
                           "sitting_s": round(time.time() - t0, 1)}
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
