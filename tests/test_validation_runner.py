@@ -142,3 +142,37 @@ def test_logoskg_dx_rounds_are_compared_question_by_question_and_a_no_op_resume_
     assert within["dx_round2_f1 - dx_round1_f1"]["n"] == 6
     assert e["wall_s"] == 300.0 and e["no_new_rows"] is True
     assert "dx_round2_f1 - dx_baseline_f1: +0.667" in mod.markdown()
+
+
+def test_each_row_keeps_its_per_question_values_and_pairs_against_a_committed_base(tmp_path, monkeypatch):
+    """A row's per-question values go into the committed JSON, so the paired difference can be taken
+    on another machine whose outputs/ holds only the new row (the base row's run dir is gone; its
+    committed values stand in, on the questions both answered)."""
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    name = "heldout_n8"
+    _fake_run(tmp_path / "outputs" / "validation" / name / "metaqa_io", [0.0] * 8)
+    assert mod.main(["--n", "8", "--split", "heldout", "--rows", "metaqa_io", "--cache", str(tmp_path / "c")]) == 0
+    io = json.loads((tmp_path / f"validation_{name}.json").read_text())["metaqa_io"]
+    assert io["per_question"] == {str(i): {"hits_at_1": 0.0} for i in range(8)}
+    import shutil
+
+    shutil.rmtree(tmp_path / "outputs" / "validation" / name / "metaqa_io")  # another machine: no run dir
+    _fake_run(tmp_path / "outputs" / "validation" / name / "metaqa_tog", [1.0] * 5 + [0.0] * 3)
+    assert mod.main(["--n", "8", "--split", "heldout", "--rows", "metaqa_tog", "--cache", str(tmp_path / "c")]) == 0
+    tog = json.loads((tmp_path / f"validation_{name}.json").read_text())["metaqa_tog"]
+    hits = tog["paired"]["by_metric"]["hits_at_1"]
+    assert tog["paired"]["against"] == "metaqa_io" and hits["diff"] == 0.625 and hits["n"] == 8
+    assert tog["paired"]["base_from"] == f"validation_{name}.json"
+
+
+def test_a_smaller_table_pairs_against_the_nested_questions_of_a_larger_one(tmp_path, monkeypatch):
+    """The held-out draw is nested (the first 30 of N = 100 are N = 30's questions): an N = 30 row with
+    no N = 30 base pairs against the larger table's committed base on the questions they share."""
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    big = {str(i): {"hits_at_1": float(i % 2)} for i in range(12)}
+    (tmp_path / "validation_heldout_n12.json").write_text(json.dumps({"metaqa_io": {"per_question": big}}))
+    _fake_run(tmp_path / "outputs" / "validation" / "heldout_n4" / "metaqa_sgr", [1.0] * 4)
+    assert mod.main(["--n", "4", "--split", "heldout", "--rows", "metaqa_sgr", "--cache", str(tmp_path / "c")]) == 0
+    sgr = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["metaqa_sgr"]
+    hits = sgr["paired"]["by_metric"]["hits_at_1"]
+    assert hits["n"] == 4 and hits["diff"] == 0.5 and sgr["paired"]["base_from"] == "validation_heldout_n12.json"

@@ -160,6 +160,35 @@ def paired(values: dict, base: dict, keys: list[str]) -> dict[str, dict]:
     return out
 
 
+def committed_values(entry: dict) -> dict[str, dict[str, float]]:
+    """A committed row's ``per_question`` values, by metric name (the shape ``per_question`` returns)."""
+    out: dict[str, dict[str, float]] = {}
+    for qid, ms in (entry.get("per_question") or {}).items():
+        for k, v in ms.items():
+            out.setdefault(k, {})[qid] = float(v)
+    return out
+
+
+def base_values(base: str, name: str, route: str, table: dict) -> tuple[dict, str] | None:
+    """The base row's per-question values and where they came from: its run dir on this machine,
+    else its committed ``per_question`` in this table, else in a larger held-out table of the same
+    route (the held-out draw is nested, so a larger N holds this N's questions; the pairing keeps
+    the questions both rows answered)."""
+    base_dir = ROOT / "outputs" / "validation" / name / base
+    if (base_dir / "predictions.jsonl").exists():
+        return per_question(base_dir), f"outputs/validation/{name}/{base}"
+    if table.get(base, {}).get("per_question"):
+        return committed_values(table[base]), f"validation_{name}.json"
+    if name.startswith("heldout_"):
+        suffix = ROUTES[route][1]
+        for f in sorted(HERE.glob(f"validation_heldout_n*{suffix}.json")):
+            if f.stem.removeprefix("validation_heldout_n").removesuffix(suffix).isdigit():
+                e = json.loads(f.read_text()).get(base, {})
+                if e.get("per_question"):
+                    return committed_values(e), f.name
+    return None
+
+
 def summarise(run_dir: Path) -> dict:
     m = json.loads((run_dir / "metrics.json").read_text())
     t = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
@@ -326,16 +355,20 @@ def main(argv: list[str] | None = None) -> int:
             values = per_question(run_dir)
             keys = KEY_METRICS[row.split("_")[0]]
             entry["ci95"] = intervals(values, keys)
+            # each question's key metrics, committed, so a later pairing needs no run dir of this machine
+            entry["per_question"] = {qid: {k: values[k][qid] for k in keys if qid in values.get(k, {})}
+                                     for qid in sorted({q for k in keys for q in values.get(k, {})})}
             base = baseline_of(row)
-            base_dir = ROOT / "outputs" / "validation" / name / str(base)
-            if base and (base_dir / "predictions.jsonl").exists():
-                entry["paired"] = {"against": base, "by_metric": paired(values, per_question(base_dir), keys)}
+            found = base_values(base, name, args.route, table) if base else None
+            if found:
+                entry["paired"] = {"against": base, "by_metric": paired(values, found[0], keys), "base_from": found[1]}
             within = {f"{a} - {b}": paired({"d": values.get(a, {})}, {"d": values.get(b, {})}, ["d"]).get("d")
                       for a, b in WITHIN_ROW.get(row, [])}
             if any(within.values()):
                 entry["paired_within"] = {k: v for k, v in within.items() if v}
+            pq = entry.pop("per_question")
             table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
-                          "sitting_s": round(time.time() - t0, 1)}
+                          "sitting_s": round(time.time() - t0, 1), "per_question": pq}
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
     return 0
 
