@@ -248,17 +248,23 @@ class LlamaCppChat:
     def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
         np = self.np
         p_ids = self.llm.tokenize(self._render(prompt).encode(), add_bos=False, special=True)
+        n_p = len(p_ids)
+        # The prompt is evaluated once; each candidate is evaluated on its KV cache (``eval`` drops
+        # the cells past ``n_tokens`` first), so K candidates cost one prompt plus their own tokens,
+        # not K prompts. The prompt's last row of logits (it predicts a candidate's first token) is
+        # never overwritten: a candidate's rows start at n_p.
+        self.llm.reset()
+        self.llm.eval(p_ids)
         out = []
         for c in candidates:
             c_ids = self.llm.tokenize(c.encode(), add_bos=False, special=False)
             if not c_ids:
                 out.append(0.0)
                 continue
-            self.llm.reset()
-            self.llm.eval(p_ids + c_ids)
-            logits = np.asarray(self.llm.scores[: len(p_ids) + len(c_ids)], dtype=np.float64)
+            self.llm.n_tokens = n_p
+            self.llm.eval(c_ids)
+            logits = np.asarray(self.llm.scores[n_p - 1: n_p - 1 + len(c_ids)], dtype=np.float64)
             m = logits.max(axis=1, keepdims=True)
             logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
-            pos = np.arange(len(p_ids) - 1, len(p_ids) - 1 + len(c_ids))
-            out.append(float(logp[pos, np.asarray(c_ids)].sum()))
-        return out
+            out.append(float(logp[np.arange(len(c_ids)), np.asarray(c_ids)].sum()))
+        return out  # the context now holds prompt + last candidate; the next generate matches its prefix

@@ -63,3 +63,44 @@ def test_llamacpp_route_when_installed():
     assert c.usage.calls == 1 and c.usage.completion_tokens > 0
     s = llm.score((Message("user", "What is the capital of France? Answer in one word."),), ["Paris", "Banana"])
     assert s[0] > s[1]
+
+
+@needs_model
+@pytest.mark.slow
+def test_llamacpp_score_evaluates_the_prompt_once_and_matches_a_full_evaluation():
+    """SGR's P_θ scores up to 100 candidates against one prompt: the llama.cpp route evaluates the
+    prompt once and each candidate on its KV cache, instead of the whole prompt again per candidate
+    (100 × a 400-token prompt was most of an SGR question's time). The log-probs are those of a full
+    evaluation of prompt + candidate, computed here the slow way."""
+    pytest.importorskip("llama_cpp")
+    import numpy as np
+
+    from kgreason.llm.local import LlamaCppChat, find_gguf
+
+    m = LlamaCppChat(find_gguf(), n_ctx=1024, n_threads=1)
+    prompt = (Message("user", "Which city is the capital of France? Reply with its name only."),)
+    cands = ["Paris", "Banana split", "Lyon", "Paris, France", "Rome"]
+    evaluated: list[int] = []
+    real_eval = m.llm.eval
+    m.llm.eval = lambda toks: (evaluated.append(len(toks)), real_eval(toks))[1]
+    got = m.score(prompt, cands)
+    m.llm.eval = real_eval
+    p_ids = m.llm.tokenize(m._render(prompt).encode(), add_bos=False, special=True)
+    c_lens = [len(m.llm.tokenize(c.encode(), add_bos=False, special=False)) for c in cands]
+    assert sum(evaluated) == len(p_ids) + sum(c_lens), evaluated  # the prompt once, then each candidate's tokens
+
+    def full(c: str) -> float:  # the reference: a fresh evaluation of prompt + candidate
+        c_ids = m.llm.tokenize(c.encode(), add_bos=False, special=False)
+        m.llm.reset()
+        m.llm.eval(p_ids + c_ids)
+        lg = np.asarray(m.llm.scores[: len(p_ids) + len(c_ids)], dtype=np.float64)
+        lg = lg - lg.max(axis=1, keepdims=True)
+        lp = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
+        return float(sum(lp[len(p_ids) - 1 + j, t] for j, t in enumerate(c_ids)))
+
+    ref = [full(c) for c in cands]
+    assert np.allclose(got, ref, atol=1e-3), (got, ref)
+    assert got[0] > got[1] and got[0] > got[4]
+    # a generation after scoring starts from a clean state
+    (c,) = m.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=8)])
+    assert "paris" in c.text.lower()
