@@ -176,3 +176,21 @@ def test_a_smaller_table_pairs_against_the_nested_questions_of_a_larger_one(tmp_
     sgr = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["metaqa_sgr"]
     hits = sgr["paired"]["by_metric"]["hits_at_1"]
     assert hits["n"] == 4 and hits["diff"] == 0.5 and sgr["paired"]["base_from"] == "validation_heldout_n12.json"
+
+
+def test_collect_summarises_a_run_dir_without_running_it_and_marks_a_partial_row(tmp_path, monkeypatch):
+    """``--collect`` reads each row's run dir as it stands (no model run): a row stopped early is
+    committed with ``partial`` and its own N; an ablation finished before its full method is paired
+    again once the full method's row exists."""
+    mod = _runner(tmp_path, monkeypatch, rc=1)  # a run would fail: --collect must not start one
+    runs = tmp_path / "outputs" / "validation" / "heldout_n6"
+    _fake_run(runs / "metaqa_sgr", [1.0, 0.0, 1.0])
+    m = json.loads((runs / "metaqa_sgr" / "metrics.json").read_text())
+    (runs / "metaqa_sgr" / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
+    _fake_run(runs / "metaqa_sgr_no_cypher", [0.0] * 6)
+    assert mod.main(["--n", "6", "--split", "heldout", "--collect", "--rows", "metaqa_sgr,metaqa_sgr_no_cypher"]) == 0
+    table = json.loads((tmp_path / "validation_heldout_n6.json").read_text())
+    assert table["metaqa_sgr"]["partial"] is True and table["metaqa_sgr"]["n_examples"] == 3
+    pd = table["metaqa_sgr_no_cypher"]["paired"]
+    assert pd["against"] == "metaqa_sgr" and pd["by_metric"]["hits_at_1"]["n"] == 3
+    assert "status" not in table["metaqa_sgr_no_cypher"]

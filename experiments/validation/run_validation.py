@@ -207,6 +207,7 @@ def summarise(run_dir: Path) -> dict:
         "cache_hits": m.get("llm/cache_hits"),
         "errors": m.get("run/errors"),
         "wall_s": t.get("wall_s"),
+        **({"partial": True} if m.get("run/partial") else {}),
     }
 
 
@@ -269,7 +270,8 @@ def markdown() -> str:
             tok, wall = e.get("tokens_per_question"), e.get("wall_s")
             tok = "–" if not isinstance(tok, (int, float)) else f"{tok:.0f}"
             wall = "–" if not isinstance(wall, (int, float)) else f"{wall:.0f}"
-            out.append(f"| {row} | {e['n_examples']} | {ms} | {pair} | {e['unparseable_replies']} | "
+            n_shown = f"{e['n_examples']} of {e['n']} (partial)" if e.get("partial") else e["n_examples"]
+            out.append(f"| {row} | {n_shown} | {ms} | {pair} | {e['unparseable_replies']} | "
                        f"{_fmt(e.get('llm_calls_per_question'))} | {tok} | {wall} |")
     return "\n".join(out).strip()
 
@@ -307,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="delete each row's run dir first (re-parse every cached reply, e.g. after a parser fix)")
     ap.add_argument("--table", action="store_true", help="print the committed rows as markdown and exit")
+    ap.add_argument("--collect", action="store_true",
+                    help="run nothing: summarise each row's run dir as it stands (a row stopped early is "
+                         "committed with partial: true and its own N; pairings are taken again)")
     args = ap.parse_args(argv)
     if args.table:
         print(markdown())
@@ -329,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fresh and run_dir.exists():
             shutil.rmtree(run_dir)
         t0 = time.time()
-        rc = subprocess.call(cmd, cwd=ROOT)
+        rc = 0 if args.collect else subprocess.call(cmd, cwd=ROOT)
         table = json.loads(out.read_text()) if out.exists() else {}  # re-read: other sittings may have written
         if rc != 0 or not (run_dir / "metrics.json").exists():
             print(f"row {row}: exit status {rc}, no metrics (see {run_dir}/run.log)", file=sys.stderr, flush=True)
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                 entry["wall_s"], entry["replayed_from_cache"] = prev.get("wall_s"), True
                 if prev.get("wall_note"):
                     entry["wall_note"] = prev["wall_note"]
-            elif (run_dir / "predictions.jsonl").stat().st_mtime < t0 and prev.get("wall_s") is not None:
+            elif (args.collect or (run_dir / "predictions.jsonl").stat().st_mtime < t0) and prev.get("wall_s") is not None:
                 # a resume that found every question answered (e.g. to recompute the statistics):
                 # the earlier sitting's wall time stands
                 entry["wall_s"], entry["no_new_rows"] = prev["wall_s"], True
@@ -367,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             if any(within.values()):
                 entry["paired_within"] = {k: v for k, v in within.items() if v}
             pq = entry.pop("per_question")
+            if args.collect and prev.get("command"):  # the command that made the run, not this call's flags
+                shown = prev["command"]
             table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
                           "sitting_s": round(time.time() - t0, 1), "per_question": pq}
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
