@@ -101,6 +101,6 @@ def test_llamacpp_score_evaluates_the_prompt_once_and_matches_a_full_evaluation(
     ref = [full(c) for c in cands]
     assert np.allclose(got, ref, atol=1e-3), (got, ref)
     assert got[0] > got[1] and got[0] > got[4]
-    # a generation after scoring starts from a clean state
+    # a generation after scoring answers as usual (its prefix match starts from the scored prompt)
     (c,) = m.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=8)])
     assert "paris" in c.text.lower()
