@@ -194,3 +194,18 @@ def test_collect_summarises_a_run_dir_without_running_it_and_marks_a_partial_row
     pd = table["metaqa_sgr_no_cypher"]["paired"]
     assert pd["against"] == "metaqa_sgr" and pd["by_metric"]["hits_at_1"]["n"] == 3
     assert "status" not in table["metaqa_sgr_no_cypher"]
+
+
+def test_collect_leaves_a_row_without_metrics_out_of_the_table(tmp_path, monkeypatch, capsys):
+    """A run still going (or killed before it wrote ``metrics.json``) has nothing to summarise:
+    ``--collect`` says so and writes no row, rather than a ``failed`` one for a run that did not
+    fail."""
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    run = tmp_path / "outputs" / "validation" / "heldout_n6" / "metaqa_tog"
+    run.mkdir(parents=True)
+    (run / "predictions.jsonl").write_text(json.dumps({"id": "q1", "metrics": {"hits_at_1": 1.0}}) + "\n")
+    assert mod.main(["--n", "6", "--split", "heldout", "--collect", "--rows", "metaqa_tog"]) == 0
+    out = tmp_path / "validation_heldout_n6.json"
+    assert not out.exists() or "metaqa_tog" not in json.loads(out.read_text())
+    err = capsys.readouterr().err
+    assert "metaqa_tog" in err and "no metrics.json yet" in err and "failed" not in err

@@ -336,6 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         rc = 0 if args.collect else subprocess.call(cmd, cwd=ROOT)
         table = json.loads(out.read_text()) if out.exists() else {}  # re-read: other sittings may have written
+        if args.collect and not (run_dir / "metrics.json").exists():
+            # still running, or killed before the run wrote its metrics: nothing to summarise yet
+            print(f"row {row}: no metrics.json yet in {run_dir} (a run still going, or one stopped before "
+                  "writing it; stop it with Ctrl-C or `kill <pid>` (SIGTERM) for a partial row); the table is left as it was",
+                  file=sys.stderr, flush=True)
+            continue
         if rc != 0 or not (run_dir / "metrics.json").exists():
             print(f"row {row}: exit status {rc}, no metrics (see {run_dir}/run.log)", file=sys.stderr, flush=True)
             prev = table.get(row, {})
