@@ -36,6 +36,9 @@ PAPER_DEFAULTS = [
      "logoskg.txt §6 / App. A.5: the LLM is asked to select among the listed candidate diseases"),
     ("subqrag", "require_grounded", False, "subqrag_require_grounded", True,
      "subqrag.txt §2.3: the generator judges whether the retrieved triples are sufficient"),
+    ("subqrag", "fallback_memory", "eq3", "subqrag_memory_answer_named", "answer_named",
+     "subqrag.txt §2.3 Eq. 3: a sub-question's triples are the top-k by cosine to it (applied to the "
+     "fallback passages' triples; §2.3 names no other rule)"),
 ]
 CLASSES = {"sgr": "kgreason.reasoners.sgr.SGR", "logoskg_dx": "kgreason.reasoners.logoskg_dx.LogosKGDx",
            "subqrag": "kgreason.reasoners.subqrag.SubQRAG"}

@@ -59,6 +59,8 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
     "metaqa_sgr_either_way_fallback": (METAQA, "sgr", ["ablation=sgr_schema_either_way_fallback"]),
     "ddxplus_logoskg_dx_fuzzy_pick": (DDX, "logoskg_dx", ["ablation=dx_round2_fuzzy_pick"]),
     "hotpotqa_subqrag_require_grounded": (HOTPOT, "subqrag", ["ablation=subqrag_require_grounded"]),
+    # not chosen on questions, but the rule before issue 29's held-out run (T_used_i after a fallback)
+    "hotpotqa_subqrag_memory_answer_named": (HOTPOT, "subqrag", ["ablation=subqrag_memory_answer_named"]),
     # the paper tables' own ablations the model can exercise (reported on the held-out split, each
     # beside its full method with the paired difference): SubQRAG Table 2, SGR Table 2 / Fig. 2-3,
     # ReKnoS forward-only and no few-shot

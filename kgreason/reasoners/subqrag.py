@@ -96,6 +96,9 @@ def answer_grounded(answer: str, triples: list[Triple]) -> bool:
     return False
 
 
+FALLBACK_MEMORY = ("eq3", "answer_named")  # SubQRAG(fallback_memory=...): T_used_i after a fallback
+
+
 def verbalise(t: Triple) -> str:
     """``"head | relation | tail"``, relation ids like ``film.film.directed_by`` shortened to
     ``directed by`` so the embedding sees words."""
@@ -142,6 +145,15 @@ class WorkingGraph:
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         return [(h.id, h.score) for h in self.index.search([query], k)[0]]
 
+    def rank(self, query: str, ids: list[int], k: int) -> list[int]:
+        """Eq. 3's score restricted to ``ids``: the ``k`` of them with the highest cosine to
+        ``query``, best first (ties: the earlier in ``ids``)."""
+        if not ids or k <= 0:
+            return []
+        sims = self.index.embedder.encode([query]) @ self.index.matrix[ids].T
+        order = sorted(range(len(ids)), key=lambda j: (-float(sims[0, j]), j))
+        return [ids[j] for j in order[:k]]
+
     def add(self, triples: list[Triple], source: str) -> list[int]:
         """Write back new triples (duplicates skipped); returns the ids of those added."""
         new: list[int] = []
@@ -185,6 +197,11 @@ class SubQRAG(BaseReasoner):
         require_grounded: false (default, §2.3): sufficiency is the generator's judgement alone;
             true (ablation ``subqrag_require_grounded``): a "sufficient" triple answer also needs
             a used triple that names it (:func:`answer_grounded`).
+        fallback_memory: which of the fallback passages' triples are ``T_used_i`` (§2.3 does not
+            say). ``eq3`` (default): the ``top_k`` of them by Eq. 3's cosine to the sub-question,
+            the paper's one rule for choosing a sub-question's triples. ``answer_named``
+            (ablation ``subqrag_memory_answer_named``): those whose head or tail contains the
+            passage answer (case-insensitive), at most ``top_k``.
     """
 
     tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
@@ -197,7 +214,11 @@ class SubQRAG(BaseReasoner):
                  corpus: str | None = "dataset", world_seed: int = 0, validate: bool = True,
                  max_tokens: int = 256, kg_source: str = "auto",
                  index_dir: str | None = ".cache/kgreason/subqrag_index", max_reasks: int = 0,
-                 require_grounded: bool = False, embedder=None, graphdb=None) -> None:
+                 require_grounded: bool = False, fallback_memory: str = "eq3", embedder=None,
+                 graphdb=None) -> None:
+        if fallback_memory not in FALLBACK_MEMORY:
+            raise ValueError(f"SubQRAG: fallback_memory must be one of {' | '.join(FALLBACK_MEMORY)}, "
+                             f"got {fallback_memory!r}")
         if kg_source not in ("auto", "injected", "index"):
             raise ValueError(f"SubQRAG: kg_source must be auto | injected | index, got {kg_source!r}")
         if kg_source == "index" and not index_dir:
@@ -212,6 +233,7 @@ class SubQRAG(BaseReasoner):
         self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
         self.max_tokens = max_tokens
         self.require_grounded = bool(require_grounded)
+        self.fallback_memory = fallback_memory
         self.reask = ReaskPolicy(max_reasks)
         self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
@@ -327,7 +349,8 @@ class SubQRAG(BaseReasoner):
     def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:
         """§2.3 corpus fallback + Eq. 4: ``(answer, T_used_i)``. The passages' triples come from the
         offline index, else from an earlier fallback of this run, else from one LLM extraction
-        that is written back; ``T_used_i`` are those that name the answer, new to the graph or not."""
+        that is written back; ``T_used_i`` are chosen among them by ``fallback_memory``, new to the
+        graph or not."""
         passages = self._pool or []
         hits = self.passages.get(passages).search([subq], self.passage_top_k)[0]
         top = [passages[h.id] for h in hits]
@@ -360,9 +383,11 @@ class SubQRAG(BaseReasoner):
                 i = g.id_of(x)
                 if i is not None and i not in found:
                     found.append(i)
-        a = ans.casefold()
-        used = [i for i in found if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
-        return ans, used[: self.top_k]
+        if self.fallback_memory == "answer_named":
+            a = ans.casefold()
+            used = [i for i in found if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
+            return ans, used[: self.top_k]
+        return ans, g.rank(subq, found, self.top_k)
 
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
