@@ -22,8 +22,10 @@ Per question (Fig. 1):
    goes to the LLM, whose triples are validated (well-formed, head and tail mentioned in the
    passage), de-duplicated against the working KG and written back with their passage as
    provenance. The working KG lives for the whole run, so later sub-questions AND later
-   questions retrieve them. ``T_used_i``: the passages' triples that mention the sub-answer,
-   whether the write-back added them or the graph already held them (at most ``top_k``).
+   questions retrieve them. ``T_used_i``: the ``top_k`` of those passages' triples by Eq. 3's
+   cosine to the sub-question, whether the write-back added them or the graph already held them
+   (``fallback_memory="eq3"``; ablation ``subqrag_memory_answer_named``: those that contain the
+   sub-answer, the earlier rule, which real replies never matched).
 5. **Answer generation** (§2.4, Eq. 5): graph memory ``T_used = ∪_i T_used_i`` + the original
    question → final answer. Nothing else reaches this prompt (no sub-question answers).
 
