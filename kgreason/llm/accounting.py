@@ -236,6 +236,18 @@ def credit_paid(key: str, paid_by: Any, usage: Usage) -> bool:
     return True
 
 
+def credit_cached(usage: Usage) -> None:
+    """Count one request answered from a record kept outside the call cache and paid by another
+    run (SubQRAG's ``extractions.jsonl`` read by a second run dir) as the call cache counts a hit:
+    ``cache_hits=1`` with the record's token counts, under the current purpose. The method's calls
+    and tokens per question then do not depend on whether the record was on disk."""
+    led = _LEDGER.get()
+    if led is not None:
+        led.add(_PURPOSE.get() or "answer", Usage(cache_hits=1, prompt_tokens=usage.prompt_tokens,
+                                                  completion_tokens=usage.completion_tokens,
+                                                  reasoning_tokens=usage.reasoning_tokens))
+
+
 def mark_score_cached() -> None:
     """Called by the call cache when a ``score`` call is answered from the cache."""
     flag = _SCORE_HIT.get()

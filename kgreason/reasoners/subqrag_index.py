@@ -29,7 +29,7 @@ from typing import Sequence
 
 from kgreason import progress
 from kgreason.kg.store import KG
-from kgreason.llm.accounting import credit_paid, current_payer
+from kgreason.llm.accounting import credit_cached, credit_paid, current_payer
 from kgreason.llm.parsing import ParseResult, parse_json
 from kgreason.reasoners.base import load_prompt, render
 from kgreason.types import ChatRequest, Usage, to_jsonable
@@ -304,9 +304,11 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     d.mkdir(parents=True, exist_ok=True)
     done = _read_extractions(d / "extractions.jsonl")
     cached = sum(1 for i in ids if i in done)
-    for pid in ids:  # a resumed run counts the passages it paid for before the kill (docs/llm.md)
-        if pid in done:
-            credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), Usage(**done[pid]["usage"]))
+    for pid in ids:  # a resumed run counts the passages it paid for before the kill as calls, any
+        if pid in done:  # other run's as cache hits, as the call cache does (docs/llm.md)
+            paid = Usage(**done[pid]["usage"])
+            if not credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), paid):
+                credit_cached(paid)
     made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens,
                             batch_size=batch_size)
     usage, rejected, triples, prov, by_passage = _collect(ids, done)

@@ -215,14 +215,21 @@ def test_a_resumed_run_writes_the_uninterrupted_metrics_byte_for_byte(tmp_path, 
 
 def test_another_run_dir_reusing_the_index_counts_no_indexing_call(tmp_path, emb_dir):
     """The index cache is shared by runs: a second run dir reads it back and pays nothing for it
-    (its extraction rows were paid by the first run)."""
+    (its extraction rows were paid by the first run). Its passages count as cache hits with their
+    tokens, as a call-cache hit does, so the method's calls and tokens per question are the first
+    run's (docs/llm.md): before, a run on a cached index reported 7.0 calls per question where the
+    run that built it reported 16.7 (the held-out SubQRAG row)."""
     go, out = _hotpot_run(tmp_path, emb_dir)
-    go()
+    first = go()
     import shutil
 
     shutil.rmtree(out)
     again = go()
     assert again.get("llm/index/calls", 0) == 0 and again["run/n_examples"] == 2
+    assert again["llm/index/cache_hits"] == 3
+    assert again["llm/index/prompt_tokens"] == first["llm/index/prompt_tokens"] > 0
+    assert again["llm/calls_per_question"] == first["llm/calls_per_question"]
+    assert again["llm/tokens_per_question"] == first["llm/tokens_per_question"]
 
 
 @pytest.mark.parametrize("require_grounded", [True, False])
