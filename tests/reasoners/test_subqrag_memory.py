@@ -235,3 +235,23 @@ def test_the_answer_named_ablation_keeps_the_earlier_rule(hotpot_file, tmp_path,
 def test_an_unknown_fallback_memory_rule_is_refused():
     with pytest.raises(ValueError, match="fallback_memory"):
         SubQRAG(kg=None, llm=ScriptedLLM(rules=[]), fallback_memory="answer")
+
+
+def test_working_graph_rank_orders_by_cosine_not_by_position(emb_dir):
+    """``WorkingGraph.rank``: the k of the given ids closest to the query, best first, whatever
+    their position (the fallback passes them in passage order); ids outside the list never come
+    back. Pinned against MiniLM cosines computed here."""
+    from kgreason.reasoners.subqrag import WorkingGraph, verbalise
+
+    triples = [("Zeta", "located in", "Eastland"), ("Alpha", "directed by", "Bob Stone"),
+               ("Bob Stone", "born in", "Riverton"), ("Riverton", "river", "Blue River")]
+    emb = Embedder(cache_dir=str(emb_dir))
+    g = WorkingGraph(triples, emb)
+    q = "Where was Bob Stone born?"
+    sims = (emb.encode([q]) @ emb.encode([verbalise(t) for t in triples]).T)[0]
+    ids = [0, 1, 2]  # id 3 is not among the passages' triples
+    want = sorted(ids, key=lambda i: -float(sims[i]))
+    assert want[0] == 2 and want != ids  # the test means something only if the order changes
+    assert g.rank(q, ids, 3) == want
+    assert g.rank(q, ids, 1) == [2]
+    assert g.rank(q, [], 3) == [] and g.rank(q, ids, 0) == []
