@@ -229,3 +229,59 @@ def test_a_refused_resume_writes_no_failed_json(finished):
     with pytest.raises(ResumeConfigMismatch):
         _run(d, "reasoner.max_hops=3")
     assert not (d / "failed.json").exists() and (d / "metrics.json").read_bytes() == reference
+
+
+@pytest.mark.slow
+def test_a_sweep_meeting_a_locked_job_dir_stops_at_once(tmp_path):
+    """A sweep resumed into its own sweep dir while a job of it still runs: the job whose dir
+    is held stops the sweep with one line and exit 2; no job after it starts."""
+    sweep = tmp_path / "sweep"
+    held = sweep / "0"
+    held.mkdir(parents=True)
+    with lock_run_dir(held):
+        p = subprocess.run([sys.executable, "-m", "kgreason", "--multirun", *BASE, "seed=0,1",
+                            f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"],
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "is in use by another run" in p.stderr and "Traceback" not in p.stderr
+    assert not (sweep / "1").exists() and not (held / "predictions.jsonl").exists()
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_an_interruption_or_a_crash_after_a_set_aside_keeps_every_row_and_the_resume_is_exact(finished, monkeypatch,
+                                                                                              stop):
+    """The partial path with the lock and the side file: a dir with a damaged line is resumed,
+    stopped half-way (Ctrl-C / an error that escapes the example loop), and resumed again."""
+    import kgreason.run as run_module
+
+    d, lines, reference = finished
+    (d / "predictions.jsonl").write_text("".join(lines[:5]) + "garbage\n" + "".join(lines[6:20]))
+    (d / "metrics.json").unlink()
+    orig, seen = run_module.answer_and_score, []
+
+    def answer_and_score(c, ex):
+        seen.append(ex.id)
+        if len(seen) == 4:
+            raise stop("stopped in the test")
+        return orig(c, ex)
+
+    monkeypatch.setattr(run_module, "answer_and_score", answer_and_score)
+    with pytest.raises(stop):
+        _run(d)
+    assert not (d / LOCK_NAME).exists()
+    kept = _lines(d)
+    assert kept[:19] == lines[:5] + lines[6:20] and len(kept) == 19 + 3  # none lost, 3 new
+    assert json.loads(damaged_path(d / "predictions.jsonl").read_text())["raw"] == "garbage"
+    if stop is KeyboardInterrupt:
+        partial = json.loads((d / "metrics.json").read_text())
+        assert partial["run/status"] == "partial" and partial["run/n_examples"] == 22
+        assert not (d / "failed.json").exists()
+    else:
+        assert not (d / "metrics.json").exists()
+        failed = json.loads((d / "failed.json").read_text())
+        assert failed == {"status": "failed", "reason": "stopped in the test", "stage": "run"}
+    monkeypatch.setattr(run_module, "answer_and_score", orig)
+    _run(d)
+    assert (d / "metrics.json").read_bytes() == reference and not (d / "failed.json").exists()
+    ids = _ids(d)
+    assert len(ids) == len(set(ids)) == N
