@@ -41,7 +41,7 @@ from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
 from kgreason.metrics.qa import normalize_answer
 from kgreason.record import check_resume, choices, run_record
-from kgreason.runs import PredictionStore, RunDirLocked, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets, write_json
+from kgreason.runs import PredictionStore, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets, write_json
 from kgreason.textio import forget_files_read
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
