@@ -575,7 +575,7 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
     as a resume will see them."""
     signame = why.signame if isinstance(why, RunInterrupted) else "SIGINT (Ctrl-C)"
     try:
-        store = PredictionStore(out_dir / "predictions.jsonl")
+        store = PredictionStore(out_dir / "predictions.jsonl", required=ROW_KEYS)
         rows = [store.rows[ex.id] for ex in examples if ex.id in store]
         metrics = _run_metrics(c, rows, examples, prepared, report)
         metrics["run/partial"] = True
@@ -608,6 +608,8 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
 
 
 FAILED = "failed.json"
+#: what every row of a run's predictions.jsonl has; a line without them is set aside as damaged
+ROW_KEYS = ("id", "metrics")
 
 
 def _one_line(e: BaseException) -> str:
@@ -656,7 +658,7 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
             raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
                              "in order (shared state); set example_workers=1")
         stage["name"] = "claim"  # refusals here leave what the dir holds as it is
-        store = PredictionStore(out_dir / "predictions.jsonl")  # damaged lines set aside, good rows kept
+        store = PredictionStore(out_dir / "predictions.jsonl", required=ROW_KEYS)  # damaged lines set aside
         done_before = sum(1 for ex in examples if ex.id in store)
         if done_before and not cfg.get("resume", True):
             raise RuntimeError(f"{out_dir}/predictions.jsonl already has {done_before} examples and resume=false")

@@ -139,6 +139,14 @@ def lock_run_dir(out_dir: str | Path):
             raise RunDirLocked(
                 f"{out_dir} is in use by another run ({holder or 'holder unknown'}); two runs writing one "
                 "run dir would answer its examples twice. Wait for it to end, or use another hydra.run.dir") from None
+        except OSError as e:  # a file system without flock (some network mounts): say so, run unlocked
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            log.warning("%s: cannot lock the run dir (%s); running without the lock: do not start a second run "
+                        "on this dir while this one runs", out_dir, e)
+            fd = -1
+            break
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -146,6 +154,9 @@ def lock_run_dir(out_dir: str | Path):
         if same:
             break
         os.close(fd)  # the holder removed the file as it ended: lock the new one
+    if fd < 0:
+        yield None
+        return
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
@@ -168,10 +179,12 @@ class PredictionStore:
     aside has no row any more, so a resumed run answers it, and only it, again. A complete last
     row that only lacks its newline is a good row: it is kept and the newline added.
     ``repair=False`` reads without changing anything on disk (``damaged`` lists what was found).
+    ``required``: the keys a row must have (a run's rows: ``id``, ``metrics``, ``error``).
     """
 
-    def __init__(self, path: str | Path, *, repair: bool = True) -> None:
+    def __init__(self, path: str | Path, *, repair: bool = True, required: tuple[str, ...] = ("id",)) -> None:
         self.path = Path(path)
+        self.required = tuple(required)
         self.rows: dict[str, dict[str, Any]] = {}
         self.damaged: list[dict[str, Any]] = []
         if repair:
@@ -198,8 +211,10 @@ class PredictionStore:
                 row = None
                 reason = ("torn last line (no newline: the writer stopped mid-line)" if i - 1 == last
                           else f"not JSON ({getattr(e, 'msg', type(e).__name__)})")
-            if reason is None and not (isinstance(row, dict) and "id" in row):
-                reason = "not a JSON object with an 'id'"
+            if reason is None and not isinstance(row, dict):
+                reason = "not a JSON object"
+            if reason is None and any(k not in row for k in self.required):
+                reason = "a JSON object without " + ", ".join(repr(k) for k in self.required if k not in row)
             if reason is None:
                 self.rows[row["id"]] = row
                 good.append(raw)

@@ -117,6 +117,27 @@ def test_reading_without_repair_changes_nothing_and_a_repeated_set_aside_is_not_
     assert p.read_text() == '{"id": "a"}\n{"id": "b"}\n'
 
 
+def test_a_parseable_line_that_is_not_a_row_is_set_aside_too(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"id": "a", "metrics": {}}\n{"id": "b"}\n"text"\n\x00\x00\x00\n{"id": "c", "metrics": {}}\n')
+    s = PredictionStore(p, required=("id", "metrics"))
+    assert set(s.rows) == {"a", "c"}
+    assert [(d["line"], d["id"]) for d in s.damaged] == [(2, "b"), (3, None), (4, None)]
+    assert "without 'metrics'" in s.damaged[0]["reason"]
+
+
+def test_a_file_system_without_flock_runs_unlocked_with_a_warning(tmp_path, monkeypatch, caplog):
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with caplog.at_level(logging.WARNING, logger="kgreason"), lock_run_dir(tmp_path) as held:
+        assert held is None and not (tmp_path / LOCK_NAME).exists()
+    assert "cannot lock the run dir" in caplog.text
+
+
 # ----------------------------------------------------------------------------- the run-dir lock
 
 def test_a_second_run_on_a_locked_dir_stops_at_once_and_touches_nothing(tmp_path):
