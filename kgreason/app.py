@@ -99,8 +99,9 @@ def _refuse_resume_without_run(task_overrides: Sequence[str], out_dir: Path) -> 
                             "hydra.run.dir; drop resume=true to start a new run there")
 
 
-#: what Hydra and the tracker put in a run dir before the first example (nothing of value)
-_START_ONLY = {".hydra", "run.log", "wandb"}
+#: what Hydra and the tracker put in a run dir before the first example (nothing of value), and
+#: the failure marker of a run that stopped there (kgreason/run.py; dropped with the dir)
+_START_ONLY = {".hydra", "run.log", "wandb", "failed.json"}
 
 
 def _drop_empty_run_dir(out_dir: Path) -> bool:
@@ -122,6 +123,7 @@ def _drop_empty_run_dir(out_dir: Path) -> bool:
 def main(cfg: DictConfig) -> float | None:
     set_hub_mode(cfg)
     from kgreason.run import RunInterrupted, run
+    from kgreason.runs import RunDirLocked
     from kgreason.secrets import scrub_std_streams
 
     scrub_std_streams()  # Hydra prints a failed job's overrides to stderr, secrets included
@@ -137,6 +139,9 @@ def main(cfg: DictConfig) -> float | None:
         result = run(cfg, out_dir)
     except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would
         raise SystemExit(128 + e.signum) from None
+    except RunDirLocked as e:  # another run writes this dir (a sweep's job too): stop at once, touch nothing
+        print(f"kgreason: error: {e}", file=sys.stderr)
+        sys.exit(2)
     except Exception as e:  # noqa: BLE001 - re-raised, or told in a line or two (a user error)
         missing = isinstance(e, FileNotFoundError) or "not found" in str(e) or "No such file" in str(e)
         hint = explain_missing(cfg, str(e)) if missing else None

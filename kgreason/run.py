@@ -38,9 +38,10 @@ from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
 from kgreason.llm.cache import check_cache
 from kgreason.llm.lazy import LazyLLM
-from kgreason.metrics import METRICS, Metric, clinical
+from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
+from kgreason.metrics.qa import normalize_answer
 from kgreason.record import check_resume, choices, run_record
-from kgreason.runs import PredictionStore, gold_fields, protect_run_dir, scrub_secrets, write_json
+from kgreason.runs import PredictionStore, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets, write_json
 from kgreason.textio import forget_files_read
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
@@ -186,7 +187,9 @@ def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
     scores: dict[str, float | None] = {}
     for m in c.metrics:
         try:
-            v = m.per_example(pred, ex)
+            # an errored example scores each metric's worst value where the metric applies
+            # (docs/metrics.md "Errored examples"), never its value on whatever the failure left
+            v = example_value(m, pred, ex)
         except Exception as e:  # noqa: BLE001
             raise RuntimeError(f"metric {m.name} failed on example {ex.id}: {e}") from e
         scores[m.name] = None if v is None else float(v)
@@ -248,11 +251,16 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     """Run-level metrics from the prediction rows (pure; the same rows give the same dict).
     ``outside``: LLM calls made outside any example (counted in ``llm/*`` too).
 
-    A metric that applies to no example is ``null`` (never NaN, never 0) and
+    One denominator (docs/metrics.md "Errored examples"): every score is a mean over all rows,
+    answered or errored, that it applies to; an errored row scores the worst value
+    (:func:`kgreason.metrics.run_values`; judge ratings: :func:`_judge_rows`). Counts that
+    describe what the method did (``retrieval/*``, ``search_space``) are over the rows that
+    report them. A metric that applies to no example is ``null`` (never NaN, never 0) and
     ``metric_notes/<name>`` says why."""
     out: dict[str, Any] = {}
+    errored = [bool(r.get("error")) for r in rows]
     for m in metrics:
-        vals = [r["metrics"].get(m.name) for r in rows]
+        vals = run_values(m, [r["metrics"].get(m.name) for r in rows], errored)
         vals = [v for v in vals if v is not None]
         out[f"metric/{m.name}"] = float(m.aggregate(vals)) if vals else None
         if not vals:
@@ -265,20 +273,76 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     out["llm/parse_failures"] = usage.parse_failures
     out["llm/reasks"] = usage.reasks
     n = max(len(rows), 1)
-    spaces = [r["extra"]["search_space"] for r in rows if "search_space" in r.get("extra", {})]
-    if spaces:
-        out["retrieval/search_space"] = sum(spaces) / len(spaces)
-    errors = sum(1 for r in rows if r.get("error"))
+    out.update(retrieval_figures(rows))
+    errors = sum(errored)
     out["run/n_examples"] = len(rows)
     out["run/n_expected"] = n_expected
     out["run/errors"] = errors
     out["run/error_rate"] = errors / n
-    judge_rows = [r["judge"] for r in rows if isinstance(r.get("judge"), Mapping) and "scores" in r["judge"]]
-    out.update(judge_metrics(judge_rows))  # judge/<attr>, judge/pdsqi_average, judge/<round>/...
+    out["run/status"] = "complete" if len(rows) >= n_expected else "partial"
+    out.update(judge_metrics(_judge_rows(rows)))  # judge/<attr>, judge/pdsqi_average, judge/<round>/...
     judge_errors = sum(1 for r in rows if isinstance(r.get("judge"), Mapping) and "error" in r["judge"])
     if judge_errors:  # never averaged in; counted so a half-judged run is visible
         out["judge/errors"] = judge_errors
     return {k: (round(v, 10) if isinstance(v, float) and not math.isnan(v) else v) for k, v in out.items()}
+
+
+def retrieval_figures(rows: list[Mapping[str, Any]]) -> dict[str, float]:
+    """What the method retrieved, over the rows that report it (errored rows report nothing):
+
+    * ``retrieval/retrieved_size``: mean size of the set ``answer_coverage`` is measured over,
+      ``extra["retrieved"]`` as distinct normalised names (the same normalisation the coverage
+      test uses); ``retrieval/retrieved_size_n_paths`` likewise for ``retrieved_n_paths``;
+    * ``retrieval/empty_rate``: mean of ``extra["retrieval_empty"]`` (the reasoner took its
+      "nothing linked / nothing retrieved" path);
+    * ``retrieval/search_space``: mean of ``extra["search_space"]``."""
+    out: dict[str, float] = {}
+    extras = [r.get("extra") or {} for r in rows]
+    for key, name in (("retrieved", "retrieval/retrieved_size"), ("retrieved_n_paths", "retrieval/retrieved_size_n_paths")):
+        sizes = [len({normalize_answer(str(x)) for x in e[key]}) for e in extras if isinstance(e.get(key), list)]
+        if sizes:
+            out[name] = sum(sizes) / len(sizes)
+    flags = [bool(e["retrieval_empty"]) for e in extras if e.get("retrieval_empty") is not None]
+    if flags:
+        out["retrieval/empty_rate"] = sum(flags) / len(flags)
+    spaces = [e["search_space"] for e in extras if e.get("search_space") is not None]
+    if spaces:
+        out["retrieval/search_space"] = sum(spaces) / len(spaces)
+    return out
+
+
+def _judge_worst(item: str) -> float | None:
+    """The worst value of a judge item's rating scale, for an errored example: the bottom of a
+    1-5 quality rating that applies to every output (PDSQI-9: cited, accurate, thorough, useful,
+    organized, comprehensible, succinct). ``None`` (left out) for the 0/1 items, which record a
+    property of the text or the record (abstraction needed, stigmatizing language), not a grade;
+    for an item that applies only under a condition of the record (``synthesized``: only when
+    abstraction is needed, which nobody judged for an errored example); and for items of
+    unknown scale."""
+    from kgreason.judges.pdsqi import BINARY, PDSQI_SCALES
+
+    scale = PDSQI_SCALES.get(item)
+    if scale is None or tuple(scale[0]) == BINARY or scale[1]:
+        return None
+    return float(min(scale[0]))
+
+
+def _judge_rows(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The judge objects the judge means are taken over: every judged row, and for every
+    errored row (never judged: there is no output) one that rates each item the judged rows
+    have at its scale's worst (:func:`_judge_worst`), the same for each round they have. A row
+    the judge failed on (``judge.error``: a failure of the measurement, not of the method) is
+    left out and counted as ``judge/errors``. No judged row: the run has no judge figures."""
+    judged = [r["judge"] for r in rows if isinstance(r.get("judge"), Mapping) and "scores" in r["judge"]]
+    if not judged:
+        return []
+    items = sorted({k for j in judged for k in j["scores"]})
+    rounds = sorted({rd for j in judged for rd in (j.get("per_round") or {})})
+    worst = {k: _judge_worst(k) for k in items}
+    imputed = {"scores": worst, "per_round": {rd: dict(worst) for rd in rounds},
+               "average_of": next((j["average_of"] for j in judged if j.get("average_of")), [])}
+    return [r["judge"] if isinstance(r.get("judge"), Mapping) and "scores" in r["judge"] else imputed
+            for r in rows if r.get("error") or (isinstance(r.get("judge"), Mapping) and "scores" in r["judge"])]
 
 
 def _not_applicable(name: str, rows: list[Mapping[str, Any]]) -> str:
@@ -511,10 +575,11 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
     as a resume will see them."""
     signame = why.signame if isinstance(why, RunInterrupted) else "SIGINT (Ctrl-C)"
     try:
-        store = PredictionStore(out_dir / "predictions.jsonl")
+        store = PredictionStore(out_dir / "predictions.jsonl", required=ROW_KEYS)
         rows = [store.rows[ex.id] for ex in examples if ex.id in store]
         metrics = _run_metrics(c, rows, examples, prepared, report)
         metrics["run/partial"] = True
+        metrics["run/status"] = "partial"
         metrics["run/interrupted_by"] = signame.split()[0]
         write_json(out_dir / "metrics.json", metrics)
         done = len(rows)
@@ -527,13 +592,60 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
-    with _signals_as_interrupt():
-        return _run(cfg, out_dir)
-
-
-def _run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
+    """Evaluate ``cfg`` into ``out_dir``, holding the run dir's lock throughout (a second run on
+    the dir raises :class:`~kgreason.runs.RunDirLocked` before touching anything). A run that
+    stops on a start-up check or while answering (not on a signal: that writes partial
+    metrics) leaves ``failed.json`` with its one-line reason (:func:`_write_failed`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with _signals_as_interrupt(), lock_run_dir(out_dir):
+        stage = {"name": "startup"}
+        try:
+            return _run(cfg, out_dir, stage)
+        except Exception as e:
+            _write_failed(out_dir, e, stage["name"])
+            raise
+
+
+FAILED = "failed.json"
+#: what every row of a run's predictions.jsonl has; a line without them is set aside as damaged
+ROW_KEYS = ("id", "metrics")
+
+
+def _one_line(e: BaseException) -> str:
+    """The message of what stopped the run on one line (Hydra's instantiate wrapper removed)."""
+    from hydra.errors import InstantiationException
+
+    while isinstance(e, InstantiationException) and e.__cause__ is not None:
+        e = e.__cause__
+    text = " ".join(x.strip() for x in str(e).splitlines() if x.strip())
+    return (text or type(e).__name__)[:1000]
+
+
+def _complete_run_in(out_dir: Path) -> bool:
+    """The dir holds a finished run that did not fail (its metrics.json is complete)."""
+    try:
+        m = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    done = m.get("run/status", "partial" if m.get("run/partial") else "complete") == "complete"
+    return done and not (out_dir / FAILED).exists()
+
+
+def _write_failed(out_dir: Path, e: BaseException, stage: str) -> None:
+    """``failed.json`` = {"status": "failed", "reason": one line, "stage": "startup" | "run"}
+    (docs/metrics.md; ``tables`` and ``report`` print the reason). Not written when the run was
+    refused the dir because of what is already in it (``stage`` "claim": another config,
+    ``resume=false``), nor over a finished run that a later attempt failed to start on."""
+    if stage == "claim" or (stage == "startup" and _complete_run_in(out_dir)):
+        return
+    try:
+        write_json(out_dir / FAILED, {"status": "failed", "reason": _one_line(e), "stage": stage})
+    except OSError as err:  # the failure itself is what is reported
+        log.error("could not write %s: %s", out_dir / FAILED, err)
+
+
+def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
     protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
     forget_files_read()  # run.json lists the data files this run reads (not an earlier job's)
@@ -545,19 +657,23 @@ def _run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
         if workers > 1 and not getattr(c.reasoner, "thread_safe", True):
             raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
                              "in order (shared state); set example_workers=1")
-        store = PredictionStore(out_dir / "predictions.jsonl")
+        stage["name"] = "claim"  # refusals here leave what the dir holds as it is
+        store = PredictionStore(out_dir / "predictions.jsonl", required=ROW_KEYS)  # damaged lines set aside
         done_before = sum(1 for ex in examples if ex.id in store)
         if done_before and not cfg.get("resume", True):
             raise RuntimeError(f"{out_dir}/predictions.jsonl already has {done_before} examples and resume=false")
         # the dir's record is written only once every check passed (a refused resume leaves it intact)
         c.run_id = check_resume(out_dir, cfg, allow_changes=bool(cfg.get("resume_allow_changes", False)))
+        stage["name"] = "startup"
         _write_record(cfg, c, out_dir, report)
+        (out_dir / FAILED).unlink(missing_ok=True)  # an earlier attempt's failure: this one got past the checks
         pending = _pending(examples, store, bool(cfg.get("retry_errors", True)))
         log.info("dataset %s: %d examples (%d already done, %d to retry)", getattr(c.dataset, "name", "?"),
                  len(examples), len(examples) - len(pending), len(pending) - (len(examples) - done_before))
         todo = {ex.id for ex in pending}
         kept = [store.rows[ex.id] for ex in examples if ex.id in store and ex.id not in todo]
         prepared = _prepare(c, kept if pending else None, out_dir)
+        stage["name"] = "run"
         try:
             _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was answered is summed up, then the run stops

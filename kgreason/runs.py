@@ -1,9 +1,16 @@
-"""Run-dir I/O: the append-only prediction store, metrics.json, and secret scrubbing.
+"""Run-dir I/O: the append-only prediction store, the run-dir lock, metrics.json, and secret
+scrubbing.
 
 ``predictions.jsonl`` is the source of truth for a run: one JSON line per finished example,
 appended and flushed to disk as soon as the example finishes. A crash can at worst leave a
-partial last line, which :class:`PredictionStore` ignores (and truncates) on reopen, so the run
-resumes from the last complete example.
+partial last line; a damaged line anywhere (a torn last line, bytes lost in the middle) is set
+aside in ``predictions.damaged.jsonl`` on reopen, never taking a good row with it, and only its
+example is answered again (:class:`PredictionStore`).
+
+One run writes to a run dir at a time: :func:`lock_run_dir` holds an exclusive ``flock`` on
+``<run dir>/run.lock`` for the whole run; a second run on the dir stops at once
+(:class:`RunDirLocked`). The kernel drops the lock when the process ends, however it ends, so a
+killed run never leaves a lock that blocks the next one.
 
 An id can have several rows: on resume an example whose last row is an error is answered again
 (``retry_errors``) and its new row is appended. **The last row per id wins** everywhere the file
@@ -13,10 +20,15 @@ in the file as the record of the failed attempts.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
+import re
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -24,32 +36,212 @@ from omegaconf import DictConfig, OmegaConf
 
 from kgreason.secrets import REDACTED, SECRET_KEY as SECRET_KEYS, register, register_from_config, scrub
 
+log = logging.getLogger("kgreason")
+
+_STR = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _top_level_id(text: str) -> str | None:
+    """The top-level ``"id"`` string of a (possibly torn) JSON object line, when the damage
+    left it readable; ids nested in ``extra`` or ``trace`` are not taken for it."""
+    depth, i, n, key_next = 0, 0, len(text), False
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            m = _STR.match(text, i)
+            if m is None:
+                return None
+            j = m.end()
+            while j < n and text[j] in " \t":
+                j += 1
+            if depth == 1 and key_next and j < n and text[j] == ":" and m.group(1) == "id":
+                v = _STR.match(text, j + 1 + len(text[j + 1:]) - len(text[j + 1:].lstrip()))
+                if v is None:
+                    return None
+                try:
+                    return json.loads(v.group(0))
+                except ValueError:
+                    return None
+            key_next = False
+            i = m.end()
+            continue
+        if ch in "{[":
+            depth += 1
+            key_next = ch == "{" and depth == 1
+        elif ch in "}]":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            key_next = True
+        i += 1
+    return None
+
+LOCK_NAME = "run.lock"
+
+
+def damaged_path(path: str | Path) -> Path:
+    """Where :class:`PredictionStore` sets aside the damaged lines of ``path``
+    (``predictions.jsonl`` → ``predictions.damaged.jsonl``)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.damaged{path.suffix or '.jsonl'}")
+
+
+def _append_damaged(side: Path, source: str, entries: list[dict[str, Any]]) -> None:
+    """Append the set-aside lines to the side file (fsynced before the source is rewritten);
+    an entry already there (a crash between the two steps) is not written twice."""
+    seen: set[tuple[Any, Any]] = set()
+    if side.exists():
+        for raw in side.read_bytes().splitlines():
+            try:
+                old = json.loads(raw)
+                seen.add((old.get("line"), old.get("raw")))
+            except (ValueError, AttributeError):
+                continue
+    text = "".join(json.dumps({"file": source, **e}, ensure_ascii=False, sort_keys=True) + "\n"
+                   for e in entries if (e["line"], e["raw"]) not in seen)
+    if not text:
+        return
+    with open(side, "a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class RunDirLocked(RuntimeError):
+    """Another run holds the run dir (its ``run.lock``); the message names the dir and the holder."""
+
+
+@contextlib.contextmanager
+def lock_run_dir(out_dir: str | Path):
+    """Hold an exclusive, non-blocking ``flock`` on ``<out_dir>/run.lock`` while the block runs.
+
+    The lock file records the holder (pid, host, start time) for the refusal message. On exit
+    the file is removed while still locked; a process that opened the old file meanwhile finds
+    its inode gone after locking it and tries again, so two runs never both hold the dir. A
+    process killed by any signal loses its lock with it (the kernel drops it): a stale
+    ``run.lock`` is only a file and never blocks.
+
+    Raises:
+        RunDirLocked: another live process holds the lock.
+    """
+    import fcntl
+
+    out_dir = Path(out_dir)
+    path = out_dir / LOCK_NAME
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.read(fd, 4096).decode("utf-8", errors="replace").strip()
+            finally:
+                os.close(fd)
+            raise RunDirLocked(
+                f"{out_dir} is in use by another run ({holder or 'holder unknown'}); two runs writing one "
+                "run dir would answer its examples twice. Wait for it to end, or use another hydra.run.dir") from None
+        except OSError as e:  # a file system without flock (some network mounts): say so, run unlocked
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            log.warning("%s: cannot lock the run dir (%s); running without the lock: do not start a second run "
+                        "on this dir while this one runs", out_dir, e)
+            fd = -1
+            break
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file as it ended: lock the new one
+    if fd < 0:
+        yield None
+        return
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime())}\n".encode())
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
 
 class PredictionStore:
-    """Append-only JSONL keyed by example id (the last row per id wins)."""
+    """Append-only JSONL keyed by example id (the last row per id wins).
 
-    def __init__(self, path: str | Path) -> None:
+    On open, every line that is not one complete JSON object with an ``id`` (a torn last line
+    after a crash, bytes damaged in the middle of the file, a stray value) is **set aside**: it
+    is appended to ``<name>.damaged.jsonl`` beside the file (``{"line", "raw", "reason", "id"}``),
+    removed from the file, and named in the log. Every good line stays, in its order (a damaged
+    line used to end the read and truncate every good row after it). An example whose row was set
+    aside has no row any more, so a resumed run answers it, and only it, again. A complete last
+    row that only lacks its newline is a good row: it is kept and the newline added.
+    ``repair=False`` reads without changing anything on disk (``damaged`` lists what was found).
+    ``required``: the keys a row must have (a run's rows: ``id``, ``metrics``, ``error``).
+    """
+
+    def __init__(self, path: str | Path, *, repair: bool = True, required: tuple[str, ...] = ("id",)) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.required = tuple(required)
         self.rows: dict[str, dict[str, Any]] = {}
+        self.damaged: list[dict[str, Any]] = []
+        if repair:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            self._load()
+            self._load(repair)
 
-    def _load(self) -> None:
-        good_bytes = 0
-        with open(self.path, "rb") as f:
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    break  # a torn last line from a crash
-                try:
-                    row = json.loads(raw)
-                except json.JSONDecodeError:
-                    break
+    @property
+    def damaged_path(self) -> Path:
+        return damaged_path(self.path)
+
+    def _load(self, repair: bool) -> None:
+        data = self.path.read_bytes()
+        good: list[bytes] = []
+        pieces = data.split(b"\n")
+        last = len(pieces) - 1  # pieces[last] is what follows the final newline ("" when none)
+        for i, raw in enumerate(pieces, start=1):
+            if not raw.strip():
+                continue
+            reason = None
+            try:
+                row = json.loads(raw)
+            except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+                row = None
+                reason = ("torn last line (no newline: the writer stopped mid-line)" if i - 1 == last
+                          else f"not JSON ({getattr(e, 'msg', type(e).__name__)})")
+            if reason is None and not isinstance(row, dict):
+                reason = "not a JSON object"
+            if reason is None and any(k not in row for k in self.required):
+                reason = "a JSON object without " + ", ".join(repr(k) for k in self.required if k not in row)
+            if reason is None:
                 self.rows[row["id"]] = row
-                good_bytes += len(raw)
-        if good_bytes != self.path.stat().st_size:
-            with open(self.path, "r+b") as f:
-                f.truncate(good_bytes)
+                good.append(raw)
+                continue
+            text = raw.decode("utf-8", errors="backslashreplace")
+            self.damaged.append({"line": i, "reason": reason, "id": _top_level_id(text), "raw": scrub(text)})
+        if not self.damaged and (not data or data.endswith(b"\n")):
+            return
+        if not repair:
+            return
+        clean = b"".join(g + b"\n" for g in good)
+        if clean == data:
+            return
+        if self.damaged:
+            _append_damaged(self.damaged_path, self.path.name, self.damaged)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(clean)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.path)
+        if self.damaged:
+            where = ", ".join(f"line {d['line']}" + (f" (id {d['id']})" if d["id"] else "") for d in self.damaged[:10])
+            more = f" and {len(self.damaged) - 10} more" if len(self.damaged) > 10 else ""
+            log.warning("%s: %d damaged line(s) set aside in %s: %s%s; %d good row(s) kept; the examples of the "
+                        "set-aside lines have no row now and are answered again", self.path, len(self.damaged),
+                        self.damaged_path, where, more, len(good))
 
     def __contains__(self, example_id: str) -> bool:
         return example_id in self.rows

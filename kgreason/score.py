@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from kgreason.metrics import METRICS
+from kgreason.metrics import METRICS, example_value, run_values
 from kgreason.types import Example, Prediction
 
 DEFAULT_METRICS = ("em", "f1", "hits_at_1", "all_answers_found")
@@ -88,7 +88,9 @@ def parse_line(obj: Any, where: str) -> tuple[Prediction, Example]:
     if not isinstance(rounds, dict):
         raise ScoreInputError(f"{where}: field 'rounds' must be an object {{round name: [answers]}}")
     rounds = {str(k): tuple(_strs(v, where, f"rounds.{k}")) for k, v in rounds.items()}
-    return Prediction(example_id=ex.id, answers=tuple(ranked), extra=extra, rounds=rounds), ex
+    error = obj.get("error") or None  # an errored example scores each metric's worst value (docs/metrics.md)
+    return Prediction(example_id=ex.id, answers=tuple(ranked), extra=extra, rounds=rounds,
+                      error=None if error is None else str(error)), ex
 
 
 def read_pairs(path: str | Path) -> list[tuple[Prediction, Example]]:
@@ -145,7 +147,8 @@ def dedupe(path: str | Path, out: str | Path) -> tuple[int, int]:
 def score(pairs: Iterable[tuple[Prediction, Example]],
           metrics: Sequence[str] = DEFAULT_METRICS) -> dict[str, float | None]:
     """Mean of each metric over the pairs (``None`` values left out; ``None`` if none apply,
-    as in a run's metrics.json: JSON has no NaN)."""
+    as in a run's metrics.json: JSON has no NaN). An errored pair (its line has an ``error``)
+    scores the metric's worst value under the run's rule (docs/metrics.md "Errored examples")."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise KeyError(f"unknown metrics {unknown}; known: {sorted(METRICS)}")
@@ -153,7 +156,8 @@ def score(pairs: Iterable[tuple[Prediction, Example]],
     out: dict[str, float | None] = {}
     for name in metrics:
         m = METRICS[name]
-        vals = [v for v in (m.per_example(p, e) for p, e in pairs) if v is not None]
+        vals = run_values(m, [example_value(m, p, e) for p, e in pairs], [bool(p.error) for p, _ in pairs])
+        vals = [v for v in vals if v is not None]
         out[name] = float(m.aggregate(vals)) if vals else None
     # the same rounding as run.summarise, so a run's own file gives its metrics.json exactly
     return {k: (None if v is None or math.isnan(v) else round(v, 10)) for k, v in out.items()}
@@ -184,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.per_example:
         with open(args.per_example, "w", encoding="utf-8") as f:
             for p, e in pairs:
-                vals = {n: METRICS[n].per_example(p, e) for n in names}
+                vals = {n: example_value(METRICS[n], p, e) for n in names}
                 f.write(json.dumps({"id": e.id, **vals}, sort_keys=True) + "\n")
     text = json.dumps(result, indent=2, sort_keys=True)
     print(text)

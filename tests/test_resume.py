@@ -239,5 +239,6 @@ def test_sigterm_logs_writes_partial_metrics_and_resume_is_exact(tmp_path):
     assert f"hydra.run.dir={run_dir}" in out  # the resume command
     partial = json.loads((run_dir / "metrics.json").read_text())
     assert partial["run/partial"] is True and partial["run/n_examples"] == done and partial["run/n_expected"] == N
-    assert partial["run/interrupted_by"] == "SIGTERM"
+    assert partial["run/interrupted_by"] == "SIGTERM" and partial["run/status"] == "partial"
+    assert not (run_dir / "run.lock").exists() and not (run_dir / "failed.json").exists()  # lock released
     assert _resume(run_dir, cache, 1, 0.05) == reference

@@ -209,6 +209,8 @@ def summarise(run_dir: Path) -> dict:
         "cache_hits": m.get("llm/cache_hits"),
         "errors": m.get("run/errors"),
         "wall_s": t.get("wall_s"),
+        # the mean size of the set answer_coverage is measured over (recorded since issue 41)
+        **({"retrieved_size": m["retrieval/retrieved_size"]} if "retrieval/retrieved_size" in m else {}),
         **({"partial": True} if m.get("run/partial") else {}),
     }
 

@@ -4,6 +4,16 @@ A metric scores one (prediction, example) pair; ``None`` means "not applicable" 
 out of the mean. Distributions (hops, judge sub-scores) are reports, not metrics
 (:mod:`kgreason.metrics.hops`). Definitions and the official script each one matches:
 docs/metrics.md.
+
+**Errored examples (one denominator, docs/metrics.md "Errored examples").** A score's mean is
+over every example the run wrote a row for, answered or errored, that the score applies to;
+an errored example scores the metric's ``worst`` value. Whether a score applies is decided by
+the example (it has the gold the score needs: :func:`applies`) and by the method (the run's
+answered examples report what a ``method_side`` score reads: a retrieved set, a round), never
+by whether the example errored. A metric whose ``worst`` is ``None`` is a count of what the
+method did (``search_space``), not a score: errored examples have no value for it.
+:func:`error_value` is an errored example's value, :func:`run_values` the per-example values a
+run's mean is taken over (``run.summarise`` and ``kgreason.score`` both use them).
 """
 
 from __future__ import annotations
@@ -18,10 +28,17 @@ from kgreason.types import Example, Prediction
 
 @dataclass(frozen=True, slots=True)
 class Metric:
+    """``worst``: the value an errored example scores (the bottom of the score's range; ``None``:
+    not a score, errored examples are left out). ``method_side``: the score reads something a
+    method may not report at all (``extra["retrieved"]``, a round); it applies to a run's errored
+    examples only when some answered example of the run has a value for it."""
+
     name: str
     per_example: Callable[[Prediction, Example], float | None]
     aggregate: Callable[[Sequence[float]], float] = statistics.fmean
     higher_is_better: bool = True
+    worst: float | None = 0.0
+    method_side: bool = False
 
 
 def _groups(ex: Example) -> tuple[tuple[str, ...], ...]:
@@ -59,7 +76,7 @@ def _rog(i: int) -> Callable[[Prediction, Example], float | None]:
 
 # per-round diagnosis metrics of the LogosKG two-round study (App. A.2 Eq. 12)
 DX_ROUNDS = ("baseline", "round1", "round2")
-DX_ROUND_METRICS = tuple(Metric(f"dx_{rd}_{stat}", _dx_round(rd, i))
+DX_ROUND_METRICS = tuple(Metric(f"dx_{rd}_{stat}", _dx_round(rd, i), method_side=True)
                          for rd in DX_ROUNDS for i, stat in enumerate(("precision", "recall", "f1")))
 
 
@@ -96,17 +113,60 @@ TWOWIKI_F1 = Metric("twowiki_f1", lambda p, e: qa.f1_multi(p.answer, e.answers))
 DX_PRECISION = Metric("dx_precision", _dx(0))
 DX_RECALL = Metric("dx_recall", _dx(1))
 DX_F1 = Metric("dx_f1", _dx(2))
-ANSWER_COVERAGE = Metric("answer_coverage", lambda p, e: retrieval.answer_coverage(p.extra, e.answers))
+ANSWER_COVERAGE = Metric("answer_coverage", lambda p, e: retrieval.answer_coverage(p.extra, e.answers),
+                         method_side=True)
 # ReKnoS: the same over the entities of all N kept paths (answer_coverage: the top-K selected ones)
 ANSWER_COVERAGE_N_PATHS = Metric("answer_coverage_n_paths",
-                                 lambda p, e: retrieval.answer_coverage(p.extra, e.answers, "retrieved_n_paths"))
-SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extra), higher_is_better=False)
+                                 lambda p, e: retrieval.answer_coverage(p.extra, e.answers, "retrieved_n_paths"),
+                                 method_side=True)
+# a count of what the method looked at, not a score: an errored example has none (worst=None)
+SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extra), higher_is_better=False,
+                      worst=None, method_side=True)
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     HITS_AT_1, ALL_ANSWERS_FOUND, ANSWER_SET_PRECISION, ANSWER_SET_RECALL, ANSWER_SET_F1,
     TOG_HITS_AT_1, TOG_EXACT_TOP1, ROG_HIT, ROG_ACC, ROG_F1, ROG_PRECISION, ROG_RECALL, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1,
     TWOWIKI_EM, TWOWIKI_F1, DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, ANSWER_COVERAGE_N_PATHS, SEARCH_SPACE,
 )}
+
+
+def _probe(ex: Example) -> Prediction:
+    """An empty answer that reports everything a metric may read: a metric that is ``None`` on
+    it lacks the example's gold (no gold answer, no gold diagnosis), whatever the method did."""
+    return Prediction(example_id=ex.id, answers=(), rounds={rd: () for rd in DX_ROUNDS},
+                      extra={"retrieved": [], "retrieved_n_paths": []})
+
+
+def applies(metric: Metric, ex: Example) -> bool:
+    """Whether the example has what ``metric`` needs on the gold side."""
+    return metric.per_example(_probe(ex), ex) is not None
+
+
+def error_value(metric: Metric, ex: Example) -> float | None:
+    """An errored example's value: the metric's ``worst`` where the metric applies to the
+    example, else ``None``. (A ``method_side`` metric gets ``worst`` here too; :func:`run_values`
+    drops it for a method that never reports what the metric reads.)"""
+    if metric.worst is None or not applies(metric, ex):
+        return None
+    return float(metric.worst)
+
+
+def example_value(metric: Metric, pred: Prediction, ex: Example) -> float | None:
+    """One example's value: the metric's own on an answered example, :func:`error_value` on
+    an errored one (``pred.error`` set)."""
+    return error_value(metric, ex) if pred.error else metric.per_example(pred, ex)
+
+
+def run_values(metric: Metric, values: Sequence[float | None], errored: Sequence[bool]) -> list[float | None]:
+    """The per-example values a run's mean of ``metric`` is taken over, from each example's
+    stored value (an errored example's is :func:`error_value`) and whether it errored: an
+    errored example's value is dropped when the metric is ``method_side`` and no answered
+    example of the run has a value for it (the method does not report what it reads; with every
+    example errored that cannot be told, so it is dropped too)."""
+    values, errored = list(values), list(errored)
+    if metric.method_side and not any(v is not None for v, e in zip(values, errored) if not e):
+        return [None if e else v for v, e in zip(values, errored)]
+    return values
 
 
 def register(metric: Metric) -> Metric:
