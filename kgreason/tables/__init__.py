@@ -42,21 +42,27 @@ Every public name is importable from ``kgreason.tables``.
 * :func:`plot_hops` draws ``hops.json`` counts as a bar chart (:func:`hops_figure`: a bare matplotlib Figure, no backend forced).
 """
 
-from kgreason.tables.build import Tables, _drop_constant_empty, build_tables, write_tables
-from kgreason.tables.cells import (CIOptions, _header, _metric_filter, _metric_key, _ordered, _param_columns, cell_questions,
-                                   drop_constant_columns, pivot, prepare, seeds_change_nothing, table_axes)
-from kgreason.tables.cli import main
-from kgreason.tables.collect import (GROUPS, TIDY_COLUMNS, _failure_reason, _infos, _load_yaml, _pred_rows, collect,
-                                     collect_examples, job_dirs, job_info)
+from kgreason.tables.build import Tables, _drop_constant_empty, build_tables, partial_notes, write_tables
+from kgreason.tables.cells import (BESIDE, MAX_BOOT, CIOptions, _metric_filter, _metric_key, _ordered, _param_columns,
+                                   cell_questions, drop_constant_columns, metric_order, per_question, pivot, prepare,
+                                   seeds_change_nothing, table_axes)
+from kgreason.tables.cli import boot_count, main
+from kgreason.tables.collect import (GROUPS, TIDY_COLUMNS, Collected, Job, Malformed, _failure_reason, _infos,
+                                     _load_yaml, collect, collect_examples, gather, job_dirs, job_info)
+from kgreason.tables.labels import _header, _label
+from kgreason.tables.marks import cell_marks, mark_notes, no_interval_notes
 from kgreason.tables.paired import paired_comparisons, render_paired
 from kgreason.tables.paper import (PAPER_FIELDS, _experiment_of, _job_model, _job_setting, _job_value, _setting_str,
                                    load_paper, paper_comparison, paper_file, paper_presets, render_paper)
 from kgreason.tables.plots import hops_figure, plot_hops
 from kgreason.tables.render import (_best_mask, _cells, _fmt, _tex_escape, caption, render_csv, render_latex,
                                     render_markdown, render_missing)
+from kgreason.tables.rows import RunRows, read_rows
 
-__all__ = ["CIOptions", "GROUPS", "PAPER_FIELDS", "TIDY_COLUMNS", "Tables", "build_tables", "caption", "cell_questions",
-           "collect", "collect_examples", "drop_constant_columns", "hops_figure", "job_dirs", "job_info", "load_paper",
-           "main", "paired_comparisons", "paper_comparison", "paper_file", "paper_presets", "pivot", "plot_hops",
-           "prepare", "render_csv", "render_latex", "render_markdown", "render_missing", "render_paired",
+__all__ = ["BESIDE", "CIOptions", "Collected", "GROUPS", "Job", "MAX_BOOT", "Malformed", "PAPER_FIELDS", "RunRows",
+           "TIDY_COLUMNS", "Tables", "boot_count", "build_tables", "caption", "cell_marks", "cell_questions", "collect",
+           "collect_examples", "drop_constant_columns", "gather", "hops_figure", "job_dirs", "job_info", "load_paper",
+           "main", "mark_notes", "metric_order", "no_interval_notes", "paired_comparisons", "paper_comparison",
+           "paper_file", "paper_presets", "partial_notes", "per_question", "pivot", "plot_hops", "prepare",
+           "read_rows", "render_csv", "render_latex", "render_markdown", "render_missing", "render_paired",
            "render_paper", "seeds_change_nothing", "table_axes", "write_tables"]

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
 from kgreason.tables.cells import CIOptions, drop_constant_columns, pivot, prepare, seeds_change_nothing, table_axes
-from kgreason.tables.collect import collect, collect_examples
+from kgreason.tables.collect import Collected, Job, gather
+from kgreason.tables.marks import mark_notes, no_interval_notes
 from kgreason.tables.paired import paired_comparisons, render_paired
 from kgreason.tables.paper import paper_comparison, render_paper
 from kgreason.tables.render import caption, render_csv, render_latex, render_markdown, render_missing
+from kgreason.tables.rows import RunRows
 
 
 @dataclass
@@ -21,7 +23,7 @@ class Tables:
     """Everything :func:`build_tables` computed: the frames and the rendered Markdown sections."""
     root: Path
     df: pd.DataFrame
-    examples: pd.DataFrame | None
+    examples: dict[str, RunRows] | None   # per-question values of each job (kgreason.tables.rows)
     rows: list[str]
     cols: list[str]
     wide: pd.DataFrame          # every column (the CSV)
@@ -35,6 +37,7 @@ class Tables:
     paper: pd.DataFrame | None = None
     paper_md: str = ""
     digits: int = 3
+    partial: list[str] = field(default_factory=list)   # the partial runs' job names
 
     def table_md(self) -> str:
         md = render_markdown(self.wide_shown, self.rows, self.cols, self.digits, self.seed_spread)
@@ -51,18 +54,69 @@ class Tables:
         return md + ("\n" + render_missing(self.missing) if self.missing else "")
 
 
+def _no_values(c: Collected) -> str:
+    n = len(c.missing)
+    if not n:
+        return "no metric values to tabulate: no job dir (.hydra/hydra.yaml or failed.json) under it"
+    first = c.missing[0]
+    return (f"no metric values to tabulate: {n} job dir(s), none with a readable metrics.json; "
+            f"e.g. {first['job']}: {first['reason']}")
+
+
+def _cell_jobs(c: Collected, rows: Sequence[str], cols: Sequence[str]) -> list[list[Job]]:
+    """The jobs of each table cell (every axis but the metric equal), in job order."""
+    axes = [a for a in [*rows, *cols] if a != "metric"]
+    per_job = c.df.drop_duplicates("job")
+    if per_job.empty:
+        return []
+    if not axes:
+        return [[c.jobs[j] for j in per_job["job"] if j in c.jobs]]
+    keys = [per_job[a].fillna("").astype(str) for a in axes if a in per_job.columns]
+    if not keys:
+        return [[c.jobs[j] for j in per_job["job"] if j in c.jobs]]
+    return [[c.jobs[j] for j in g["job"] if j in c.jobs] for _, g in per_job.groupby(keys, sort=False)]
+
+
+def partial_notes(c: Collected, rows: Sequence[str], cols: Sequence[str], allow_partial: bool = False) -> list[str]:
+    """Refuse (``ValueError``, one line naming the job dirs) to average a partial run with complete
+    runs of the same cell unless ``allow_partial``; the lines naming every partial run otherwise."""
+    mixed = [j for cell in _cell_jobs(c, rows, cols)
+             if any(j.partial for j in cell) and not all(j.partial for j in cell) for j in cell if j.partial]
+    if mixed and not allow_partial:
+        raise ValueError(f"refusing to average partial run(s) with complete seeds of the same setting: "
+                         f"{', '.join(j.partial_text() for j in mixed)}; resume them, or pass --allow-partial "
+                         "to average them anyway (the cells are marked)")
+    partial = [j for j in c.jobs.values() if j.partial]
+    if not partial:
+        return []
+    how = " (averaged with complete seeds: --allow-partial)" if mixed else ""
+    return [f"Partial run(s), marked (partial) in their cells{how}: {', '.join(j.partial_text() for j in partial)}"]
+
+
 def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
                  metrics: Sequence[str] | None = None, digits: int = 3, ci: CIOptions | None = None,
-                 baseline: str | None = None, paper: str | bool | None = None) -> Tables:
-    """collect → pivot (+ intervals) → paired comparisons / paper values, nothing written."""
+                 baseline: str | None = None, paper: str | bool | None = None,
+                 allow_partial: bool = False) -> Tables:
+    """gather → pivot (+ intervals, cell marks) → paired comparisons / paper values, nothing written.
+
+    Every job dir is read once (:func:`~kgreason.tables.collect.gather`); the per-question values
+    are kept as numbers. Raises ``ValueError`` (one line) when nothing can be tabulated (naming
+    why the runs failed) or when a partial run would be averaged with complete seeds without
+    ``allow_partial``."""
     root = Path(root)
     ci = ci or CIOptions()
-    df, missing = collect(root)
+    c = gather(root)
+    df, missing = c.df, c.missing
+    if df.empty:
+        raise ValueError(_no_values(c))
     rows, cols = table_axes(df, _drop_constant_empty(df, list(rows)), list(cols))
-    need_ex = ci.kind == "bootstrap" or baseline or paper
-    examples = collect_examples(root) if need_ex else None
-    wide = pivot(df, rows, cols, metrics, examples if ci.kind == "bootstrap" else None, ci)
-    warnings = []
+    warnings = [f"Warning: {w}" for w in c.warnings]
+    warnings += partial_notes(c, rows, cols, allow_partial)
+    examples = {name: j.rows for name, j in c.jobs.items() if j.rows is not None}
+    wide = pivot(df, rows, cols, metrics, examples if ci.kind == "bootstrap" else None, ci, jobs=c.jobs)
+    warnings += mark_notes(wide, rows, cols, digits)
+    if ci.kind == "bootstrap":
+        warnings += no_interval_notes(prepare(df, rows, cols, metrics), c.jobs, rows, cols, wide)
     spread = True
     if seeds_change_nothing(df, wide, examples):
         spread = False
@@ -74,7 +128,8 @@ def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     cap = caption(df, wide, ci, spread)
     if constant:
         cap += " Constant columns (not shown): " + "; ".join(constant) + "."
-    t = Tables(root, df, examples, rows, cols, wide, wide_shown, cap, warnings, spread, missing, digits=digits)
+    t = Tables(root, df, examples, rows, cols, wide, wide_shown, cap, warnings, spread, missing, digits=digits,
+               partial=[j.name for j in c.jobs.values() if j.partial])
     if baseline:
         d = prepare(df, rows, cols, metrics)
         t.paired = paired_comparisons(d, examples, rows, cols, baseline, ci)
@@ -88,7 +143,8 @@ def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
 def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
                  metrics: Sequence[str] | None = None, out_dir: str | Path | None = None,
                  name: str = "results", digits: int = 3, ci: CIOptions | None = None,
-                 baseline: str | None = None, paper: str | bool | None = None) -> dict[str, Path]:
+                 baseline: str | None = None, paper: str | bool | None = None,
+                 allow_partial: bool = False) -> dict[str, Path]:
     """collect → pivot → write ``<name>.md/.tex/.csv`` (+ ``missing.txt``) into ``out_dir``
     (default: the multirun dir itself). With ``baseline`` (``reasoner=io``) also the paired
     comparisons (``<name>_paired.csv``, and a section of ``<name>.md``); with ``paper`` (a preset
@@ -98,7 +154,7 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
 
     name = safe_component(name, "--name")  # <name>.md/.tex/.csv are written into out_dir, never beside it
     root = Path(root)
-    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper)
+    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial)
     for w in t.warnings:
         print(w, file=sys.stderr)
     out = Path(out_dir) if out_dir else root

@@ -5,21 +5,40 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from kgreason import stats
-from kgreason.tables.collect import GROUPS, TIDY_COLUMNS
+from kgreason.tables.collect import GROUPS, TIDY_COLUMNS, Job
+from kgreason.tables.labels import _header
+from kgreason.tables.marks import cell_marks
+from kgreason.tables.rows import RunRows
+
+
+#: a rate measured over a retrieved set -> the mean size of that set (docs/metrics.md), shown beside it
+BESIDE = {"metric/answer_coverage": "retrieval/retrieved_size",
+          "metric/answer_coverage_n_paths": "retrieval/retrieved_size_n_paths"}
+
+
+def metric_order(df: pd.DataFrame, metrics: Sequence[str] | None) -> list[str]:
+    """The metric keys of the table in column order: ``metrics`` as asked (else every ``metric/*``
+    key in ``metrics.json``'s order), each retrieval rate followed by the mean size of the set it
+    is measured over (:data:`BESIDE`) where the runs recorded it."""
+    have = list(dict.fromkeys(df["metric"].astype(str)))
+    keys = [_metric_key(m) for m in metrics] if metrics else [m for m in have if m.startswith("metric/")]
+    out: list[str] = []
+    for k in dict.fromkeys(keys):
+        out.append(k)
+        if k in BESIDE and BESIDE[k] in have and BESIDE[k] not in keys:
+            out.append(BESIDE[k])
+    return out
 
 
 def _metric_filter(df: pd.DataFrame, metrics: Sequence[str] | None) -> pd.DataFrame:
-    if metrics:
-        want = {m if "/" in m else f"metric/{m}" for m in metrics}
-        df = df[df["metric"].isin(want)]
-    else:
-        df = df[df["metric"].str.startswith("metric/")]
-    return df
+    return df[df["metric"].isin(set(metric_order(df, metrics)))]
 
 
 @dataclass(frozen=True)
@@ -36,6 +55,13 @@ class CIOptions:
             raise ValueError(f"--ci must be 'bootstrap' or 'none', got {self.kind!r}")
         if self.kind == "bootstrap":
             stats._check(self.level, self.B)
+            if self.B > MAX_BOOT:
+                raise ValueError(f"--boot {self.B:,}: at most {MAX_BOOT:,} resamples (the interval's 3 digits are "
+                                 "settled long before; each resample draws one index per question)")
+
+
+#: the most bootstrap resamples a table asks for (``--boot``)
+MAX_BOOT = 100_000
 
 
 def _metric_key(m: str) -> str:
@@ -50,6 +76,7 @@ def prepare(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str],
     d = _metric_filter(df, metrics).copy()
     if d.empty:
         raise ValueError("no metric values to tabulate (check --metrics and that the runs finished)")
+    order = metric_order(df, metrics)
     params = _param_columns(d)
     if "variant" in list(rows) + list(cols):  # what no other axis names: the remaining swept overrides
         rest = [p for p in params if p not in list(rows) + list(cols)]
@@ -57,24 +84,38 @@ def prepare(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str],
                         for _, r in d[rest].iterrows()] if rest else ""
     for c in list(rows) + list(cols):
         if c == "metric":  # the order asked for, else metrics.json's (the preset's dataset.metrics)
-            order = list(dict.fromkeys(_metric_key(m) for m in metrics or []))
-            order += [m for m in dict.fromkeys(d[c].astype(str)) if m not in order]
             d[c] = pd.Categorical(d[c].astype(str), categories=[m for m in order if m in set(d[c])], ordered=True)
         else:
             d[c] = _ordered(d[c].fillna("").astype(str))
     return d
 
 
-def cell_questions(d: pd.DataFrame, examples: pd.DataFrame | None, keys: Sequence[str]) -> dict[tuple, pd.Series]:
+def per_question(examples) -> dict[str, RunRows]:
+    """``{job: RunRows}``: the compact per-question values (:func:`~kgreason.tables.collect.gather`),
+    or the same built from :func:`~kgreason.tables.collect.collect_examples`' tidy frame."""
+    if examples is None:
+        return {}
+    if isinstance(examples, dict):
+        return examples
+    out = {}
+    for job, g in examples.groupby("job", sort=False):
+        ids = list(dict.fromkeys(g["id"].astype(str)))
+        values = {m: gm.assign(id=gm["id"].astype(str)).groupby("id", sort=False)["value"].last()
+                  .reindex(ids).to_numpy(dtype=float) for m, gm in g.groupby("metric", sort=False)}
+        out[str(job)] = RunRows(Path(str(job)), np.array(ids, dtype=object), values)
+    return out
+
+
+def cell_questions(d: pd.DataFrame, examples, keys: Sequence[str]) -> dict[tuple, pd.Series]:
     """Per-question values of every cell (a group of ``d`` by ``keys``): ``{cell key: Series
     indexed by example id}``, each question's value being its mean over the cell's runs (seeds)
     that scored it; NaN for a question the cell answered but the metric did not apply to
-    (``None`` in every run). Cells whose runs wrote no per-example values are absent."""
+    (``None`` in every run). Cells whose runs wrote no per-example values are absent.
+    ``examples``: :func:`per_question`'s ``{job: RunRows}`` or a :func:`collect_examples` frame."""
     out: dict[tuple, pd.Series] = {}
-    if examples is None or examples.empty:
+    pq = per_question(examples)
+    if not pq:
         return out
-    ex = examples
-    by_job = {j: g for j, g in ex.groupby("job", sort=False)}
     for key, sub in d.groupby(list(keys), observed=True, sort=True):
         key = tuple(map(str, key if isinstance(key, tuple) else (key,)))
         names = set(sub["metric"])
@@ -84,21 +125,25 @@ def cell_questions(d: pd.DataFrame, examples: pd.DataFrame | None, keys: Sequenc
         if not str(m).startswith("metric/"):
             continue
         m = str(m).removeprefix("metric/")
-        parts = [g[g["metric"] == m] for j in dict.fromkeys(sub["job"]) if (g := by_job.get(j)) is not None]
-        parts = [p for p in parts if not p.empty]
+        parts = [pd.Series(r.values[m], index=r.ids) for j in dict.fromkeys(sub["job"])
+                 if (r := pq.get(j)) is not None and m in r.values and len(r.ids)]
         if not parts:
             continue
-        e = pd.concat(parts)
-        out[key] = e.groupby("id", sort=False)["value"].mean()  # dataset order: the draw is reproducible
+        if len(parts) == 1:
+            out[key] = parts[0]
+        else:  # dataset order (first seen): the draw is reproducible
+            out[key] = pd.concat(parts).groupby(level=0, sort=False).mean()
     return out
 
 
 def pivot(df: pd.DataFrame, rows: Sequence[str] = ("reasoner", "ablation", "variant"),
           cols: Sequence[str] = ("dataset", "metric"), metrics: Sequence[str] | None = None,
-          examples: pd.DataFrame | None = None, ci: CIOptions | None = None) -> pd.DataFrame:
+          examples=None, ci: CIOptions | None = None, jobs: Mapping[str, Job] | None = None) -> pd.DataFrame:
     """Mean ± std over seeds (and any column not in rows/cols); with ``examples``
     (:func:`collect_examples`) and ``ci`` (default: bootstrap, B = 2,000, 95 %), each cell also
-    gets the percentile bootstrap interval of its mean over questions.
+    gets the percentile bootstrap interval of its mean over questions. With ``jobs``
+    (:func:`~kgreason.tables.collect.gather`) each cell also gets what its runs were
+    (:func:`kgreason.tables.marks.cell_marks`: ``errors``, ``partial``, ``unsampled``, ``qsets``).
 
     Returns:
         DataFrame indexed by ``rows``, with a column MultiIndex ``(stat, *cols)`` where stat is
@@ -119,6 +164,8 @@ def pivot(df: pd.DataFrame, rows: Sequence[str] = ("reasoner", "ablation", "vari
             st["lo"] = [res[k].lo if k in res else math.nan for k in keys]
             st["hi"] = [res[k].hi if k in res else math.nan for k in keys]
             st["q"] = [res[k].n if k in res else math.nan for k in keys]
+    if jobs is not None:
+        st = st.join(cell_marks(d, jobs, rows + cols, st.index))
     wide = st.unstack(cols) if cols else st
     return wide
 
@@ -161,11 +208,6 @@ def _ordered(values: pd.Series) -> pd.Series:
     return pd.Categorical(values, categories=cats, ordered=True)
 
 
-def _header(col, cols) -> str:
-    parts = col if isinstance(col, tuple) else (col,)
-    return " / ".join(str(p).removeprefix("metric/") for p in parts if str(p) != "")
-
-
 def drop_constant_columns(wide: pd.DataFrame, digits: int = 3) -> tuple[pd.DataFrame, list[str]]:
     """Drop the table columns whose (rounded) mean, and interval where there is one, is the same
     in every row; return the smaller table and one caption note per
@@ -191,7 +233,7 @@ def drop_constant_columns(wide: pd.DataFrame, digits: int = 3) -> tuple[pd.DataF
     return wide[keep], notes
 
 
-def seeds_change_nothing(df: pd.DataFrame, wide: pd.DataFrame, examples: pd.DataFrame | None) -> bool:
+def seeds_change_nothing(df: pd.DataFrame, wide: pd.DataFrame, examples) -> bool:
     """True when the sweep has several seeds per cell and every seed gave the same result: every
     cell's spread is 0 and (where per-example values exist) every question's value is the same
     for every seed. Typical of temperature 0 with no sampling: the seeds repeat one run."""
@@ -200,9 +242,17 @@ def seeds_change_nothing(df: pd.DataFrame, wide: pd.DataFrame, examples: pd.Data
         return False
     if (wide["std"].where(n > 1) > 0).any().any():
         return False
-    if examples is not None and not examples.empty:
-        ex = examples[examples["job"].isin(set(df["job"]))].dropna(subset=["value"])
-        key = [c for c in ex.columns if c not in ("job", "seed", "value", "gold_hops", "kg_hops")]
-        if not ex.empty and (ex.groupby(key, dropna=False)["value"].nunique() > 1).any():
-            return False
+    pq = per_question(examples)
+    if pq:
+        setting = [c for c in df.columns if c not in ("job", "seed", "metric", "value")]
+        per_job = df.drop_duplicates("job")
+        for _, group in per_job.groupby([per_job[c].fillna("").astype(str) for c in setting], sort=False):
+            runs = [pq[j] for j in group["job"] if j in pq]
+            if len(runs) < 2:
+                continue
+            for m in sorted({m for r in runs for m in r.values}):
+                parts = [pd.Series(r.values[m], index=r.ids).dropna() for r in runs if m in r.values]
+                both = pd.concat(parts)
+                if both.groupby(level=0, sort=False).nunique().gt(1).any():
+                    return False
     return True

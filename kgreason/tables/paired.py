@@ -7,7 +7,8 @@ from typing import Sequence
 import pandas as pd
 
 from kgreason import stats
-from kgreason.tables.cells import CIOptions, _header, cell_questions
+from kgreason.tables.cells import CIOptions, cell_questions
+from kgreason.tables.labels import _header
 
 
 def _row_label(rows: Sequence[str], key: tuple) -> str:

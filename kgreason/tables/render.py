@@ -8,7 +8,8 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from kgreason.metrics import higher_is_better
-from kgreason.tables.cells import CIOptions, _header
+from kgreason.tables.cells import CIOptions
+from kgreason.tables.labels import _header
 
 
 def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
@@ -38,7 +39,21 @@ def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
                      f"cell's {nq} questions (B = {ci.B:,} resamples of the questions, seed {ci.seed}; "
                      f"{over}); it is over questions, not seeds.")
         if wide["lo"].isna().any().any():
-            parts.append("Cells without [lo, hi] have no per-example values in predictions.jsonl.")
+            parts.append("Cells without [lo, hi]: see \"No interval\" below for why (metric/* columns), or the column "
+                         "is a run-level figure with no per-question values.")
+    marks = set(wide.columns.get_level_values(0))
+    if "errors" in marks:
+        parts.append("(k errored): the cell's runs include k errored examples in all (metrics.json run/errors, summed "
+                     "over its runs), counted in the metric as docs/metrics.md says.")
+    if "partial" in marks:
+        parts.append("(partial): a run of the cell stopped before its last example (run/partial, or run/n_examples < "
+                     "run/n_expected); its mean is over the examples it answered.")
+    if "qdiff" in marks:
+        parts.append("(≠ questions): the cell's runs answered different question ids, so its seed spread mixes the "
+                     "question draw with the method's own variance.")
+    if "unsampled" in marks:
+        parts.append("A cell whose runs made no sampled calls (llm/sampled_calls = 0) shows no ±: no sampled calls: "
+                     "seeds change nothing.")
     return " ".join(parts)
 
 
@@ -81,6 +96,24 @@ def _fmt(mean: float, std: float, n: int, digits: int, lo: float = math.nan, hi:
     return s
 
 
+def _mark(wide: pd.DataFrame, name: str, idx, c) -> float:
+    if name not in wide.columns.get_level_values(0):
+        return 0.0
+    v = wide[name].loc[idx, c]
+    return 0.0 if pd.isna(v) else float(v)
+
+
+def _suffix(wide: pd.DataFrame, idx, c) -> str:
+    out = []
+    if _mark(wide, "partial", idx, c):
+        out.append("(partial)")
+    if (k := int(_mark(wide, "errors", idx, c))):
+        out.append(f"({k} errored)")
+    if _mark(wide, "qdiff", idx, c):
+        out.append("(≠ questions)")
+    return "".join(" " + x for x in out)
+
+
 def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], seed_spread: bool = True):
     mask = _best_mask(wide, rows, cols)
     means, stds, ns = wide["mean"], wide["std"], wide["n"]
@@ -93,10 +126,12 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
         for c in means.columns:
             n = ns.loc[idx, c]
             lo, hi = (wide["lo"].loc[idx, c], wide["hi"].loc[idx, c]) if has_ci else (math.nan, math.nan)
-            cell = _fmt(means.loc[idx, c], stds.loc[idx, c], 0 if pd.isna(n) else int(n), digits, lo, hi,
-                        seed_spread)
+            spread = seed_spread and not _mark(wide, "unsampled", idx, c)
+            cell = _fmt(means.loc[idx, c], stds.loc[idx, c], 0 if pd.isna(n) else int(n), digits, lo, hi, spread)
             if mask.loc[idx, c] and cell != "–":
                 cell = f"{bold[0]}{cell}{bold[1]}"
+            if cell != "–":
+                cell += _suffix(wide, idx, c)
             line.append(cell)
         body.append(line)
     return header, body
