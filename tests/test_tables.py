@@ -740,3 +740,24 @@ def test_tables_stream_rows_and_keep_numbers(tmp_path, monkeypatch):
         size = (d / "predictions.jsonl").stat().st_size
         assert peaks[n] < 0.5 * size, (n, peaks[n], size)
         assert peaks[n] / n < 400, (n, peaks[n])  # bytes per question: 10^6 questions stay within a few hundred MB
+
+
+def test_failed_marker_beside_metrics_makes_the_run_partial(tmp_path):
+    """A run that wrote metrics.json for the rows it had and then failed (failed.json, stage run)
+    is not a finished run: it is partial, and its reason is printed."""
+    root = tmp_path / "m"
+    d = _run(root, 0, "io", 0, [1, 0, 1])
+    (d / "failed.json").write_text(json.dumps({"status": "failed", "reason": "RunFailed: 5 errors in a row",
+                                               "stage": "run"}))
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert "(partial)" in _row(md, "| io |") and "failed (run): RunFailed: 5 errors in a row" in md
+
+
+def test_a_bad_seed_in_config_is_one_line(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0])
+    d = _run(root, 1, "io", 1, [1, 1])
+    (d / "config.yaml").write_text("seed: abc\n")
+    r = _cli(root)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert f"{d.name}/config.yaml: seed is 'abc', expected an integer" in r.stdout

@@ -75,6 +75,8 @@ def job_info(job: Path, root: Path | None = None) -> dict[str, Any]:
     for name in ("config.yaml", ".hydra/config.yaml"):
         if (job / name).exists():
             seed = _yaml(job / name, job, dict).get("seed")
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+                raise Malformed(f"{job.name}/{name}: seed is {seed!r}, expected an integer")
             break
     variant = []
     for o in overrides:
@@ -157,11 +159,14 @@ class Job:
     errors: int | None = None          # run/errors, else counted from predictions.jsonl
     sampled_calls: float | None = None  # llm/sampled_calls (None: not recorded)
     rows: RunRows | None = None
+    failed: str | None = None          # the reason of a failed.json beside the metrics.json
 
     def partial_text(self) -> str:
         if self.n_examples is not None and self.n_expected is not None:
-            return f"{self.name} ({int(self.n_examples)}/{int(self.n_expected)} examples)"
-        return f"{self.name} (run/partial)"
+            s = f"{self.name} ({int(self.n_examples)}/{int(self.n_expected)} examples"
+        else:
+            s = f"{self.name} (run/partial"
+        return s + (f"; {self.failed})" if self.failed else ")")
 
 
 @dataclass
@@ -187,8 +192,11 @@ def _failure_reason(job: Path, rows: RunRows | None = None) -> str:
             return f"failed ({doc.get('stage') or '?'}): {str(doc['reason'])[:300]}"
         return f"{job.name}/failed.json: a failure marker without a reason"
     pred = job / "predictions.jsonl"
-    if rows is None and pred.exists():
-        rows = read_rows(pred)
+    if rows is None and pred.is_file():
+        try:
+            rows = read_rows(pred)
+        except OSError as e:
+            return f"{job.name}/predictions.jsonl: unreadable ({e}); no metrics.json"
     if rows is not None and rows.errors:
         return f"{rows.errors}/{len(rows.ids)} examples errored, e.g. {rows.error_example}"
     for log in sorted(job.glob("*.log")):
@@ -257,7 +265,10 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
                 rows.append({**info, "metric": k, "value": float(v)})
         m = job.metrics
         job.n_examples, job.n_expected = m.get("run/n_examples"), m.get("run/n_expected")
+        if (path / "failed.json").exists():  # stopped by a failure after writing what it had
+            job.failed = _failure_reason(path, run_rows)
         job.partial = (doc.get("run/partial") is True or doc.get("run/status") == "partial"
+                       or job.failed is not None
                        or (job.n_examples is not None and job.n_expected is not None
                            and job.n_examples < job.n_expected))
         if "run/errors" in m:
