@@ -611,6 +611,7 @@ def test_non_finite_and_malformed_give_one_line_naming_the_file(tmp_path):
     (broken / ".hydra" / "hydra.yaml").write_text("hydra: [unclosed\n")
     listy = _job(root, 4, "cot", "none", "webqsp", 0, None)
     (listy / "metrics.json").write_text("[1, 2]")
+    text = _job(root, 5, "io", "none", "webqsp", 0, {"metric/hits_at_1": "0.5", "run/status": "complete"})
     r = _cli(root, "--metrics", "hits_at_1")
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
@@ -619,6 +620,8 @@ def test_non_finite_and_malformed_give_one_line_naming_the_file(tmp_path):
     assert f"{nanq.name}/predictions.jsonl: 1 non-finite value(s) of hits_at_1 (line 2)" in out
     assert f"{broken.name}/.hydra/hydra.yaml: invalid YAML" in out
     assert f"{listy.name}/metrics.json: expected a JSON object" in out
+    assert f"{text.name}/metrics.json: metric/hits_at_1 is '0.5' (not a number)" in out
+    assert "run/status" not in out
     # the io cell keeps seed 1's value; sgr keeps an interval over its 3 finite questions
     assert "over the cell's 3–4 questions" in out or "over the cell's 3-4 questions" in out
     assert "| io | none | 0.750 [0.250, 1.000] |" in out.replace("**", "")  # seed 1 alone, mean and interval
@@ -738,6 +741,7 @@ def test_tables_stream_rows_and_keep_numbers(tmp_path, monkeypatch):
         tracemalloc.stop()
         assert int(t.wide[("q", "metric/hits_at_1")].iloc[0]) == n
         size = (d / "predictions.jsonl").stat().st_size
+        (d / "predictions.jsonl").unlink()  # 50 MB: not left behind in pytest's kept temp dirs
         assert peaks[n] < 0.5 * size, (n, peaks[n], size)
         assert peaks[n] / n < 400, (n, peaks[n])  # bytes per question: 10^6 questions stay within a few hundred MB
 

@@ -22,6 +22,10 @@ GROUPS = ("dataset", "reasoner", "ablation", "llm", "kg", "retriever")
 TIDY_COLUMNS = ["job", *GROUPS, "variant", "seed", "metric", "value"]
 
 
+#: metrics.json key prefixes whose values must be numbers (``None``: not applicable); ``run/*`` may hold text
+MEASURES = ("metric/", "retrieval/", "judge/", "llm/")
+
+
 class Malformed(ValueError):
     """A job dir file that cannot be read; the message names it."""
 
@@ -257,6 +261,9 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
             continue
         job = Job(path, name, info, rows=run_rows)
         for k, v in doc.items():
+            if k.startswith(MEASURES) and v is not None and not isinstance(v, (int, float)):
+                warnings.append(f"{name}/metrics.json: {k} is {str(v)[:40]!r} (not a number): left out of the table")
+                continue
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 if not math.isfinite(v):
                     warnings.append(f"{name}/metrics.json: {k} is {v} (not a finite number): left out of the table")
@@ -267,7 +274,7 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
         job.n_examples, job.n_expected = m.get("run/n_examples"), m.get("run/n_expected")
         if (path / "failed.json").exists():  # stopped by a failure after writing what it had
             job.failed = _failure_reason(path, run_rows)
-        job.partial = (doc.get("run/partial") is True or doc.get("run/status") == "partial"
+        job.partial = (doc.get("run/partial") in (True, "true") or doc.get("run/status") == "partial"
                        or job.failed is not None
                        or (job.n_examples is not None and job.n_expected is not None
                            and job.n_examples < job.n_expected))
