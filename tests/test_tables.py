@@ -765,3 +765,11 @@ def test_a_bad_seed_in_config_is_one_line(tmp_path):
     r = _cli(root)
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert f"{d.name}/config.yaml: seed is 'abc', expected an integer" in r.stdout
+
+
+def test_marks_render_in_latex(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1], ids=["a", "b", "c", "d"])
+    _metrics(_run(root, 1, "io", 1, [1, 0, 0, 1], ids=["a", "b", "e", "f"]), run__errors=2)
+    tex = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["tex"].read_text()
+    assert r"(2 errored) ($\neq$ questions)" in tex and "≠" not in tex

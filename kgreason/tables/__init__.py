@@ -39,6 +39,14 @@ Every public name is importable from ``kgreason.tables``.
   beside ours with our interval and the difference, the models labelled.
 * :func:`collect_examples` gives the per-example tidy frame (with the KG hop distance from
   ``hops.json``) used by notebooks/analysis.ipynb.
+* :func:`gather` reads every job dir once: ``metrics.json`` (non-finite values named and left
+  out), its state (partial: ``run/partial``, ``run/status``, ``run/n_examples < run/n_expected`` or
+  a ``failed.json`` beside it; failed: ``failed.json``'s reason), and ``predictions.jsonl`` streamed
+  into per-question float arrays (:mod:`~kgreason.tables.rows`; torn lines counted and named).
+  :func:`build_tables` refuses to average a partial run with complete seeds unless
+  ``allow_partial``; each cell says how many errored examples it includes, shows no seed spread
+  where nothing was sampled, and is flagged when its runs answered different questions
+  (:mod:`~kgreason.tables.marks`); ``retrieval/retrieved_size`` stands beside ``answer_coverage``.
 * :func:`plot_hops` draws ``hops.json`` counts as a bar chart (:func:`hops_figure`: a bare matplotlib Figure, no backend forced).
 """
 

@@ -143,7 +143,7 @@ def pivot(df: pd.DataFrame, rows: Sequence[str] = ("reasoner", "ablation", "vari
     (:func:`collect_examples`) and ``ci`` (default: bootstrap, B = 2,000, 95 %), each cell also
     gets the percentile bootstrap interval of its mean over questions. With ``jobs``
     (:func:`~kgreason.tables.collect.gather`) each cell also gets what its runs were
-    (:func:`kgreason.tables.marks.cell_marks`: ``errors``, ``partial``, ``unsampled``, ``qsets``).
+    (:func:`kgreason.tables.marks.cell_marks`: ``errors``, ``partial``, ``unsampled``, ``qdiff``).
 
     Returns:
         DataFrame indexed by ``rows``, with a column MultiIndex ``(stat, *cols)`` where stat is

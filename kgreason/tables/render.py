@@ -155,7 +155,7 @@ def render_latex(wide: pd.DataFrame, rows, cols, digits: int = 3, seed_spread: b
     header, body = _cells(wide, rows, cols, digits, ("\x00B", "\x00E"), seed_spread)
 
     def cell(s: str) -> str:
-        s = _tex_escape(s).replace("±", r"$\pm$")
+        s = _tex_escape(s).replace("±", r"$\pm$").replace("≠", r"$\neq$")
         return s.replace("\x00B", r"\textbf{").replace("\x00E", "}")
 
     spec = "l" * len(rows) + "r" * (len(header) - len(rows))
