@@ -132,7 +132,9 @@ def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     n_jobs = t.df["job"].nunique()
     parts = [f"# kgreason report: {root.name}", "",
-             f"{n_jobs} run(s) with metrics, {len(t.partial)} partial; {len(t.missing)} failed or missing; "
+             f"{n_jobs} run(s) with metrics, {len(t.partial)} partial"
+             + (f", {len(t.failed)} failed after writing them" if t.failed else "")
+             + f"; {len(t.missing)} failed or missing; "
              f"from `{root}`; generated {stamp}.", "",
              "## Results", "", t.table_md()]
     if t.paired_md:

@@ -746,15 +746,24 @@ def test_tables_stream_rows_and_keep_numbers(tmp_path, monkeypatch):
         assert peaks[n] / n < 400, (n, peaks[n])  # bytes per question: 10^6 questions stay within a few hundred MB
 
 
-def test_failed_marker_beside_metrics_makes_the_run_partial(tmp_path):
-    """A run that wrote metrics.json for the rows it had and then failed (failed.json, stage run)
-    is not a finished run: it is partial, and its reason is printed."""
+def test_failed_marker_beside_metrics_is_marked_with_its_reason(tmp_path):
+    """A run that wrote metrics.json and then failed (failed.json, stage run: e.g. its error-rate
+    check) is not a clean run: its cell says (failed) and its reason is printed; it is partial
+    only if it answered fewer examples than expected."""
     root = tmp_path / "m"
     d = _run(root, 0, "io", 0, [1, 0, 1])
-    (d / "failed.json").write_text(json.dumps({"status": "failed", "reason": "RunFailed: 5 errors in a row",
+    _metrics(d, run__n_expected=3, run__errors=2)
+    (d / "failed.json").write_text(json.dumps({"status": "failed", "reason": "RunFailed: 2 of 3 examples failed",
                                                "stage": "run"}))
+    d2 = _run(root, 1, "sgr", 0, [1, 1])
+    _metrics(d2, run__n_expected=5)
+    (d2 / "failed.json").write_text(json.dumps({"status": "failed", "reason": "LLMUnavailable", "stage": "run"}))
     md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
-    assert "(partial)" in _row(md, "| io |") and "failed (run): RunFailed: 5 errors in a row" in md
+    io, sgr = _row(md, "| io |"), _row(md, "| sgr |")
+    assert "(failed)" in io and "(partial)" not in io and "(2 errored)" in io
+    assert "(failed)" in sgr and "(partial)" in sgr
+    assert "failed (run): RunFailed: 2 of 3 examples failed" in md
+    assert f"{d2.name} (2/5 examples; failed (run): LLMUnavailable)" in md
 
 
 def test_a_bad_seed_in_config_is_one_line(tmp_path):

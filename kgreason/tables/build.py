@@ -38,6 +38,7 @@ class Tables:
     paper_md: str = ""
     digits: int = 3
     partial: list[str] = field(default_factory=list)   # the partial runs' job names
+    failed: list[str] = field(default_factory=list)    # runs with metrics.json and a failed.json
 
     def table_md(self) -> str:
         md = render_markdown(self.wide_shown, self.rows, self.cols, self.digits, self.seed_spread)
@@ -86,11 +87,17 @@ def partial_notes(c: Collected, rows: Sequence[str], cols: Sequence[str], allow_
         raise ValueError(f"refusing to average partial run(s) with complete seeds of the same setting: "
                          f"{', '.join(j.partial_text() for j in mixed)}; resume them, or pass --allow-partial "
                          "to average them anyway (the cells are marked)")
+    out = []
     partial = [j for j in c.jobs.values() if j.partial]
-    if not partial:
-        return []
-    how = " (averaged with complete seeds: --allow-partial)" if mixed else ""
-    return [f"Partial run(s), marked (partial) in their cells{how}: {', '.join(j.partial_text() for j in partial)}"]
+    if partial:
+        how = " (averaged with complete seeds: --allow-partial)" if mixed else ""
+        out.append(f"Partial run(s), marked (partial) in their cells{how}: "
+                   f"{', '.join(j.partial_text() for j in partial)}")
+    failed = [j for j in c.jobs.values() if j.failed is not None]
+    if failed:
+        out.append(f"Failed run(s) with metrics, marked (failed) in their cells: "
+                   f"{', '.join(j.failed_text() for j in failed)}")
+    return out
 
 
 def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
@@ -129,7 +136,8 @@ def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     if constant:
         cap += " Constant columns (not shown): " + "; ".join(constant) + "."
     t = Tables(root, df, examples, rows, cols, wide, wide_shown, cap, warnings, spread, missing, digits=digits,
-               partial=[j.name for j in c.jobs.values() if j.partial])
+               partial=[j.name for j in c.jobs.values() if j.partial],
+               failed=[j.name for j in c.jobs.values() if j.failed is not None])
     if baseline:
         d = prepare(df, rows, cols, metrics)
         t.paired = paired_comparisons(d, examples, rows, cols, baseline, ci)

@@ -172,6 +172,9 @@ class Job:
             s = f"{self.name} (run/partial"
         return s + (f"; {self.failed})" if self.failed else ")")
 
+    def failed_text(self) -> str:
+        return f"{self.name} ({self.failed})"
+
 
 @dataclass
 class Collected:
@@ -272,10 +275,9 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
                 rows.append({**info, "metric": k, "value": float(v)})
         m = job.metrics
         job.n_examples, job.n_expected = m.get("run/n_examples"), m.get("run/n_expected")
-        if (path / "failed.json").exists():  # stopped by a failure after writing what it had
+        if (path / "failed.json").exists():  # failed after writing metrics.json (e.g. the error-rate check)
             job.failed = _failure_reason(path, run_rows)
         job.partial = (doc.get("run/partial") in (True, "true") or doc.get("run/status") == "partial"
-                       or job.failed is not None
                        or (job.n_examples is not None and job.n_expected is not None
                            and job.n_examples < job.n_expected))
         if "run/errors" in m:

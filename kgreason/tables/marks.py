@@ -9,6 +9,8 @@ Per cell (a group of jobs that differ only by seed, for one metric column):
   ``run/n_examples < run/n_expected``); shown as ``(partial)``.
 * ``unsampled``: 1 where every run has ``llm/sampled_calls == 0`` (nothing was sampled, so the
   seeds cannot change anything): the cell shows no seed spread.
+* ``failed``: how many of its runs wrote ``metrics.json`` and then failed (a ``failed.json`` beside
+  it, e.g. the error-rate check); shown as ``(failed)``.
 * ``qdiff``: how many question ids are not in every run of the cell (0: all answered the same
   questions); shown as ``(≠ questions)``.
 
@@ -25,7 +27,7 @@ import pandas as pd
 from kgreason.tables.collect import Job
 from kgreason.tables.labels import _header, _label
 
-MARKS = ("errors", "partial", "unsampled", "qdiff")
+MARKS = ("errors", "partial", "failed", "unsampled", "qdiff")
 
 
 def _ids_not_in_every_run(jobs: Sequence[Job]) -> int:
@@ -59,7 +61,8 @@ def cell_marks(d: pd.DataFrame, jobs: Mapping[str, Job], keys: Sequence[str], in
         names = tuple(j.name for j in runs)
         if names not in qdiff_of:
             qdiff_of[names] = _ids_not_in_every_run(runs)
-        out[key] = {"errors": errors, "partial": sum(j.partial for j in runs), "unsampled": unsampled,
+        out[key] = {"errors": errors, "partial": sum(j.partial for j in runs),
+                    "failed": sum(j.failed is not None for j in runs), "unsampled": unsampled,
                     "qdiff": qdiff_of[names]}
     keys_of = [k if isinstance(k, tuple) else (k,) for k in index]
     frame = pd.DataFrame([out.get(k, dict.fromkeys(MARKS, 0)) for k in keys_of], index=index, columns=list(MARKS))

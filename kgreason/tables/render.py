@@ -48,6 +48,9 @@ def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
     if "partial" in marks:
         parts.append("(partial): a run of the cell stopped before its last example (run/partial, or run/n_examples < "
                      "run/n_expected); its mean is over the examples it answered.")
+    if "failed" in marks:
+        parts.append("(failed): a run of the cell wrote its metrics and then failed (failed.json; its reason is "
+                     "listed below the table).")
     if "qdiff" in marks:
         parts.append("(≠ questions): the cell's runs answered different question ids, so its seed spread mixes the "
                      "question draw with the method's own variance.")
@@ -107,6 +110,8 @@ def _suffix(wide: pd.DataFrame, idx, c) -> str:
     out = []
     if _mark(wide, "partial", idx, c):
         out.append("(partial)")
+    if _mark(wide, "failed", idx, c):
+        out.append("(failed)")
     if (k := int(_mark(wide, "errors", idx, c))):
         out.append(f"({k} errored)")
     if _mark(wide, "qdiff", idx, c):
