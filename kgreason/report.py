@@ -27,7 +27,7 @@ from typing import Sequence
 import pandas as pd
 
 from kgreason import stats
-from kgreason.tables import CIOptions, Tables, _header, build_tables, pivot, render_markdown
+from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, pivot, render_markdown
 
 COST_METRICS = ["llm/calls", "llm/calls_per_question", "llm/prompt_tokens", "llm/completion_tokens",
                 "llm/tokens_per_question", "llm/cost_usd", "run/wall_s"]
@@ -61,6 +61,15 @@ def cost_table(t: Tables) -> str:
     return render_markdown(wide, t.rows, cols, t.digits)
 
 
+def _bar(top: float, bottom: float) -> float:
+    """One side of an error bar: ``top - bottom``, 0 where either is missing or the mean lies
+    outside its interval (the runs' mean over seeds need not lie inside the interval over
+    questions when the runs answered different questions: the table says so beside the cell)."""
+    if not (math.isfinite(top) and math.isfinite(bottom)):
+        return 0.0
+    return max(0.0, top - bottom)
+
+
 def _figure_png(t: Tables) -> list[tuple[str, str]]:
     """One bar chart per metric column (rows as bars, the bootstrap interval as error bars):
     ``[(title, base64 PNG)]``."""
@@ -84,9 +93,8 @@ def _figure_png(t: Tables) -> list[tuple[str, str]]:
         err = None
         if has_ci:
             lo, hi = wide["lo"][c].to_numpy(dtype=float), wide["hi"][c].to_numpy(dtype=float)
-            err = [[0 if math.isnan(a) else m - a for m, a in zip(y, lo)],
-                   [0 if math.isnan(b) else b - m for m, b in zip(y, hi)]]
-        ax.barh(range(len(labels)), [0 if math.isnan(v) else v for v in y], xerr=err, color="#4c72b0",
+            err = [[_bar(m, a) for m, a in zip(y, lo)], [_bar(b, m) for m, b in zip(y, hi)]]
+        ax.barh(range(len(labels)), [v if math.isfinite(v) else 0 for v in y], xerr=err, color="#4c72b0",
                 ecolor="#333333", capsize=3)
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()
@@ -115,15 +123,19 @@ def _usage_note(t: Tables) -> str:
 
 def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
                  metrics: Sequence[str] | None = None, ci: CIOptions | None = None, baseline: str | None = None,
-                 paper: str | bool | None = None, digits: int = 3) -> tuple[str, str]:
-    """The report as ``(markdown, html)``."""
+                 paper: str | bool | None = None, digits: int = 3, allow_partial: bool = False) -> tuple[str, str]:
+    """The report as ``(markdown, html)``. Refuses (``ValueError``) what :func:`build_tables`
+    refuses, e.g. a partial run among complete seeds without ``allow_partial``."""
     root = Path(root)
-    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper)
+    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial)
     figs = _figure_png(t) + _hops_png(t)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     n_jobs = t.df["job"].nunique()
     parts = [f"# kgreason report: {root.name}", "",
-             f"{n_jobs} finished run(s), {len(t.missing)} missing/failed, from `{root}`; generated {stamp}.", "",
+             f"{n_jobs} run(s) with metrics, {len(t.partial)} partial"
+             + (f", {len(t.failed)} failed after writing them" if t.failed else "")
+             + f"; {len(t.missing)} failed or missing; "
+             f"from `{root}`; generated {stamp}.", "",
              "## Results", "", t.table_md()]
     if t.paired_md:
         parts += ["## Paired comparisons", "", t.paired_md]
@@ -205,18 +217,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cols", default="dataset,metric")
     ap.add_argument("--metrics", default=None, help="metric names, in column order (default: every metric/* key)")
     ap.add_argument("--ci", choices=("bootstrap", "none"), default="bootstrap")
-    ap.add_argument("--boot", type=int, default=stats.DEFAULT_B)
+    ap.add_argument("--boot", type=boot_count, default=stats.DEFAULT_B)
     ap.add_argument("--ci-level", type=float, default=stats.DEFAULT_LEVEL)
     ap.add_argument("--baseline", default=None, help="AXIS=VALUE, e.g. reasoner=io: paired comparisons")
     ap.add_argument("--paper", nargs="?", const=True, default=None, metavar="PRESET")
     ap.add_argument("--out", default=None, help="output dir (default: the given dir)")
     ap.add_argument("--name", default="report")
+    ap.add_argument("--allow-partial", action="store_true",
+                    help="average a partial run with complete seeds of the same setting (marked); refused otherwise")
     args = ap.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     try:
         md, page = build_report(args.dir, split(args.rows), split(args.cols),
                                 split(args.metrics) if args.metrics else None,
-                                CIOptions(args.ci, args.boot, args.ci_level), args.baseline, args.paper)
+                                CIOptions(args.ci, args.boot, args.ci_level), args.baseline, args.paper,
+                                allow_partial=args.allow_partial)
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

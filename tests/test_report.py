@@ -63,3 +63,43 @@ def test_report_refuses_like_tables(tmp_path):
 def test_markdown_to_html_escapes():
     page = markdown_to_html("# t\n\n| a | b |\n|---|---|\n| <x> | **1** |\n")
     assert "<td>&lt;x&gt;</td>" in page and "<td><strong>1</strong></td>" in page
+
+
+def _report(*args):
+    return subprocess.run([sys.executable, "-m", "kgreason", "report", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_partial_seed_is_refused_then_drawn_without_a_crash(tmp_path):
+    """Issue 41: a SIGTERM'd seed averaged with a complete one put the cell's mean below its
+    interval, and the figure crashed ("'xerr' must not contain negative values")."""
+    from test_tables import _metrics
+
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 1, 1, 1, 1, 1, 1, 1])
+    part = _run(root, 1, "io", 1, [0])
+    _metrics(part, run__partial=True, run__n_expected=8)
+    r = _report(root, "--boot", "300")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and part.name in r.stderr
+    assert "--allow-partial" in r.stderr and "Traceback" not in r.stderr
+    r = _report(root, "--boot", "300", "--allow-partial")
+    assert r.returncode == 0, r.stderr
+    md = (root / "report.md").read_text()
+    assert "1 partial" in md.splitlines()[2] and f"{part.name} (1/8 examples)" in md
+    assert "(partial)" in md and "data:image/png;base64," in md
+
+
+def test_non_finite_metrics_and_failed_runs_are_named(tmp_path):
+    root = tmp_path / "m"
+    d = _run(root, 0, "io", 0, [1, 0, 1])
+    (d / "metrics.json").write_text('{"metric/hits_at_1": Infinity, "metric/f1": 0.5, "run/n_examples": 3}')
+    _run(root, 1, "sgr", 0, [1, 1, 1])
+    bad = root / "2_reasoner=tog"
+    bad.mkdir()
+    (bad / "failed.json").write_text(json.dumps({"status": "failed", "reason": "no API key", "stage": "startup"}))
+    r = _report(root, "--boot", "300")
+    assert r.returncode == 0, r.stderr
+    md = (root / "report.md").read_text()
+    assert f"{d.name}/metrics.json: metric/hits_at_1 is inf" in md
+    assert "- 2_reasoner=tog: failed (startup): no API key" in md
+    assert "1 failed" in md.splitlines()[2]

@@ -510,3 +510,275 @@ def test_paper_boolean_override_matches_config_and_swept_column(tmp_path):
         comp, _ = paper_comparison(root, df, None)
         cell = comp[(comp["column"] == col) & (comp["metric"] == "judge/baseline/accurate")]
         assert cell["ours"].tolist() == [3.0], name
+
+
+# ----------------------------------------------------------------------------- issue 41 / 44: runs that cannot mislead
+def _metrics(d: Path, **kv) -> None:
+    m = json.loads((d / "metrics.json").read_text())
+    m.update({k.replace("__", "/"): v for k, v in kv.items()})
+    (d / "metrics.json").write_text(json.dumps(m))
+
+
+def _cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "kgreason.tables", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _row(md: str, start: str) -> str:
+    return next(ln for ln in md.splitlines() if ln.startswith(start))
+
+
+def test_partial_run_is_not_averaged_with_complete_seeds(tmp_path):
+    """Issue 41 item 4: a SIGTERM'd seed (run/partial) next to complete seeds is refused in one line
+    naming the job dir; --allow-partial averages it and marks the cell; n_examples < n_expected is
+    partial too, even without the flag."""
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1])
+    part = _run(root, 1, "io", 1, [1, 1])
+    _metrics(part, run__partial=True, run__n_expected=4)
+    short = _run(root, 2, "sgr", 0, [1, 1, 1])
+    _metrics(short, run__n_expected=4)  # no flag, but 3 of 4 examples
+    _run(root, 3, "sgr", 1, [1, 1, 1, 0])
+    with pytest.raises(ValueError) as e:
+        write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])
+    msg = str(e.value)
+    assert "\n" not in msg and part.name in msg and short.name in msg and "--allow-partial" in msg
+    r = _cli(root, "--rows", "reasoner", "--metrics", "hits_at_1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert part.name in r.stderr
+    r = _cli(root, "--rows", "reasoner", "--metrics", "hits_at_1", "--allow-partial")
+    assert r.returncode == 0, r.stderr
+    assert "partial" in _row(r.stdout, "| io |") and "partial" in _row(r.stdout, "| sgr |")
+    assert "2/4 examples" in r.stdout and "3/4 examples" in r.stdout  # the partial jobs are named with their counts
+
+
+def test_partial_run_alone_in_its_cell_is_marked_not_refused(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1])
+    part = _run(root, 1, "sgr", 0, [1, 1])
+    _metrics(part, **{"run__partial": True, "run__n_expected": 4})
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert "partial" in _row(md, "| sgr |") and "partial" not in _row(md, "| io |")
+    assert part.name in md
+
+
+def test_failed_job_prints_the_reason_of_its_marker(tmp_path):
+    """INTERFACE.md: failed.json {"status", "reason", "stage"}; a marked dir without .hydra counts."""
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0])
+    bad = _job(root, 1, "sgr", "none", "cwq", 0, None)
+    (bad / "failed.json").write_text(json.dumps({"status": "failed", "reason": "kg.name: no such KG 'x'",
+                                                 "stage": "startup"}))
+    bare = root / "2_reasoner=tog"
+    bare.mkdir()
+    (bare / "failed.json").write_text(json.dumps({"status": "failed", "reason": "data missing: cwq", "stage": "run"}))
+    df, missing = collect(root)
+    reasons = {m["job"]: m["reason"] for m in missing}
+    assert reasons[bad.name] == "failed (startup): kg.name: no such KG 'x'"
+    assert reasons[bare.name] == "failed (run): data missing: cwq"
+    # nothing to tabulate: the error says why, not only "no metric values"
+    only = tmp_path / "f"
+    b2 = _job(only, 0, "sgr", "none", "cwq", 0, None)
+    (b2 / "failed.json").write_text(json.dumps({"status": "failed", "reason": "RunFailed: no key", "stage": "startup"}))
+    r = _cli(only)
+    assert r.returncode == 2 and "RunFailed: no key" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_torn_lines_are_counted_and_named(tmp_path):
+    root = tmp_path / "m"
+    d = _run(root, 0, "io", 0, [1, 0, 0, 1, 1])
+    lines = (d / "predictions.jsonl").read_text().splitlines()
+    lines.insert(2, '{"id": "qx", "metrics": {"hits_at')  # torn in the middle
+    lines.append('\xff\xfe not json')
+    lines.append('{"id": "q9", "metr')  # torn last line (killed writer)
+    (d / "predictions.jsonl").write_text("\n".join(lines), encoding="utf-8", errors="surrogateescape")
+    paths = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])
+    md = paths["md"].read_text()
+    assert "predictions.jsonl: 3 unreadable line(s) (lines 3, 7, 8)" in md
+    assert "over the cell's 5 questions" in md
+
+
+def test_non_finite_and_malformed_give_one_line_naming_the_file(tmp_path):
+    root = tmp_path / "m"
+    inf = _run(root, 0, "io", 0, [1, 0, 0, 1])
+    (inf / "metrics.json").write_text('{"metric/hits_at_1": Infinity, "metric/f1": NaN, "run/n_examples": 4}')
+    _run(root, 1, "io", 1, [1, 1, 0, 1])
+    nanq = _run(root, 2, "sgr", 0, [1, 1, 0, 1])
+    rows = [json.loads(x) for x in (nanq / "predictions.jsonl").read_text().splitlines()]
+    rows[1]["metrics"]["hits_at_1"] = float("inf")
+    (nanq / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    broken = _job(root, 3, "cot", "none", "cwq", 0, {"metric/hits_at_1": 0.5})
+    (broken / ".hydra" / "hydra.yaml").write_text("hydra: [unclosed\n")
+    listy = _job(root, 4, "cot", "none", "webqsp", 0, None)
+    (listy / "metrics.json").write_text("[1, 2]")
+    text = _job(root, 5, "io", "none", "webqsp", 0, {"metric/hits_at_1": "0.5", "run/status": "complete"})
+    r = _cli(root, "--metrics", "hits_at_1")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    out = r.stdout + r.stderr
+    assert f"{inf.name}/metrics.json: metric/hits_at_1 is inf" in out
+    assert f"{nanq.name}/predictions.jsonl: 1 non-finite value(s) of hits_at_1 (line 2)" in out
+    assert f"{broken.name}/.hydra/hydra.yaml: invalid YAML" in out
+    assert f"{listy.name}/metrics.json: expected a JSON object" in out
+    assert f"{text.name}/metrics.json: metric/hits_at_1 is '0.5' (not a number)" in out
+    assert "run/status" not in out
+    # the io cell keeps seed 1's value; sgr keeps an interval over its 3 finite questions
+    assert "over the cell's 3–4 questions" in out or "over the cell's 3-4 questions" in out
+    assert "| io | none | 0.750 [0.250, 1.000] |" in out.replace("**", "")  # seed 1 alone, mean and interval
+
+
+def test_cell_without_interval_says_why(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1])
+    d = _job(root, 1, "sgr", "none", "cwq", 0, {"metric/hits_at_1": 0.5})  # no predictions.jsonl
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert f"No interval: reasoner=sgr / hits_at_1 ({d.name}: no predictions.jsonl)" in md
+
+
+def test_errored_examples_are_counted_in_the_cell(tmp_path):
+    root = tmp_path / "m"
+    for s in (0, 1):
+        _metrics(_run(root, s, "io", s, [1, 0, 0, s]), run__errors=s + 1)
+    _metrics(_run(root, 2, "sgr", 0, [1, 1, 0, 1]), run__errors=0)
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "f1"])["md"].read_text()
+    io = _row(md, "| io |")
+    assert io.count("(3 errored)") == 2 and "errored" not in _row(md, "| sgr |")
+    assert "errored)" in md.split("\n\n", 1)[1] and "run/errors" in md
+
+
+def test_errors_counted_from_rows_when_metrics_json_has_none(tmp_path):
+    root = tmp_path / "m"
+    d = _run(root, 0, "io", 0, [1, 0, 0, 1])
+    rows = [json.loads(x) for x in (d / "predictions.jsonl").read_text().splitlines()]
+    rows[2]["error"] = "LLMError: down"
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert "(1 errored)" in _row(md, "| io |")
+
+
+def test_retrieved_size_is_shown_beside_answer_coverage(tmp_path):
+    root = tmp_path / "m"
+    for k, (r, size) in enumerate([("tog", 6.5), ("reknos", 120.0)]):
+        d = _run(root, k, r, 0, [1, 0, 1, 1])
+        _metrics(d, metric__answer_coverage=0.5 + k / 4, retrieval__retrieved_size=size,
+                 metric__answer_coverage_n_paths=0.25 + k / 4,
+                 retrieval__retrieved_size_n_paths=3.0 + k)
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "answer_coverage", "answer_coverage_n_paths"],
+                      ci=None)["md"].read_text()
+    header = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
+    assert header[header.index("answer_coverage") + 1] == "retrieval/retrieved_size"
+    assert header[header.index("answer_coverage_n_paths") + 1] == "retrieval/retrieved_size_n_paths"
+    assert "120.000" in _row(md, "| reknos |") and "6.500" in _row(md, "| tog |")
+
+
+def test_no_sampled_calls_shows_no_seed_spread(tmp_path):
+    """INTERFACE.md: a cell whose jobs all have llm/sampled_calls == 0 shows no spread and says so."""
+    root = tmp_path / "m"
+    for s in (0, 1):
+        _metrics(_run(root, s, "io", s, [1, 0, 0, s]), llm__sampled_calls=0)
+        _metrics(_run(root, 2 + s, "tog", s, [1, s, 0, 1]), llm__sampled_calls=12)
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert "±" not in _row(md, "| io |") and "±" in _row(md, "| tog |")
+    assert "no sampled calls: seeds change nothing" in md and "reasoner=io" in md
+    assert "yet its seeds' values differ" in md  # io's seeds differ although nothing was sampled: said, not hidden
+
+
+def test_cell_whose_runs_answered_different_questions_is_flagged(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1], ids=["a", "b", "c", "d"])
+    _run(root, 1, "io", 1, [1, 0, 0, 1], ids=["a", "b", "e", "f"])
+    _run(root, 2, "sgr", 0, [1, 0, 0, 1], ids=["a", "b", "c", "d"])
+    _run(root, 3, "sgr", 1, [1, 1, 0, 1], ids=["a", "b", "c", "d"])
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    assert "≠ questions" in _row(md, "| io |") and "≠ questions" not in _row(md, "| sgr |")
+    assert "reasoner=io: its 2 runs answered different questions (4 ids not in every run)" in md
+
+
+def test_boot_past_the_maximum_is_refused_in_one_line(tmp_path):
+    from kgreason.tables import MAX_BOOT, CIOptions
+
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0])
+    for b in ("1e9", str(MAX_BOOT + 1)):
+        r = _cli(root, "--boot", b)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and f"{MAX_BOOT:,}" in r.stderr, b
+    with pytest.raises(ValueError, match="--boot"):
+        CIOptions(B=MAX_BOOT + 1)
+    assert _cli(root, "--boot", "1e3").returncode == 0
+
+
+def _big_run(root: Path, n: int) -> Path:
+    d = _job(root, 0, "io", "none", "cwq", 0, {"metric/hits_at_1": 0.5, "run/n_examples": n})
+    pad = "x" * 400  # a trace-sized field the tables never need
+    with open(d / "predictions.jsonl", "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"q{i}", "prediction": "p", "answers": ["a"], "trace": pad,
+                                "metrics": {"hits_at_1": float(i % 2), "f1": 0.5}, "error": None}) + "\n")
+    return d
+
+
+@pytest.mark.slow
+def test_tables_stream_rows_and_keep_numbers(tmp_path, monkeypatch):
+    """Issue 44 item 5: the rows of a run are read once and kept as numbers: the peak memory of
+    building the table (tracemalloc) is a small fraction of the predictions file and under 400
+    bytes per question (so 10^6 questions stay within a few hundred MB). The bootstrap's own
+    resampling block (kgreason.stats._CHUNK, a fixed bound whatever the size) is made small here so
+    that the rows' cost is what is measured."""
+    import tracemalloc
+
+    from kgreason import stats
+    from kgreason.tables import CIOptions, build_tables
+
+    monkeypatch.setattr(stats, "_CHUNK", 1 << 14)
+
+    peaks = {}
+    for n in (10_000, 100_000):
+        root = tmp_path / f"m{n}"
+        d = _big_run(root, n)
+        tracemalloc.start()
+        t = build_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "f1"], ci=CIOptions(B=50))
+        peaks[n] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert int(t.wide[("q", "metric/hits_at_1")].iloc[0]) == n
+        size = (d / "predictions.jsonl").stat().st_size
+        (d / "predictions.jsonl").unlink()  # 50 MB: not left behind in pytest's kept temp dirs
+        assert peaks[n] < 0.5 * size, (n, peaks[n], size)
+        assert peaks[n] / n < 400, (n, peaks[n])  # bytes per question: 10^6 questions stay within a few hundred MB
+
+
+def test_failed_marker_beside_metrics_is_marked_with_its_reason(tmp_path):
+    """A run that wrote metrics.json and then failed (failed.json, stage run: e.g. its error-rate
+    check) is not a clean run: its cell says (failed) and its reason is printed; it is partial
+    only if it answered fewer examples than expected."""
+    root = tmp_path / "m"
+    d = _run(root, 0, "io", 0, [1, 0, 1])
+    _metrics(d, run__n_expected=3, run__errors=2)
+    (d / "failed.json").write_text(json.dumps({"status": "failed", "reason": "RunFailed: 2 of 3 examples failed",
+                                               "stage": "run"}))
+    d2 = _run(root, 1, "sgr", 0, [1, 1])
+    _metrics(d2, run__n_expected=5)
+    (d2 / "failed.json").write_text(json.dumps({"status": "failed", "reason": "LLMUnavailable", "stage": "run"}))
+    md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
+    io, sgr = _row(md, "| io |"), _row(md, "| sgr |")
+    assert "(failed)" in io and "(partial)" not in io and "(2 errored)" in io
+    assert "(failed)" in sgr and "(partial)" in sgr
+    assert "failed (run): RunFailed: 2 of 3 examples failed" in md
+    assert f"{d2.name} (2/5 examples; failed (run): LLMUnavailable)" in md
+
+
+def test_a_bad_seed_in_config_is_one_line(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0])
+    d = _run(root, 1, "io", 1, [1, 1])
+    (d / "config.yaml").write_text("seed: abc\n")
+    r = _cli(root)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert f"{d.name}/config.yaml: seed is 'abc', expected an integer" in r.stdout
+
+
+def test_marks_render_in_latex(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1], ids=["a", "b", "c", "d"])
+    _metrics(_run(root, 1, "io", 1, [1, 0, 0, 1], ids=["a", "b", "e", "f"]), run__errors=2)
+    tex = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["tex"].read_text()
+    assert r"(2 errored) ($\neq$ questions)" in tex and "≠" not in tex

@@ -1,0 +1,65 @@
+"""``kgreason tables`` / ``python -m kgreason.tables``: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from kgreason import stats
+from kgreason.tables.build import write_tables
+from kgreason.tables.cells import MAX_BOOT, CIOptions
+
+DESCRIPTION = "Paper tables from run / multirun dirs, and the hop-distribution plot."
+
+
+def boot_count(text: str) -> int:
+    """``--boot``: a whole number, also written ``1e4``; its ceiling is checked by :class:`CIOptions`."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of resamples, got {text!r}") from None
+    if not v.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number of resamples, got {text!r}")
+    return int(v)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kgreason.tables", description=DESCRIPTION)
+    ap.add_argument("dir", help="a run dir or a multirun (sweep) dir")
+    ap.add_argument("--rows", default="reasoner,ablation,variant", help="comma-separated row axes")
+    ap.add_argument("--cols", default="dataset,metric",
+                    help="comma-separated column axes; a swept override works too, e.g. "
+                         "--rows reasoner.depth --cols reasoner.width,metric for ReKnoS Table 4")
+    ap.add_argument("--metrics", default=None, help="metric names (default: every metric/* key)")
+    ap.add_argument("--out", default=None, help="output dir (default: the given dir)")
+    ap.add_argument("--name", default="results", help="file stem of the written tables")
+    ap.add_argument("--digits", type=int, default=3)
+    ap.add_argument("--ci", choices=("bootstrap", "none"), default="bootstrap",
+                    help="interval per cell: percentile bootstrap over the questions (default) or none")
+    ap.add_argument("--boot", type=boot_count, default=stats.DEFAULT_B,
+                    help=f"bootstrap resamples B (default 2000, at most {MAX_BOOT:,}; 1e4 is read as 10000)")
+    ap.add_argument("--ci-level", type=float, default=stats.DEFAULT_LEVEL, help="interval level (default 0.95)")
+    ap.add_argument("--ci-seed", type=int, default=stats.DEFAULT_SEED, help="seed of the resampling (default 0)")
+    ap.add_argument("--baseline", default=None,
+                    help="AXIS=VALUE (reasoner=io, ablation=none): paired differences of every row to that row "
+                         "on the same questions, with interval, p-value and McNemar's exact test for 0/1 metrics")
+    ap.add_argument("--paper", nargs="?", const=True, default=None, metavar="PRESET",
+                    help="print the paper's values beside ours from experiments/PRESET/paper.yaml (default "
+                         "PRESET: the sweep's experiment=)")
+    ap.add_argument("--allow-partial", action="store_true",
+                    help="average a partial run (stopped before its last example) with complete seeds of the same "
+                         "setting; without it such a table is refused, naming the partial job dirs")
+    args = ap.parse_args(argv)
+    split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
+    try:
+        ci = CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed)
+        paths = write_tables(args.dir, split(args.rows), split(args.cols),
+                             split(args.metrics) if args.metrics else None, args.out, args.name, args.digits,
+                             ci, args.baseline, args.paper, args.allow_partial)
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(paths["md"].read_text())
+    print("\nwrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
