@@ -408,6 +408,9 @@ def test_real_tiny_sweep_gets_intervals_and_paired_comparisons(tmp_path):
         "| reasoner | ablation ", "")
     assert "over the cell's 20 questions (B = 500" in r.stdout
     res = pd.read_csv(sweep / "results.csv")
+    size = res[res["metric"] == "retrieval/retrieved_size"]  # shown beside answer_coverage, no interval
+    assert len(size) == 2 and (size["mean"] > 0).all()
+    res = res[res["metric"].str.startswith("metric/")]
     assert len(res) == 4 and res["q"].eq(20).all()
     assert ((res["lo"] <= res["mean"] + 1e-9) & (res["mean"] <= res["hi"] + 1e-9)).all()
     paired = pd.read_csv(sweep / "results_paired.csv")
