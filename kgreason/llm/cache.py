@@ -113,7 +113,8 @@ def _hit_usage(stored: dict[str, Any]) -> Usage:
     u = stored.get("usage") or {}
     return Usage(cache_hits=1, prompt_tokens=int(u.get("prompt_tokens", 0)),
                  completion_tokens=int(u.get("completion_tokens", 0)),
-                 reasoning_tokens=int(u.get("reasoning_tokens", 0)))
+                 reasoning_tokens=int(u.get("reasoning_tokens", 0)),
+                 usage_unknown=int(u.get("usage_unknown", 0)), replies_cut=int(u.get("replies_cut", 0)))
 
 
 def _paid_usage(stored: dict[str, Any]) -> Usage:
@@ -179,6 +180,8 @@ class CachedLLM:
             payer = current_payer()
             for i, c in zip(miss, fresh):
                 out[i] = c
+                if len(c.texts) < max(1, int(getattr(requests[i], "n", 1) or 1)):
+                    continue  # not a whole reply (fewer texts than asked): returned, never stored
                 claim_paid(keys[i], payer)  # counted now; a repeat in this attempt is a hit
                 self.store.put(keys[i], {"texts": list(c.texts), "token_logprobs": c.token_logprobs,
                                          "usage": to_jsonable(c.usage), "paid_by": payer},
