@@ -11,7 +11,8 @@ any check of ours could run.
 ``on_multirun_start``, before the sweeper and the launcher: it expands the sweep as Hydra's basic
 sweeper does (the command line plus ``hydra.sweeper.params``), builds each job's subdir as Hydra
 will, and passes it through :func:`kgreason.paths.safe_relative` (every part one safe path
-component, byte length included) and :func:`kgreason.paths.inside`. The first job that fails
+component, byte length included) and :func:`kgreason.paths.inside`, and refuses a subdir that
+would carry a secret typed as an override (a folder name is never scrubbed). The first job that fails
 stops the whole sweep with one line (exit 2), with secret values scrubbed, and nothing written.
 """
 
@@ -90,6 +91,10 @@ def check_sweep(config: Any) -> int:
             subdir = str(OmegaConf.select(probe, "hydra.sweep.subdir"))
         except Exception:  # noqa: BLE001 - an interpolation only the job can resolve: the run's own check
             continue
+        if secrets.scrub(subdir) != subdir:  # a folder name is never scrubbed afterwards
+            raise SweepRefused(f"hydra.sweep.subdir of job {num} ({secrets.scrub(subdir)!r}) would hold a secret "
+                               "typed as an override in a folder name; give keys through their environment "
+                               "variable (llm.api_key_env=NAME) instead")
         try:
             safe_relative(subdir, "hydra.sweep.subdir")
             inside(sweep_dir, Path(sweep_dir) / subdir, "hydra.sweep.subdir")

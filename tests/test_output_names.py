@@ -69,6 +69,7 @@ def _sweep(tmp_path, *overrides):
 
 @pytest.mark.parametrize("overrides", [
     ["+tag=ok,../../escaped", "+llm.api_key=sk-SECRET-4242424242"],
+    ["+tag=a,b", "+llm.api_key=sk-SECRET-4242424242"],  # the key would be part of each job's folder name
     ["hydra.sweep.subdir=../.."],
     ["hydra.sweep.subdir=/tmp/kgreason-sweep-escape"],
     ["+tag='" + "é" * 130 + "'"],
