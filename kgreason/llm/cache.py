@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -211,6 +212,8 @@ class CachedLLM:
             raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "
                             f"(backend={self.backend}, model={self.model}); key {key}")
         scores = [float(x) for x in self.inner.score(prompt, candidates)]
+        if len(scores) != len(candidates) or not all(math.isfinite(x) for x in scores):
+            return scores  # not a whole reply (a score missing, NaN, inf): returned, never stored
         payer = current_payer()
         claim_paid(key, payer)
         self.store.put(key, {"scores": scores, "paid_by": payer}, backend=self.backend, model=self.model,

@@ -191,3 +191,24 @@ def test_a_reply_over_max_reply_chars_is_cut_and_counted(caplog):
     led = Ledger()
     led.add("answer", c.usage)
     assert ledger_metrics([led], 1)["llm/replies_cut"] == 1
+
+
+def test_the_cache_stores_only_whole_replies(tmp_path):
+    """Whatever the backend: a completion with fewer texts than asked, or a score list with a
+    missing or non-finite value, is returned to the caller but never stored."""
+    from kgreason.types import Completion
+
+    class Partial:
+        backend, model = "scripted", "m"
+
+        def generate(self, reqs):
+            return [Completion(texts=()) for _ in reqs]
+
+        def score(self, prompt, cands):
+            return [float("nan")] * len(cands)
+
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    llm = CachedLLM(Partial(), store)
+    assert llm.generate([ChatRequest.of("q")])[0].texts == ()
+    assert len(llm.score(ChatRequest.of("q").messages, ["a", "b"])) == 2
+    assert len(store) == 0
