@@ -315,11 +315,13 @@ class OpenAIChat:
             kw["timeout"] = max(1.0, min(self.timeout_s, float(wait_s)))
         endpoint = f"{self.base_url}/chat/completions"
         t0 = time.perf_counter()
+
         def call():
             r = self._client.chat.completions.create(**kw)
-            return r, check_reply(r, req.n)
+            ch = check_reply(r, req.n)
+            return r, ch, (reply_logprobs(ch) if req.logprobs else None)
 
-        resp, choices = self._with_retries(endpoint, call, wait_s=wait_s)
+        resp, choices, lps = self._with_retries(endpoint, call, wait_s=wait_s)
         latency = time.perf_counter() - t0
         texts = tuple(c.message.content for c in choices)
         cut = sum(len(t) > self.max_reply_chars for t in texts)
@@ -331,10 +333,6 @@ class OpenAIChat:
                             "the row's usage as replies_cut; warned once)", self.model, self.max_reply_chars)
         if self.reasoning and req.stop:
             texts = tuple(apply_stop(t, req.stop) for t in texts)
-        lps = None
-        if req.logprobs:
-            lps = tuple(tuple(float(t.logprob) for t in ((c.logprobs.content or []) if c.logprobs else []))
-                        for c in choices)
         pt, ct, rt = reply_usage(getattr(resp, "usage", None))
         unknown = pt is None
         if unknown:
@@ -482,9 +480,21 @@ def check_reply(resp: Any, n: int = 1) -> list:
             raise BadReply(f"choice {getattr(c, 'index', '?')} has no text (content: "
                            f"{'null' if content is None else type(content).__name__}; {why})")
     try:
-        return sorted(choices, key=lambda c: int(getattr(c, "index", 0) or 0))
+        ordered = sorted(choices, key=lambda c: int(getattr(c, "index", 0) or 0))
     except (TypeError, ValueError):
-        return list(choices)
+        ordered = list(choices)
+    return ordered[:max(1, int(n))]  # a server sending more than asked: the first n
+
+
+def reply_logprobs(choices: list) -> tuple[tuple[float, ...], ...]:
+    """Per choice, the log-probs of its tokens (empty for a choice that carries none);
+    :class:`BadReply` when they are there but not numbers."""
+    try:
+        return tuple(tuple(float(t.logprob) for t in ((getattr(c.logprobs, "content", None) or [])
+                                                      if getattr(c, "logprobs", None) else []))
+                     for c in choices)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise BadReply(f"its log-probs are unreadable ({type(e).__name__}: {e})") from None
 
 
 def _count(x: Any) -> int | None:
