@@ -391,7 +391,10 @@ class Inputs:
                     self.packed += arc.stat().st_size
                 for m in self._seen[key]:
                     if hit(m) or m.endswith(".zip"):
-                        out = self.work / self._arcs.setdefault(key, str(len(self._arcs))) / m
+                        if key not in self._arcs:  # a fresh folder per archive (also across Inputs sharing work)
+                            self.work.mkdir(parents=True, exist_ok=True)
+                            self._arcs[key] = tempfile.mkdtemp(prefix="arc-", dir=self.work)
+                        out = Path(self._arcs[key]) / m
                         if not out.exists():
                             self._unpack(z, arc, m, out)
                         if hit(m):

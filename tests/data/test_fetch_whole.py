@@ -363,3 +363,12 @@ def test_two_concurrent_fetches_of_one_dataset_both_succeed(server, root):
         t.join(60)
     assert errors == [] and (root / "cwq" / "tog_cwq.json").read_bytes() == data
     assert handler.hits == ["cwq.json"]  # the others found it complete once the lock was theirs
+
+
+def test_a_downloads_folder_that_leads_out_of_the_root_is_refused(root, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / ".downloads").symlink_to(outside)
+    with pytest.raises(fetch_mod.FetchError, match=r"\.downloads/probsum: .*outside its root"):
+        fetch_mod.prepare(SOURCES["probsum"], ASSETS / "probsum.csv", root, log=lambda s: None)
+    assert list(outside.iterdir()) == [] and not (root / "probsum").exists()
