@@ -82,3 +82,24 @@ def test_a_sweep_with_an_unsafe_job_folder_writes_nothing(tmp_path, overrides):
     assert "sk-SECRET-4242424242" not in r.stderr + r.stdout
     assert list(tmp_path.iterdir()) == []  # not the sweep dir, not a job dir, nothing outside either
     assert not Path("/tmp/kgreason-sweep-escape").exists()
+
+
+def test_the_sweep_guard_reads_a_presets_own_sweeper_params(tmp_path):
+    """Presets sweep through ``hydra.sweeper.params`` (experiment=kgqa_baselines): those values
+    are checked like command-line ones."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict, read_write
+
+    from kgreason.sweepguard import SweepRefused, check_sweep
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=["experiment=kgqa_baselines", f"hydra.sweep.dir={tmp_path / 's'}"])
+    assert check_sweep(cfg) == 5
+    with read_write(cfg), open_dict(cfg):
+        cfg.hydra.sweeper.params["+tag"] = "a,../../x"
+    with pytest.raises(SweepRefused, match=r"its part '\.\.' .*job 1's folder"):
+        check_sweep(cfg)
+    assert list(tmp_path.iterdir()) == []
