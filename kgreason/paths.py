@@ -91,31 +91,73 @@ def register_resolvers() -> None:
 
 #: the longest name accepted as one path component (names are joined with a hash or suffix)
 MAX_COMPONENT_CHARS = 128
+#: ... and its longest UTF-8 encoding: file systems count bytes (255 on ext4, xfs, btrfs, APFS), and
+#: a name is joined with a hash, a suffix or an extension (up to ~50 bytes) before it is written
+MAX_COMPONENT_BYTES = 200
+#: the file systems' own limit on one component (NAME_MAX), for names used as they are
+NAME_MAX_BYTES = 255
 
 
-def safe_component(name: Any, field: str) -> str:
+def component_problem(name: Any, max_chars: int = MAX_COMPONENT_CHARS, max_bytes: int = MAX_COMPONENT_BYTES) -> str | None:
+    """Why ``name`` is not usable as exactly one path component, or None (see :func:`safe_component`)."""
+    s = str(name) if isinstance(name, (str, int)) and not isinstance(name, bool) else None
+    if s is None:
+        return f"expected a string, got {type(name).__name__}"
+    if not s:
+        return "it is empty"
+    if s in (".", "..") or s.startswith("."):
+        return "it starts with '.'"
+    if "/" in s or "\\" in s:
+        return "it contains a path separator"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in s):
+        return "it contains a control character"
+    if len(s) > max_chars:
+        return f"it is {len(s)} characters long (at most {max_chars})"
+    try:
+        n = len(s.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "it is not valid text (undecodable bytes)"
+    if n > max_bytes:
+        return f"it is {n} bytes long in UTF-8 (at most {max_bytes})"
+    return None
+
+
+def safe_component(name: Any, field: str, max_chars: int = MAX_COMPONENT_CHARS,
+                   max_bytes: int = MAX_COMPONENT_BYTES) -> str:
     """``name`` when it is usable as exactly one path component, else a ValueError naming
     ``field`` (the setting it came from). Refused: empty, ``.``/``..``, a leading dot (hidden and
-    temporary entries are ours), a path separator (``/`` or ``\\``), a control character, and names
-    over :data:`MAX_COMPONENT_CHARS` characters. Every config value that becomes a file or folder
-    name (a KG's name in a cache path, a prompts folder, an output name) passes through here."""
-    s = str(name) if isinstance(name, (str, int)) else None
-    why = None
-    if s is None:
-        why = f"expected a string, got {type(name).__name__}"
-    elif not s:
-        why = "it is empty"
-    elif s in (".", "..") or s.startswith("."):
-        why = "it starts with '.'"
-    elif "/" in s or "\\" in s:
-        why = "it contains a path separator"
-    elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in s):
-        why = "it contains a control character"
-    elif len(s) > MAX_COMPONENT_CHARS:
-        why = f"it is {len(s)} characters long (at most {MAX_COMPONENT_CHARS})"
+    temporary entries are ours), a path separator (``/`` or ``\\``), a control character, text
+    that cannot be written as UTF-8 (a lone surrogate from undecodable bytes), and names over
+    ``max_chars`` characters or ``max_bytes`` bytes of UTF-8 (128 two-byte characters are 256
+    bytes: "File name too long"). Every config value or option that becomes a file or folder name
+    (a KG's name in a cache path, a prompts folder, an output name, a sweep job's folder) passes
+    through here before anything is written."""
+    why = component_problem(name, max_chars, max_bytes)
     if why:
         raise ValueError(f"{field}={name!r} cannot be used in a file name: {why}; "
                          "use letters, digits and -_.+@ (one path component)")
+    return str(name)
+
+
+def safe_relative(path: Any, field: str) -> str:
+    """``path`` when it is a relative path whose every component passes :func:`safe_component`
+    (at the file systems' own :data:`NAME_MAX_BYTES` per component, since such a path is used as
+    it is, e.g. Hydra's ``hydra.sweep.subdir``); empty components (``a//b``) are ignored and a
+    backslash is an ordinary character (POSIX). Else a ValueError naming ``field``."""
+    s = str(path)
+    if s.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", s):
+        raise ValueError(f"{field}={path!r} cannot be used: it is an absolute path (a folder inside its root "
+                         "is expected)")
+    parts = [p for p in s.split("/") if p]
+    if not parts:
+        raise ValueError(f"{field}={path!r} cannot be used: it is empty")
+    for p in parts:
+        # "\\" is an ordinary character on POSIX (Hydra writes "http\\://..." into override_dirname)
+        why = component_problem(p.replace("\\", "_"), NAME_MAX_BYTES, NAME_MAX_BYTES)
+        if why:
+            shown = p if len(p) <= 60 else p[:57] + "..."
+            raise ValueError(f"{field}={path!r} cannot be used: its part {shown!r} is not one safe folder name "
+                             f"({why})")
     return s
 
 

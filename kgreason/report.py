@@ -226,8 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--allow-partial", action="store_true",
                     help="average a partial run with complete seeds of the same setting (marked); refused otherwise")
     args = ap.parse_args(argv)
+    from kgreason.paths import safe_component
+
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     try:
+        safe_component(args.name, "--name")  # <name>.md/.html are written into --out, never beside it
         md, page = build_report(args.dir, split(args.rows), split(args.cols),
                                 split(args.metrics) if args.metrics else None,
                                 CIOptions(args.ci, args.boot, args.ci_level), args.baseline, args.paper,

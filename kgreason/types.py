@@ -144,6 +144,8 @@ class Usage:
     parse_failures: int = 0
     reasks: int = 0  # follow-up calls made because a reply did not parse (reasoners/base.ask)
     reasoning_tokens: int = 0  # the part of completion_tokens a reasoning model spent reasoning
+    usage_unknown: int = 0  # calls whose reply gave no token counts: their tokens and cost are not in the sums
+    replies_cut: int = 0  # replies cut at the backend's max_reply_chars
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))

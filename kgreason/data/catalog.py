@@ -27,13 +27,22 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Remote:
     """One upstream file: ``url`` → ``<staging>/<name>``; or a Hugging Face dataset split when
-    ``hub`` is set (``hub=(repo id, config or None, split)``, written as JSON Lines)."""
+    ``hub`` is set (``hub=(repo id, config or None, split)``, written as JSON Lines).
+
+    A download is believed only when it is whole: every remote has a ``size`` and ``sha256`` pin
+    or, where the upstream publishes none, a ``check`` of its own, run on the whole file before it
+    is accepted (:func:`kgreason.data.fetch.content_problem`): ``json`` (the file parses),
+    ``jsonl`` (every line parses, the last one is closed), ``zip`` (central directory and every
+    member's CRC), ``rows:N`` (a CSV of exactly N records). ``max_size``: the most bytes an
+    unpinned download may write (a pinned one stops at its size)."""
 
     name: str
     url: str | None = None
     size: int | None = None
     sha256: str | None = None
     hub: tuple[str, str | None, str] | None = None
+    check: str | None = None
+    max_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,9 @@ TWOWIKI_ZIP_URL = "https://www.dropbox.com/s/ms2m13252h6xubs/data_ids_april7.zip
 DDXPLUS_ZIP_URL = "https://figshare.com/ndownloader/articles/22687585"   # English release, figshare article 22687585
 FB15K237_ZIP_URL = "https://download.microsoft.com/download/8/7/0/8700516A-AB3D-4850-B4BB-805C515AECE1/FB15K-237.2.zip"
 PRIMEKG_CSV_URL = "https://dataverse.harvard.edu/api/access/datafile/6180620"   # kg.csv, doi:10.7910/DVN/IXA7BM
+#: records of PrimeKG's kg.csv (8,100,498 edges, both directions, of the June 2021 release, as
+#: reported downstream; not checked from here): a cut download of the unpinned file fails this count
+PRIMEKG_ROWS = 8_100_498
 FREEBASE_DUMP_URL = "https://commondatastorage.googleapis.com/freebase-public/rdf/freebase-rdf-latest.gz"
 
 
@@ -118,7 +130,7 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
                               "129c8b0e8a8fe09944fcf84f4623d89d5ebdcf7e3b0db562258e126a3bc2b495")),
                          "tog_json:webqsp/grasp_webqsp_test100.json,webqsp/tog_webquestions_test2032.json",
                          "webqsp/grasp_webqsp_test100.json, webqsp/tog_webquestions_test2032.json"),
-           full=Recipe((_gh("tog_webqsp.json", TOG, "data/WebQSP.json"),), "tog_json:webqsp/tog_webqsp.json",
+           full=Recipe((Remote("tog_webqsp.json", github(*TOG, "data/WebQSP.json"), check="json", max_size=256 << 20),), "tog_json:webqsp/tog_webqsp.json",
                        "webqsp/tog_webqsp.json (1,639 test questions)",
                        "dataset.path=${paths.data}/webqsp/tog_webqsp.json")),
     Source("grailqa", "GrailQA dev sample (ToG JSON)",
@@ -137,7 +149,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
                               "62f71ce08a74d35dd2de1713f57d15f68bbb499168a7d640f956332b7b19215e")),
                          "place:hotpotqa/ircot_hotpotqa_dev500.jsonl,hotpotqa/migres_hotpot_dev200.jsonl",
                          "hotpotqa/ircot_hotpotqa_dev500.jsonl, hotpotqa/migres_hotpot_dev200.jsonl"),
-           full=Recipe((Remote("hotpot_dev_distractor_v1.json", HOTPOT_DEV_URL),), "hotpotqa",
+           full=Recipe((Remote("hotpot_dev_distractor_v1.json", HOTPOT_DEV_URL, check="json",
+                              max_size=512 << 20),), "hotpotqa",
                        "hotpotqa/hotpot_dev_distractor_v1.jsonl",
                        "dataset.path=${paths.data}/hotpotqa/hotpot_dev_distractor_v1.jsonl"),
            prepare="hotpotqa"),
@@ -148,7 +161,7 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
            sample=Recipe((_gh("migres_musique.jsonl", MIGRES, "data/musique.json", 2448034,
                               "bbc98ab676941cf3a481cb3361cfab334cd2a24c74ed42473e4d5c14cf7577d4"),),
                          "place:musique/migres_musique_dev200.jsonl", "musique/migres_musique_dev200.jsonl"),
-           full=Recipe((Remote("musique_dev.jsonl", hub=("dgslibisey/MuSiQue", None, "validation")),), "musique",
+           full=Recipe((Remote("musique_dev.jsonl", hub=("dgslibisey/MuSiQue", None, "validation"), check="jsonl"),), "musique",
                        "musique/musique_ans_v1.0_dev.jsonl",
                        "dataset.path=${paths.data}/musique/musique_ans_v1.0_dev.jsonl"),
            prepare="musique"),
@@ -162,7 +175,7 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
                               3083943, "9d6e352952aafb18dab22bf8195039461321a44a949df902ae83bce134ad238a")),
                          "place:2wikimultihopqa/migres_2wiki_dev200.jsonl,2wikimultihopqa/hipporag_2wikimultihopqa_corpus.json",
                          "2wikimultihopqa/migres_2wiki_dev200.jsonl, 2wikimultihopqa/hipporag_2wikimultihopqa_corpus.json"),
-           full=Recipe((Remote("data_ids_april7.zip", TWOWIKI_ZIP_URL),), "twowiki",
+           full=Recipe((Remote("data_ids_april7.zip", TWOWIKI_ZIP_URL, check="zip", max_size=4 << 30),), "twowiki",
                        "2wikimultihopqa/dev.jsonl", "dataset.path=${paths.data}/2wikimultihopqa/dev.jsonl dataset.corpus=null"),
            prepare="twowiki", aliases=("2wiki", "2wikimultihopqa")),
     Source("ddxplus", "DDXPlus (knowledge base + patients)",
@@ -181,7 +194,7 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
                          "ddxplus/patients_val_sample588_karishmagrana.csv",
                          "ddxplus/release_conditions.json, ddxplus/release_evidences.json, "
                          "ddxplus/patients_val_sample588_karishmagrana.csv"),
-           full=Recipe((Remote("ddxplus_release.zip", DDXPLUS_ZIP_URL),), "ddxplus",
+           full=Recipe((Remote("ddxplus_release.zip", DDXPLUS_ZIP_URL, check="zip", max_size=8 << 30),), "ddxplus",
                        "ddxplus/release_conditions.json, ddxplus/release_evidences.json, ddxplus/release_test_patients.csv",
                        "dataset.path=${paths.data}/ddxplus/release_test_patients.csv"),
            prepare="ddxplus"),
@@ -190,14 +203,14 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
            "PhysioNet credentialed health data licence (data use agreement; CITI training)",
            "one CSV of progress notes (sizes on the PhysioNet page)", "credentialed",
            notes="Sign the PhysioNet agreement, download the CSV, then "
-                 "`kgreason data prepare probsum --from test.csv` (writes where PROBSUM_CSV points).",
+                 "`kgreason data prepare probsum --from test.csv` (writes <data>/probsum/test.csv; point PROBSUM_CSV at it).",
            prepare="probsum"),
     Source("fb15k237", "Freebase slice: FB15k-237 + English names",
            "Toutanova & Chen 2015, https://www.microsoft.com/en-us/download/details.aspx?id=52312; "
            "names from https://github.com/yao8839836/kg-bert",
            "CC BY 4.0 (FB15k-237, as stated on its release page); kg-bert Apache-2.0; Freebase CC BY",
            "310,116 triples, 14,541 entities, 237 relations (~8 MB)", "public",
-           sample=Recipe((Remote("FB15K-237.2.zip", FB15K237_ZIP_URL),
+           sample=Recipe((Remote("FB15K-237.2.zip", FB15K237_ZIP_URL, check="zip", max_size=2 << 30),
                           _gh("entity2text.txt", KGBERT, "data/FB15k-237/entity2text.txt", 392383,
                               "16beedcfad3d32696e8b0b98cfa0f5eeb144f5142225f227a64fd9ce37447da5"),
                           _gh("FB15k_mid2name.txt", KGBERT, "data/FB15k-237/FB15k_mid2name.txt", 392384,
@@ -225,14 +238,14 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
                          "primekg_drugmech_pathways/benchmark_pathways_nodes.csv,"
                          "primekg_drugmech_pathways/benchmark_pathways_metadata.csv",
                          "primekg_drugmech_pathways/benchmark_pathways_{edges,nodes,metadata}.csv"),
-           full=Recipe((Remote("kg.csv", PRIMEKG_CSV_URL),), "primekg", "primekg/kg.csv",
+           full=Recipe((Remote("kg.csv", PRIMEKG_CSV_URL, check=f"rows:{PRIMEKG_ROWS}", max_size=4 << 30),), "primekg", "primekg/kg.csv",
                        "kg.path=${paths.data}/primekg/kg.csv"),
            prepare="primekg"),
     Source("umls", "UMLS Metathesaurus (MRCONSO / MRREL / MRSTY)",
            "US National Library of Medicine, https://www.nlm.nih.gov/research/umls/ (UTS account)",
            "UMLS Metathesaurus Licence (free, personal account; some source vocabularies add restrictions)",
            "a release is several GB zipped; MRCONSO.RRF and MRREL.RRF are GBs each", "licensed",
-           notes="`kgreason data prepare umls --from <release>.zip` (or its META folder); writes where UMLS_META points.",
+           notes="`kgreason data prepare umls --from <release>.zip` (or its META folder); writes <data>/umls/META; point UMLS_META at it.",
            prepare="umls"),
     Source("umls_semnet", "UMLS semantic network (135 types, 46 relations; ConvE split)",
            "Kok & Domingos 2007, as shipped by pykeen (https://github.com/pykeen/pykeen)",
@@ -251,8 +264,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
            "Luo et al. 2024, Hugging Face rmanluo/RoG-webqsp (also rmanluo/RoG-cwq)",
            "as stated on the Hugging Face dataset card (WebQSP: CC BY 4.0)", "1,628 test questions with subgraphs",
            "public",
-           sample=Recipe((Remote("rog_webqsp_test.jsonl", hub=("rmanluo/RoG-webqsp", None, "test")),), "rog",
-                         "the JSONL where ROG_JSONL points (else <data>/rog/webqsp_test.jsonl)"),
+           sample=Recipe((Remote("rog_webqsp_test.jsonl", hub=("rmanluo/RoG-webqsp", None, "test"), check="jsonl"),), "rog",
+                         "<data>/rog/webqsp_test.jsonl (point ROG_JSONL at it)"),
            aliases=("rog_subgraphs",)),
     Source("embedded", "The embedded world (KG, KGQA, multi-hop and clinical questions)",
            "generated in code (kgreason/kg/embedded.py, kgreason/data/embedded.py)", "MIT (this project)",

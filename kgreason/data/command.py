@@ -182,14 +182,23 @@ def print_listing(rows: list[dict], root_line: str) -> None:
 
 
 def _exports(written: list[Path]) -> list[str]:
-    """``export VAR=...`` lines for files written where a variable-reading setting must be pointed."""
+    """``export VAR=...`` lines for files written where a variable-reading setting must be pointed.
+    The files are always written under the data root, whatever the variable says (nothing is
+    written outside ``--dest``); a variable that points elsewhere is named, not followed."""
     lines = []
     for var, test in (("PROBSUM_CSV", lambda p: p.name.endswith(".csv") and p.parent.name == "probsum"),
                       ("ROG_JSONL", lambda p: p.parent.name == "rog"),
                       ("UMLS_META", lambda p: p.suffix == ".RRF")):
         hit = next((p for p in written if test(p)), None)
-        if hit is not None and not os.environ.get(var):
-            lines.append(f"export {var}={hit.parent if var == 'UMLS_META' else hit}")
+        if hit is None:
+            continue
+        where = hit.parent if var == "UMLS_META" else hit
+        now = os.environ.get(var)
+        if not now:
+            lines.append(f"export {var}={where}")
+        elif Path(now).expanduser().resolve() != Path(where).resolve():
+            lines.append(f"export {var}={where}   (it now points at {now}, which was not written: "
+                         "nothing is written outside the data root)")
     return lines
 
 
@@ -217,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          + ", ".join(n for n, s in SOURCES.items() if s.sample or s.full) + ")")
     p_fetch.add_argument("--full", action="store_true",
                          help="the whole official release instead of the sample the default config reads")
-    p_fetch.add_argument("--no-verify", action="store_true", help="accept a file whose SHA-256 differs from the pin")
+    p_fetch.add_argument("--no-verify", action="store_true", help="accept a downloaded file whose size, SHA-256 or content check fails")
     p_prep = sub.add_parser("prepare", help="convert a file you already have (UMLS, ProbSum, MetaQA, ...)")
     p_prep.add_argument("name", metavar="NAME", help="umls, probsum, metaqa, freebase, or any fetchable entry")
     p_prep.add_argument("--from", dest="src", default=None, metavar="FILE",

@@ -8,9 +8,18 @@ is tested on small files in the upstream formats (tests/data/test_data_cli.py).
 
 Resuming: a download goes to ``<staging>/<name>.part``; an interrupted one leaves the bytes it got,
 and the next ``kgreason data fetch`` asks the server for the rest (``Range: bytes=<have>-``; a
-server that ignores it sends the whole file again, which replaces the part). A file already
-complete (its size and hash match, or it exists when neither is known) is not fetched again.
-Staged downloads stay in ``<data root>/.downloads/<name>/`` (delete them once converted).
+server that ignores it sends the whole file again, which replaces the part). Staged downloads stay
+in ``<data root>/.downloads/<name>/`` (delete them once converted).
+
+A download is believed only when it is whole (issue 44): a transfer never writes past the pinned
+size (or, unpinned, past the file's ceiling); the part becomes the file only when its checks pass
+(size and SHA-256 pins, the size the server announced, and for files the upstream does not pin a
+check of their own: a whole-file parse, a closed last record, a row count, a zip's CRCs), and a
+file is "already complete" only when it passes them again. Conversions run in a fresh staging
+folder (archives unpacked there, refusing ``..``, absolute names, symlinks and anything past the
+size and ratio ceilings) and are moved into the data root only when all of it passed; nothing is
+written outside the data root whatever a variable says; one ``fetch`` / ``prepare`` of a dataset
+at a time (a lock in its staging folder).
 """
 
 from __future__ import annotations
@@ -20,11 +29,17 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
+import stat
 import sys
+import time
 import urllib.error
 import urllib.request
+import tempfile
 import zipfile
+import zlib
+from contextlib import contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Callable, Iterable
@@ -33,6 +48,13 @@ from kgreason.data.catalog import Recipe, Remote, Source
 
 USER_AGENT = "kgreason-data/0.1 (+https://github.com/; python urllib)"
 CHUNK = 1 << 20
+#: the most bytes a download of a file without a pinned size (or a ceiling of its own) may write
+MAX_UNPINNED_BYTES = 64 << 30
+#: ceilings on what unpacking archives may write: in all, and as a multiple of the archives' size
+MAX_UNPACK_BYTES = 256 << 30
+MAX_UNPACK_RATIO = 200.0
+#: how long a fetch or prepare waits for another one of the same dataset to finish
+LOCK_WAIT_S = 6 * 3600.0
 
 
 class FetchError(RuntimeError):
@@ -42,20 +64,47 @@ class FetchError(RuntimeError):
 # ----------------------------------------------------------------------------- network (thin)
 
 
-def download(url: str, part: Path, timeout: float = 60.0) -> None:
-    """Append the bytes of ``url`` that ``part`` lacks (``Range: bytes=<size of part>-``).
+class TooLong(OSError):
+    """The server sent more bytes than the file can have (its pin, or its ceiling)."""
+
+
+def _copy_capped(fin, fout, room: int | None) -> None:
+    """Copy ``fin`` to ``fout``, at most ``room`` bytes; :class:`TooLong` (after writing exactly
+    ``room`` bytes) when the source has more."""
+    while True:
+        want = CHUNK if room is None else min(CHUNK, room + 1)
+        if want <= 0:
+            return
+        block = fin.read(want)
+        if not block:
+            return
+        if room is not None and len(block) > room:
+            fout.write(block[:room])
+            raise TooLong(f"more than the {room:,} bytes still expected")
+        fout.write(block)
+        if room is not None:
+            room -= len(block)
+
+
+def download(url: str, part: Path, timeout: float = 60.0, limit: int | None = None) -> int | None:
+    """Append the bytes of ``url`` that ``part`` lacks (``Range: bytes=<size of part>-``), never
+    letting ``part`` grow past ``limit`` bytes (a pinned size or a ceiling: an endless or
+    oversized body raises :class:`TooLong` at that size). Returns the whole file's size as the
+    server announced it (``Content-Length`` of a 200, the total of a 206's ``Content-Range``),
+    else None.
 
     ``file://`` URLs are read the same way (from the offset). A server answering 200 to a range
     request (it ignores ranges) restarts the part; 416 (range past the end) leaves it as it is.
     Raises whatever the transfer raises; the bytes already written stay in ``part``.
     """
     have = part.stat().st_size if part.exists() else 0
+    room = None if limit is None else max(0, limit - have)
     if url.startswith("file://"):
         src = Path(urllib.request.url2pathname(url[len("file://"):]))
         with open(src, "rb") as fin, open(part, "ab") as fout:
             fin.seek(have)
-            shutil.copyfileobj(fin, fout, CHUNK)
-        return
+            _copy_capped(fin, fout, room)
+        return src.stat().st_size
     headers = {"User-Agent": USER_AGENT}
     if have:
         headers["Range"] = f"bytes={have}-"
@@ -63,18 +112,27 @@ def download(url: str, part: Path, timeout: float = 60.0) -> None:
         resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as e:
         if e.code == 416 and have:  # nothing left to send
-            return
+            return None
         raise
     with resp:
         status = getattr(resp, "status", None) or resp.getcode()
+        total = None
         if have and status == 206:
             rng = resp.headers.get("Content-Range", "")
             start = rng.split()[1].split("-")[0] if rng.startswith("bytes ") else str(have)
             if start != str(have):
                 raise OSError(f"asked for bytes from {have}, the server sent {rng!r}")
+            tail = rng.rsplit("/", 1)[-1]
+            total = int(tail) if tail.isdigit() else None
+        else:
+            length = resp.headers.get("Content-Length", "")
+            total = int(length) if length.isdigit() else None
         mode = "ab" if (have and status == 206) else "wb"
+        if mode == "wb":
+            room = limit
         with open(part, mode) as f:
-            shutil.copyfileobj(resp, f, CHUNK)
+            _copy_capped(resp, f, room)
+        return total
 
 
 def hub_download(hub_id: str, config: str | None, split: str, part: Path) -> None:
@@ -100,47 +158,119 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _check(path: Path, remote: Remote, verify: bool) -> str | None:
-    """``None`` when ``path`` matches the remote's known size and hash (or ``verify`` is off),
-    else what differs."""
+def content_problem(path: Path, check: str | None) -> str | None:
+    """What is wrong with ``path`` for a file whose upstream gives no pin, by its ``check``
+    (:class:`~kgreason.data.catalog.Remote`): ``json`` (the whole file parses), ``jsonl`` (every
+    line parses and the last one is closed by a newline), ``zip`` (the central directory at the
+    end is there and every member's CRC matches), ``rows:N`` (a CSV of exactly N records after
+    its header); None when it passes or there is no check."""
+    if not check:
+        return None
+    try:
+        if check == "json":
+            with open(path, "rb") as f:
+                json.load(f)
+        elif check == "jsonl":
+            n, last = 0, b"\n"
+            with open(path, "rb") as f:
+                for i, line in enumerate(f, 1):
+                    last = line
+                    if line.strip():
+                        json.loads(line)
+                        n += 1
+            if not last.endswith(b"\n"):
+                return f"its last line ({n} records read) is not closed by a newline: the file is cut"
+            if n == 0:
+                return "it holds no records"
+        elif check == "zip":
+            if not zipfile.is_zipfile(path):
+                return "it is not a whole zip archive (no central directory at its end: cut or not a zip)"
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            if bad is not None:
+                return f"its member {bad} fails its CRC check"
+        elif check.startswith("rows:"):
+            import csv
+
+            want = int(check.split(":", 1)[1])
+            with open(path, encoding="utf-8", newline="") as f:
+                got = sum(1 for _ in csv.reader(f)) - 1
+            if got != want:
+                return f"{got:,} records after the header, expected {want:,}"
+        else:
+            raise ValueError(f"unknown check {check!r}")
+    except (ValueError, UnicodeDecodeError, zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
+        if isinstance(e, ValueError) and str(e).startswith("unknown check"):
+            raise
+        return f"it does not parse as {check} ({type(e).__name__}: {str(e)[:160]})"
+    return None
+
+
+def _check(path: Path, remote: Remote, verify: bool, announced: int | None = None) -> str | None:
+    """``None`` when ``path`` is the whole file: its size and hash match the remote's pins, its
+    size is what the server announced, and the remote's own content check passes (all skipped
+    with ``verify`` off); else what differs, and what was expected."""
     if not verify:
         return None
     size = path.stat().st_size
     if remote.size is not None and size != remote.size:
         return f"{size:,} bytes, expected {remote.size:,}"
+    if announced is not None and size != announced:
+        return f"{size:,} bytes, expected the {announced:,} the server announced"
     if remote.sha256:
         got = sha256_of(path)
         if got != remote.sha256:
             return f"SHA-256 {got}, expected {remote.sha256}"
-    return None
+    return content_problem(path, remote.check)
+
+
+def _ceiling(remote: Remote) -> int:
+    """The most bytes a download of ``remote`` may write: its pinned size, else its own ceiling."""
+    return remote.size if remote.size is not None else (remote.max_size or MAX_UNPINNED_BYTES)
 
 
 def fetch_remote(remote: Remote, staging: Path, *, verify: bool = True, log: Callable[[str], None] = print) -> Path:
     """Bring one upstream file into ``staging`` (resumable; skipped when already complete).
 
+    The transfer goes to ``<name>.part`` and stops at the pinned size (or the remote's ceiling);
+    the part becomes ``<name>`` only once :func:`_check` passes, and an existing ``<name>`` is
+    "already complete" only when it passes the same checks (else it is fetched again).
     ``verify=False`` (``--no-verify``) accepts a transfer that ended without error whatever its
-    size and hash."""
+    size, hash and content."""
     staging.mkdir(parents=True, exist_ok=True)
     dest = staging / remote.name
     where = remote.url or f"hub:{remote.hub[0]}[{remote.hub[2]}]"  # type: ignore[index]
-    if dest.exists() and _check(dest, remote, verify) is None:
-        log(f"  {remote.name}: already complete ({dest.stat().st_size:,} bytes), not fetched again")
-        return dest
+    if dest.is_symlink():
+        dest.unlink()
     if dest.exists():
+        bad = _check(dest, remote, verify)
+        if bad is None:
+            log(f"  {remote.name}: already complete ({dest.stat().st_size:,} bytes), not fetched again")
+            return dest
+        log(f"  {remote.name}: the file in {staging} has {bad}: fetched again")
         dest.unlink()
     part = dest.with_name(dest.name + ".part")
-    if remote.size is not None and part.exists() and part.stat().st_size > remote.size:
-        part.unlink()  # longer than the file can be: start over
+    if part.is_symlink() or (part.exists() and (remote.hub or part.stat().st_size > _ceiling(remote))):
+        part.unlink()  # a hub split is written whole, never resumed; a part longer than the file: start over
     have = part.stat().st_size if part.exists() else 0
     log(f"  {remote.name}: {'resuming at ' + format(have, ',') + ' bytes from' if have else 'from'} {where}")
+    announced = None
     if remote.size is None or have < remote.size:
         try:
             if remote.hub:
                 hub_download(*remote.hub, part)
             else:
-                download(remote.url, part)  # type: ignore[arg-type]
+                announced = download(remote.url, part, limit=_ceiling(remote))  # type: ignore[arg-type]
         except ImportError:
             raise
+        except TooLong as e:
+            got = part.stat().st_size if part.exists() else 0
+            bad_path = part.with_name(remote.name + ".mismatch")
+            part.replace(bad_path)
+            what = (f"the pinned size of {remote.size:,} bytes" if remote.size is not None
+                    else f"this file's ceiling of {_ceiling(remote):,} bytes")
+            raise FetchError(f"{where}: the server sent more than {what} (stopped at {got:,}; kept in {bad_path}): "
+                             "not the expected file") from e
         except Exception as e:  # noqa: BLE001 - network errors of every kind end the same way
             got = part.stat().st_size if part.exists() else 0
             raise FetchError(f"{where}: download stopped ({type(e).__name__}: {e}); {got:,} bytes kept in "
@@ -150,13 +280,16 @@ def fetch_remote(remote: Remote, staging: Path, *, verify: bool = True, log: Cal
         raise FetchError(f"{where}: got {got:,} bytes, expected {remote.size:,} (kept in {part}). If the "
                          "transfer was cut, run the same command again to resume; if it stays short, the upstream "
                          "file changed or the pin in kgreason/data/catalog.py is wrong (--no-verify accepts it)")
-    bad = _check(part, remote, verify)
+    if verify and announced is not None and got < announced:
+        raise FetchError(f"{where}: got {got:,} bytes, expected the {announced:,} the server announced (kept in "
+                         f"{part}); run the same command again to resume")
+    bad = _check(part, remote, verify, announced)
     if bad:
         bad_path = part.with_name(remote.name + ".mismatch")
         part.replace(bad_path)
-        raise FetchError(f"{where}: the downloaded file has {bad} (moved to {bad_path}). The upstream file "
-                         "changed or the pin in kgreason/data/catalog.py is wrong; check it, or pass "
-                         "--no-verify to accept it")
+        raise FetchError(f"{where} ({remote.name}): the downloaded file has {bad} (moved to {bad_path}). A cut "
+                         "transfer: run the same command again; if it persists, the upstream file changed or the "
+                         "entry in kgreason/data/catalog.py is wrong (check it, or pass --no-verify to accept it)")
     part.replace(dest)
     return dest
 
@@ -164,18 +297,37 @@ def fetch_remote(remote: Remote, staging: Path, *, verify: bool = True, log: Cal
 # ----------------------------------------------------------------------------- inputs
 
 
+def _is_link(info: zipfile.ZipInfo) -> bool:
+    return stat.S_ISLNK(info.external_attr >> 16)
+
+
 class Inputs:
     """Finds input files by name in a folder, a zip (nested zips too) or a single file, which
-    is where a converter's upstream files are: the staging folder of a fetch, or ``--from``."""
+    is where a converter's upstream files are: the staging folder of a fetch, or ``--from``.
 
-    def __init__(self, src: Path, work: Path) -> None:
-        self.src, self.work = Path(src), Path(work)
+    Archive members are unpacked into ``unpack`` (a fresh, empty folder per conversion: nothing
+    of an earlier archive is reused) and only the members asked for (and nested zips). An archive
+    is refused, naming it and the member, when a member's name is absolute or has a ``..`` part,
+    when a member is a symlink, when a member inflates past ``max_ratio`` times its compressed
+    size (past 1 MiB), or when everything unpacked passes ``max_bytes`` or ``max_ratio`` times the
+    archives' own size: a zip bomb stops at the ceiling, having written no more than it."""
+
+    def __init__(self, src: Path, unpack: Path, max_bytes: int | None = None, max_ratio: float | None = None) -> None:
+        self.src, self.work = Path(src), Path(unpack)
         if not self.src.exists():
             raise FetchError(f"{self.src}: no such file or folder")
+        self.max_bytes = MAX_UNPACK_BYTES if max_bytes is None else int(max_bytes)
+        self.max_ratio = MAX_UNPACK_RATIO if max_ratio is None else float(max_ratio)
+        self.unpacked = 0        # bytes written out of archives so far
+        self.packed = 0          # bytes of the archives opened so far
+        self._seen: dict[str, list[str]] = {}  # archive → its safe member names
+        self._arcs: dict[str, str] = {}        # archive → its folder under ``unpack``
 
     def _files(self) -> Iterable[Path]:
         if self.src.is_dir():
-            yield from sorted(p for p in self.src.rglob("*") if p.is_file() and not p.name.endswith(".part"))
+            yield from sorted(p for p in self.src.rglob("*") if p.is_file()  # reading through a link is harmless
+                              and not p.name.endswith((".part", ".mismatch")) and not p.name.startswith(".")
+                              and not any(q.startswith(".") for q in p.relative_to(self.src).parts[:-1]))
         else:
             yield self.src
 
@@ -190,6 +342,31 @@ class Inputs:
             raise FetchError(f"{self.src}: no file named {' or '.join(patterns)} (in it or in its archives)")
         return None
 
+    def _unpack(self, z: zipfile.ZipFile, arc: Path, m: str, out: Path) -> None:
+        info = z.getinfo(m)
+        room = min(self.max_bytes - self.unpacked, int(self.max_ratio * max(self.packed, 1)) - self.unpacked)
+        member_cap = max(1 << 20, int(self.max_ratio * max(info.compress_size, 1)))
+        if info.file_size > room or info.file_size > member_cap:
+            raise FetchError(self._bomb(arc, m, info.file_size))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        written = 0
+        try:
+            with z.open(m) as fin, open(out, "xb") as fout:
+                for block in iter(lambda: fin.read(CHUNK), b""):
+                    written += len(block)
+                    if written > min(room, member_cap, info.file_size):  # the header lied about the size
+                        raise FetchError(self._bomb(arc, m, written))
+                    fout.write(block)
+        except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError) as e:
+            raise FetchError(f"{arc}: member {m} cannot be unpacked ({type(e).__name__}: {e}); expected a whole, "
+                             "readable zip (a damaged download: delete it and fetch it again)") from e
+        self.unpacked += written
+
+    def _bomb(self, arc: Path, m: str, size: int) -> str:
+        return (f"{arc}: member {m} would unpack to {size:,} bytes, past the ceiling (at most {self.max_ratio:g} "
+                f"times the archive's size and {self.max_bytes:,} bytes in all; {self.unpacked:,} unpacked so far): "
+                "not a release archive")
+
     def _find_one(self, pattern: str) -> Path | None:
         def hit(name: str) -> bool:
             return fnmatch(name.rsplit("/", 1)[-1], pattern) or fnmatch(name, pattern) or fnmatch(name, "*/" + pattern)
@@ -197,30 +374,50 @@ class Inputs:
         archives = []
         for f in self._files():
             rel = f.relative_to(self.src).as_posix() if self.src.is_dir() else f.name
-            if self.src == self.work and rel.startswith("unpacked/"):
-                continue  # our own extraction folder (staging == work)
             if hit(rel):
                 return f
             if zipfile.is_zipfile(f):
                 archives.append(f)
         while archives:  # breadth-first through (nested) archives
             arc = archives.pop(0)
-            with zipfile.ZipFile(arc) as z:
-                for m in z.namelist():
-                    parts = Path(m).parts
-                    if m.endswith("/") or "__MACOSX" in parts or ".." in parts or Path(m).is_absolute():
-                        continue
+            key = str(arc)
+            try:
+                z = zipfile.ZipFile(arc)
+            except (zipfile.BadZipFile, OSError) as e:
+                raise FetchError(f"{arc}: not a readable zip ({e}); expected a whole archive") from e
+            with z:
+                if key not in self._seen:
+                    self._seen[key] = self._safe_members(z, arc)
+                    self.packed += arc.stat().st_size
+                for m in self._seen[key]:
                     if hit(m) or m.endswith(".zip"):
-                        out = self.work / "unpacked" / arc.stem / m
-                        info = z.getinfo(m)
-                        if not (out.exists() and out.stat().st_size == info.file_size):
-                            out.parent.mkdir(parents=True, exist_ok=True)
-                            with z.open(m) as fin, open(out, "wb") as fout:
-                                shutil.copyfileobj(fin, fout, CHUNK)
+                        if key not in self._arcs:  # a fresh folder per archive (also across Inputs sharing work)
+                            self.work.mkdir(parents=True, exist_ok=True)
+                            self._arcs[key] = tempfile.mkdtemp(prefix="arc-", dir=self.work)
+                        out = Path(self._arcs[key]) / m
+                        if not out.exists():
+                            self._unpack(z, arc, m, out)
                         if hit(m):
                             return out
                         archives.append(out)
         return None
+
+    @staticmethod
+    def _safe_members(z: zipfile.ZipFile, arc: Path) -> list[str]:
+        """The archive's file members; :class:`FetchError` naming the first unsafe one."""
+        out = []
+        for info in z.infolist():
+            m = info.filename
+            parts = m.replace("\\", "/").split("/")
+            if m.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", m) or ".." in parts:
+                raise FetchError(f"{arc}: member {m!r} would unpack outside its folder (an absolute path or a '..' "
+                                 "part); expected relative names: not unpacked")
+            if _is_link(info):
+                raise FetchError(f"{arc}: member {m!r} is a symbolic link; expected plain files: not unpacked")
+            if m.endswith("/") or "__MACOSX" in parts:
+                continue
+            out.append(m)
+        return out
 
 
 # ----------------------------------------------------------------------------- writing
@@ -255,7 +452,8 @@ def _validated(path: Path, parse, label: str) -> list[dict]:
 
 
 def env_target(var: str, default: Path) -> Path:
-    """Where a setting that reads ``$VAR`` looks: the variable when set, else ``default``."""
+    """Where a setting that reads ``$VAR`` looks: the variable when set, else ``default``.
+    (Only for telling the user; the converters write under the data root whatever it says.)"""
     v = os.environ.get(var)
     return Path(v) if v else default
 
@@ -424,23 +622,23 @@ def conv_primekg(inputs: Inputs, root: Path, targets: str = "", names: list[str]
 
 
 def conv_rog(inputs: Inputs, root: Path, targets: str = "", names: list[str] | None = None) -> list[Path]:
-    """RoG JSONL (``id, question, answer, q_entity, a_entity, graph``) → where ROG_JSONL points
-    (else ``<data>/rog/webqsp_test.jsonl``); every line's graph is checked."""
+    """RoG JSONL (``id, question, answer, q_entity, a_entity, graph``) → ``<data>/rog/webqsp_test.jsonl``
+    (never where ROG_JSONL points: nothing is written outside the data root); every line's graph is checked."""
     from kgreason.kg.loaders import read_rog_graphs
 
     src = inputs.find("rog_webqsp_test.jsonl", "*.jsonl")
     read_rog_graphs(src)
-    return [_place(src, env_target("ROG_JSONL", root / "rog" / "webqsp_test.jsonl"))]
+    return [_place(src, root / "rog" / "webqsp_test.jsonl")]
 
 
 def conv_probsum(inputs: Inputs, root: Path, targets: str = "", names: list[str] | None = None) -> list[Path]:
     """ProbSum CSV (``File ID, Assessment, Subjective Sections, Objective Sections, Summary``) →
-    where PROBSUM_CSV points (else ``<data>/probsum/test.csv``)."""
+    ``<data>/probsum/test.csv`` (never where PROBSUM_CSV points)."""
     from kgreason.data.clinical import load_probsum
 
     src = inputs.find("*.csv")
     load_probsum(str(src))  # raises DataError naming the file/line/column
-    return [_place(src, env_target("PROBSUM_CSV", root / "probsum" / "test.csv"))]
+    return [_place(src, root / "probsum" / "test.csv")]
 
 
 def _rrf_check(path: Path, n_fields: int, lines: int = 1000) -> None:
@@ -456,11 +654,11 @@ def _rrf_check(path: Path, n_fields: int, lines: int = 1000) -> None:
 
 def conv_umls(inputs: Inputs, root: Path, targets: str = "", names: list[str] | None = None) -> list[Path]:
     """UMLS release (zip, or its ``META`` folder) → ``MRCONSO.RRF``, ``MRREL.RRF`` (and
-    ``MRSTY.RRF``) in the folder UMLS_META points at (else ``<data>/umls/META``); the first lines
-    of each are checked against the Reference Manual's column counts."""
+    ``MRSTY.RRF``) in ``<data>/umls/META`` (never where UMLS_META points); the first lines of each
+    are checked against the Reference Manual's column counts."""
     from kgreason.kg.loaders import MRCONSO_COLS, MRREL_COLS, MRSTY_COLS
 
-    dest = env_target("UMLS_META", root / "umls" / "META")
+    dest = root / "umls" / "META"
     out = []
     for name, cols, required in (("MRCONSO.RRF", MRCONSO_COLS, True), ("MRREL.RRF", MRREL_COLS, True),
                                  ("MRSTY.RRF", MRSTY_COLS, False)):
@@ -468,11 +666,7 @@ def conv_umls(inputs: Inputs, root: Path, targets: str = "", names: list[str] | 
         if src is None:
             continue
         _rrf_check(src, len(cols))
-        target = dest / name
-        if target.exists() and target.stat().st_size == src.stat().st_size and target.resolve() != src.resolve():
-            out.append(target)  # same size: already copied
-            continue
-        out.append(target if target.resolve() == src.resolve() else _place(src, target))
+        out.append(_place(src, dest / name))
     return out
 
 
@@ -496,6 +690,86 @@ def run_converter(spec: str, inputs: Inputs, root: Path, names: list[str]) -> li
 # ----------------------------------------------------------------------------- fetch / prepare
 
 
+@contextmanager
+def dataset_lock(work: Path, name: str, log: Callable[[str], None] = print, wait_s: float | None = None):
+    """Hold ``<work>/.lock`` (an exclusive ``flock``) while one ``fetch`` / ``prepare`` of ``name``
+    runs; another one waits (saying so) up to ``wait_s`` seconds, then stops naming the lock.
+    The lock goes with its process, so a killed command leaves none behind."""
+    import fcntl
+
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / ".lock"
+    wait = LOCK_WAIT_S if wait_s is None else float(wait_s)
+    f = open(path, "a+")
+    t0, told = time.monotonic(), False
+    try:
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    log(f"{name}: another `kgreason data` command is fetching or preparing it (lock {path}); waiting")
+                    told = True
+                if time.monotonic() - t0 > wait:
+                    raise FetchError(f"{path}: still held by another `kgreason data` command for {name} after "
+                                     f"{wait:.0f} s; expected it to finish first (run this one again then)") from None
+                time.sleep(0.2)
+        yield path
+    finally:
+        f.close()  # closing the file releases the lock
+
+
+def _swap_in(out: Path, staged: list[Path], root: Path) -> list[Path]:
+    """Move every converted file from the staging folder ``out`` to the same place under
+    ``root``, only now that the whole conversion passed. A target path whose folders lead out of
+    ``root`` (a symlink planted in it) is refused before anything is moved; a symlink at a
+    target's own name is replaced, never followed."""
+    from kgreason.paths import inside
+
+    pairs = []
+    for p in staged:
+        rel = p.relative_to(out)
+        target = root / rel
+        try:
+            inside(root, target.parent, "--dest")
+        except ValueError as e:
+            raise FetchError(f"{target}: {e}; expected plain folders under the data root") from None
+        if target.is_dir() and not target.is_symlink():
+            raise FetchError(f"{target}: is a folder; expected a file to replace")
+        pairs.append((p, target))
+    written = []
+    for p, target in pairs:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(p, target)
+        written.append(target)
+    return written
+
+
+def _convert(spec: str, src: Path, root: Path, names: list[str], work: Path) -> list[Path]:
+    """Run converter ``spec`` on ``src`` into a fresh staging folder under ``work`` (archives
+    unpacked into a fresh folder there too), then swap the result into ``root``."""
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=work))
+    try:
+        out = tmp / "out"
+        out.mkdir()
+        staged = run_converter(spec, Inputs(src, tmp / "unpacked"), out, names)
+        return _swap_in(out, staged, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _work_dir(root: Path, name: str) -> Path:
+    from kgreason.paths import inside
+
+    work = root / ".downloads" / name
+    try:
+        inside(root, work, "--dest")
+    except ValueError as e:
+        raise FetchError(f"{work}: {e}; expected a plain folder under the data root") from None
+    return work
+
+
 def fetch(source: Source, root: Path, *, full: bool = False, verify: bool = True,
           log: Callable[[str], None] = print) -> list[Path]:
     """``kgreason data fetch``: download the recipe's files into ``<root>/.downloads/<name>``,
@@ -507,26 +781,29 @@ def fetch(source: Source, root: Path, *, full: bool = False, verify: bool = True
         how = source.notes or (f"Use `kgreason data prepare {source.name} --from FILE`." if source.prepare
                                else "See docs/data.md.")
         raise FetchError(f"{source.name} ({source.access}): nothing to download from here. {how}")
-    staging = root / ".downloads" / source.name
-    log(f"{source.name}: {len(recipe.remotes)} file(s) into {staging}")
-    for r in recipe.remotes:
-        fetch_remote(r, staging, verify=verify, log=log)
-    shutil.rmtree(staging / "unpacked", ignore_errors=True)  # archives may have been fetched anew
-    written = run_converter(recipe.convert, Inputs(staging, staging), root, _remote_names(recipe))
-    return written
+    staging = _work_dir(root, source.name)
+    with dataset_lock(staging, source.name, log):
+        log(f"{source.name}: {len(recipe.remotes)} file(s) into {staging}")
+        for r in recipe.remotes:
+            fetch_remote(r, staging, verify=verify, log=log)
+        shutil.rmtree(staging / "unpacked", ignore_errors=True)  # what earlier versions unpacked in place
+        return _convert(recipe.convert, staging, root, _remote_names(recipe), staging)
 
 
 def prepare(source: Source, src: Path, root: Path, *, log: Callable[[str], None] = print) -> list[Path]:
     """``kgreason data prepare NAME --from FILE``: the same conversion from a file you have."""
-    work = root / ".downloads" / source.name
-    work.mkdir(parents=True, exist_ok=True)
-    inputs = Inputs(Path(src), work)
+    work = _work_dir(root, source.name)
     if source.prepare:
-        return run_converter(source.prepare, inputs, root, [])
-    recipe = source.sample or source.full
-    if recipe is None:
-        raise FetchError(f"{source.name} ({source.access}): nothing to prepare; {source.notes}")
-    return run_converter(recipe.convert, inputs, root, _remote_names(recipe))
+        spec, names = source.prepare, []
+    else:
+        recipe = source.sample or source.full
+        if recipe is None:
+            raise FetchError(f"{source.name} ({source.access}): nothing to prepare; {source.notes}")
+        spec, names = recipe.convert, _remote_names(recipe)
+    if not Path(src).exists():
+        raise FetchError(f"{src}: no such file or folder")
+    with dataset_lock(work, source.name, log):
+        return _convert(spec, Path(src), root, names, work)
 
 
 def freebase_steps(dump: str | None, endpoint: str = "http://localhost:8890/sparql") -> str:
@@ -559,4 +836,4 @@ def freebase_steps(dump: str | None, endpoint: str = "http://localhost:8890/spar
 
 
 __all__ = ["download", "hub_download", "fetch_remote", "fetch", "prepare", "Inputs", "FetchError", "CONVERTERS",
-           "freebase_steps", "sha256_of", "env_target"]
+           "freebase_steps", "sha256_of", "env_target", "content_problem", "dataset_lock"]

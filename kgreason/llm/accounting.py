@@ -309,6 +309,9 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
       the call cache answered them** (calls + cache hits; a hit keeps the tokens of the call it
       replays), so the same config gives the same figures on a fresh cache, a warm one, with the
       cache off and after a resume;
+    * ``llm/calls_usage_unknown``: calls and hits whose reply carried no token counts (their tokens
+      and cost are not in the sums, which are then lower bounds); ``llm/replies_cut``: replies cut
+      at the backend's ``max_reply_chars``;
     * ``judge/calls``, ``judge/cache_hits``, ``judge/prompt_tokens``, ``judge/completion_tokens``,
       ``judge/reasoning_tokens``, ``judge/cost_usd``: the judge's share, also logged under ``judge/``.
     """
@@ -333,6 +336,9 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
     for p in PURPOSES:
         if p in per:
             put(f"llm/{p}", per[p])
+    # calls (and cache hits) whose reply had no token counts: left out of the token and cost sums above
+    out["llm/calls_usage_unknown"] = total.usage_unknown
+    out["llm/replies_cut"] = total.replies_cut  # replies cut at llm.max_reply_chars
     out["llm/calls_per_question"] = (method.calls + method.cache_hits) / n
     out["llm/tokens_per_question"] = (method.prompt_tokens + method.completion_tokens) / n
     if "judge" in per:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -113,7 +114,8 @@ def _hit_usage(stored: dict[str, Any]) -> Usage:
     u = stored.get("usage") or {}
     return Usage(cache_hits=1, prompt_tokens=int(u.get("prompt_tokens", 0)),
                  completion_tokens=int(u.get("completion_tokens", 0)),
-                 reasoning_tokens=int(u.get("reasoning_tokens", 0)))
+                 reasoning_tokens=int(u.get("reasoning_tokens", 0)),
+                 usage_unknown=int(u.get("usage_unknown", 0)), replies_cut=int(u.get("replies_cut", 0)))
 
 
 def _paid_usage(stored: dict[str, Any]) -> Usage:
@@ -179,6 +181,8 @@ class CachedLLM:
             payer = current_payer()
             for i, c in zip(miss, fresh):
                 out[i] = c
+                if len(c.texts) < max(1, int(getattr(requests[i], "n", 1) or 1)):
+                    continue  # not a whole reply (fewer texts than asked): returned, never stored
                 claim_paid(keys[i], payer)  # counted now; a repeat in this attempt is a hit
                 self.store.put(keys[i], {"texts": list(c.texts), "token_logprobs": c.token_logprobs,
                                          "usage": to_jsonable(c.usage), "paid_by": payer},
@@ -208,6 +212,8 @@ class CachedLLM:
             raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "
                             f"(backend={self.backend}, model={self.model}); key {key}")
         scores = [float(x) for x in self.inner.score(prompt, candidates)]
+        if len(scores) != len(candidates) or not all(math.isfinite(x) for x in scores):
+            return scores  # not a whole reply (a score missing, NaN, inf): returned, never stored
         payer = current_payer()
         claim_paid(key, payer)
         self.store.put(key, {"scores": scores, "paid_by": payer}, backend=self.backend, model=self.model,

@@ -9,8 +9,17 @@ llama.cpp server, TGI, Ollama...), through the official ``openai`` client.
 * Retries are ours (the client's own are disabled with ``max_retries=0`` so every attempt is
   counted here): 429, 5xx, timeouts and connection errors are retried with exponential
   backoff and full jitter, ``Retry-After`` (seconds or HTTP date) is honoured when the server
-  sends it; after ``max_retries`` retries :class:`~kgreason.llm.base.LLMError` names the
-  endpoint and the last status. Other 4xx fail at once.
+  sends it and it is at most ``max_retry_after_s`` (a longer wait fails the call at once: the
+  server asked for more than the run may wait); after ``max_retries`` retries
+  :class:`~kgreason.llm.base.LLMError` names the endpoint and the last status. Other 4xx fail at once.
+* **A reply is a success only when it is one** (:func:`check_reply`): a status 200 whose body is
+  not a JSON completion (HTML, malformed or cut JSON), no choices, fewer choices than asked, or a
+  choice without text (``content: null``) is a failed attempt, retried under the same backoff and
+  never returned (so never cached). A reply without ``usage`` is kept with its tokens and cost
+  *unknown* (``Usage.usage_unknown``, warned once per client; the run's ``llm/calls_usage_unknown``
+  says how many calls the token and cost figures lack), never counted as 0 tokens. A reply longer
+  than ``max_reply_chars`` is cut to that length and counted in ``Usage.replies_cut`` (the row's
+  usage, the trace's ``llm`` sums and ``llm/replies_cut``), with a warning.
 * ``score`` uses the legacy ``/v1/completions`` endpoint with ``echo=True, logprobs=0,
   max_tokens=1`` (vLLM and llama.cpp servers support it; OpenAI's chat models do not): the
   candidate's log-prob is the sum of the echoed log-probs of the tokens that overlap the
@@ -36,9 +45,11 @@ llama.cpp server, TGI, Ollama...), through the official ``openai`` client.
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import fnmatch
 import logging
+import math
 import os
 import random
 import threading
@@ -83,19 +94,25 @@ def apply_stop(text: str, stop: Sequence[str]) -> str:
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), else None."""
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), else None.
+
+    Never raises: ``inf``, ``1e12`` and far dates come back as they are (``inf`` included: the
+    caller compares them with its cap), ``nan`` and anything unreadable as None, a past date or a
+    negative number as 0."""
     if value is None or str(value).strip() == "":
         return None
     v = str(value).strip()
     try:
-        return max(0.0, float(v))
+        x = float(v)
     except ValueError:
-        pass
+        x = None
+    if x is not None:
+        return None if math.isnan(x) else max(0.0, x)
     try:
         dt = email.utils.parsedate_to_datetime(v)
-    except (TypeError, ValueError):
+        return max(0.0, dt.timestamp() - (time.time() if now is None else now))
+    except (TypeError, ValueError, OverflowError, OSError):
         return None
-    return max(0.0, dt.timestamp() - (time.time() if now is None else now))
 
 
 def render_plain(messages: Sequence[Message]) -> str:
@@ -121,6 +138,9 @@ class OpenAIChat:
             when set (null: the API's default); a non-reasoning model refuses it (LLMError here).
         reasoning_budget_tokens: tokens a reasoning model may spend reasoning on top of the
             request's ``max_tokens`` (``max_completion_tokens`` = both).
+        max_retry_after_s: the longest ``Retry-After`` honoured; a server asking for more fails
+            the call at once (bounded time: a day-long or ``inf`` wait is never slept).
+        max_reply_chars: a reply text longer than this is cut to it (``Usage.replies_cut``).
         score_check: before the first ``score``, check the echoed log-probs on known answers
             (:meth:`score_alignment`); a server that fails is treated as unable to score.
         sleep / rng: injectable for tests (``sleep(seconds)``, ``random.Random``).
@@ -135,6 +155,7 @@ class OpenAIChat:
                  extra_body: Mapping[str, Any] | None = None,
                  reasoning_models: Sequence[str] | None = DEFAULT_REASONING_MODELS,
                  reasoning_effort: str | None = None, reasoning_budget_tokens: int = 8192,
+                 max_retry_after_s: float = 60.0, max_reply_chars: int = 200_000,
                  sleep: Callable[[float], None] | None = None, rng: random.Random | None = None) -> None:
         try:
             import openai
@@ -177,7 +198,18 @@ class OpenAIChat:
         if self.reasoning_budget_tokens < 0:
             raise LLMError(f"llm.reasoning_budget_tokens={reasoning_budget_tokens!r}: expected an integer >= 0")
         self.timeout_s = float(timeout_s)
+        try:
+            self.max_retry_after_s = float(max_retry_after_s)
+        except (TypeError, ValueError):
+            self.max_retry_after_s = float("nan")
+        if not (0.0 <= self.max_retry_after_s < float("inf")):
+            raise LLMError(f"llm.max_retry_after_s={max_retry_after_s!r}: expected a finite number of seconds >= 0")
+        if isinstance(max_reply_chars, bool) or not isinstance(max_reply_chars, int) or max_reply_chars < 1:
+            raise LLMError(f"llm.max_reply_chars={max_reply_chars!r}: expected an integer >= 1")
+        self.max_reply_chars = int(max_reply_chars)
         self._warned_length = False
+        self._warned_usage = False
+        self._warned_cut = False
         self.sleep = sleep or time.sleep
         self.rng = rng or random.Random()
         self.retries_done = 0  # total retries over this object's life (for tests / logs)
@@ -212,6 +244,14 @@ class OpenAIChat:
                     raise LLMError(f"{endpoint} failed with HTTP {status}: {_msg(e)}") from e
                 headers = getattr(getattr(e, "response", None), "headers", None) or {}
                 retry_after = parse_retry_after(headers.get("retry-after"))
+                if retry_after is not None and retry_after > self.max_retry_after_s:
+                    raise LLMError(f"{endpoint} failed with HTTP {status} and Retry-After: "
+                                   f"{str(headers.get('retry-after'))[:40]} (wait {retry_after:g} s), longer than "
+                                   f"llm.max_retry_after_s={self.max_retry_after_s:g}; not retried") from e
+            except BadReply as e:
+                last = f"unusable reply ({e})"
+            except (ValueError, o.APIResponseValidationError) as e:  # a 200 whose body is not JSON the client reads
+                last = f"unusable reply (body is not a JSON completion: {type(e).__name__}: {_msg(e)[:120]})"
             except o.APITimeoutError:
                 last = "timeout"
             except o.APIConnectionError as e:
@@ -275,28 +315,43 @@ class OpenAIChat:
             kw["timeout"] = max(1.0, min(self.timeout_s, float(wait_s)))
         endpoint = f"{self.base_url}/chat/completions"
         t0 = time.perf_counter()
-        resp = self._with_retries(endpoint, lambda: self._client.chat.completions.create(**kw), wait_s=wait_s)
+
+        def call():
+            r = self._client.chat.completions.create(**kw)
+            ch = check_reply(r, req.n)
+            return r, ch, (reply_logprobs(ch) if req.logprobs else None)
+
+        resp, choices, lps = self._with_retries(endpoint, call, wait_s=wait_s)
         latency = time.perf_counter() - t0
-        choices = sorted(resp.choices or [], key=lambda c: c.index)
-        texts = tuple((c.message.content or "") if c.message is not None else "" for c in choices)
+        texts = tuple(c.message.content for c in choices)
+        cut = sum(len(t) > self.max_reply_chars for t in texts)
+        if cut:
+            texts = tuple(t[:self.max_reply_chars] for t in texts)
+            if not self._warned_cut:
+                self._warned_cut = True
+                log.warning("%s: a reply longer than llm.max_reply_chars=%d was cut to that length (counted in "
+                            "the row's usage as replies_cut; warned once)", self.model, self.max_reply_chars)
         if self.reasoning and req.stop:
             texts = tuple(apply_stop(t, req.stop) for t in texts)
-        lps = None
-        if req.logprobs:
-            lps = tuple(tuple(float(t.logprob) for t in ((c.logprobs.content or []) if c.logprobs else []))
-                        for c in choices)
-        u = resp.usage
-        pt = int(getattr(u, "prompt_tokens", 0) or 0) if u else 0
-        ct = int(getattr(u, "completion_tokens", 0) or 0) if u else 0
-        details = getattr(u, "completion_tokens_details", None) if u else None
-        rt = int(getattr(details, "reasoning_tokens", 0) or 0) if details is not None else 0
+        pt, ct, rt = reply_usage(getattr(resp, "usage", None))
+        unknown = pt is None
+        if unknown:
+            pt = ct = rt = 0
+            if not self._warned_usage:
+                self._warned_usage = True
+                log.warning("%s (%s): a reply without token counts (`usage`): its tokens and cost are unknown, "
+                            "left out of the token and cost figures and counted in llm/calls_usage_unknown "
+                            "(warned once)", self.model, self.base_url)
         if self.reasoning and not self._warned_length and any(
                 c.finish_reason == "length" and not (t or "").strip() for c, t in zip(choices, texts)):
             self._warned_length = True
             log.warning("%s: an empty reply cut at max_completion_tokens=%s after %d reasoning tokens; raise "
                         "llm.reasoning_budget_tokens (now %d)", self.model, kw.get("max_completion_tokens"), rt,
                         self.reasoning_budget_tokens)
-        usage = call_usage(pt, ct, latency, self.prices.cost(self.model, pt, ct), reasoning_tokens=rt)
+        usage = call_usage(pt, ct, latency, 0.0 if unknown else self.prices.cost(self.model, pt, ct),
+                           reasoning_tokens=rt)
+        if unknown or cut:
+            usage = dataclasses.replace(usage, usage_unknown=int(unknown), replies_cut=cut)
         return Completion(texts=texts, usage=usage, token_logprobs=lps)
 
     def probe(self, wait_s: float = 120.0) -> Completion:
@@ -328,7 +383,8 @@ class OpenAIChat:
             if "failed with HTTP 4" not in str(e):  # outages stay LLMError; refusals mean unsupported
                 raise
             raise ScoringUnsupported(f"{endpoint} does not support echo+logprobs scoring: {e}") from e
-        lp = resp.choices[0].logprobs if resp.choices else None
+        choices = getattr(resp, "choices", None)
+        lp = getattr(choices[0], "logprobs", None) if isinstance(choices, list) and choices else None
         if lp is None or not getattr(lp, "token_logprobs", None) or getattr(lp, "text_offset", None) is None:
             raise ScoringUnsupported(f"{endpoint} returned no echoed logprobs for model {self.model}")
         return lp
@@ -396,6 +452,69 @@ SCORE_PROBES: tuple[tuple[str, str, str], ...] = (
     ("1, 2, 3, 4, 5, 6, 7,", " 8", " 3"),
 )
 SCORE_PROBE_MARGIN = 1.0
+
+
+class BadReply(Exception):
+    """A status-200 reply that is not a usable completion (a failed attempt, retried, never cached)."""
+
+
+def check_reply(resp: Any, n: int = 1) -> list:
+    """The choices of a chat reply, ordered by index, when it is a usable completion; else
+    :class:`BadReply` saying what is wrong: not a completion object (an HTML or other non-JSON
+    body the client hands back as text), no ``choices`` or fewer than the ``n`` asked for, or a
+    choice whose ``message.content`` is not a string (``null``: a refusal, a tool call, a cut body)."""
+    if resp is None or isinstance(resp, (str, bytes, list, int, float)):
+        shown = repr(resp)[:60] if not isinstance(resp, (str, bytes)) else f"{len(resp)} chars of non-JSON text"
+        raise BadReply(f"the body is not a JSON completion ({type(resp).__name__}: {shown})")
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise BadReply("no choices" if not choices else f"choices is {type(choices).__name__}, not a list")
+    if len(choices) < int(n):
+        raise BadReply(f"{len(choices)} choice(s), {n} asked for")
+    for c in choices:
+        msg = getattr(c, "message", None)
+        content = getattr(msg, "content", None)
+        if not isinstance(content, str):
+            refusal = getattr(msg, "refusal", None)
+            why = f"refusal {str(refusal)[:80]!r}" if refusal else f"finish_reason {getattr(c, 'finish_reason', None)!r}"
+            raise BadReply(f"choice {getattr(c, 'index', '?')} has no text (content: "
+                           f"{'null' if content is None else type(content).__name__}; {why})")
+    try:
+        ordered = sorted(choices, key=lambda c: int(getattr(c, "index", 0) or 0))
+    except (TypeError, ValueError):
+        ordered = list(choices)
+    return ordered[:max(1, int(n))]  # a server sending more than asked: the first n
+
+
+def reply_logprobs(choices: list) -> tuple[tuple[float, ...], ...]:
+    """Per choice, the log-probs of its tokens (empty for a choice that carries none);
+    :class:`BadReply` when they are there but not numbers."""
+    try:
+        return tuple(tuple(float(t.logprob) for t in ((getattr(c.logprobs, "content", None) or [])
+                                                      if getattr(c, "logprobs", None) else []))
+                     for c in choices)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise BadReply(f"its log-probs are unreadable ({type(e).__name__}: {e})") from None
+
+
+def _count(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
+def reply_usage(u: Any) -> tuple[int | None, int | None, int]:
+    """(prompt tokens, completion tokens, reasoning tokens) of a reply's ``usage``; the first two
+    are None when the server sent no usable counts (missing, null, negative or not integers)."""
+    def get(obj: Any, name: str) -> Any:
+        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+    if u is None:
+        return None, None, 0
+    pt, ct = _count(get(u, "prompt_tokens")), _count(get(u, "completion_tokens"))
+    if pt is None or ct is None:
+        return None, None, 0
+    details = get(u, "completion_tokens_details")
+    rt = _count(get(details, "reasoning_tokens")) if details is not None else None
+    return pt, ct, rt or 0
 
 
 def _msg(e: Exception) -> str:

@@ -17,7 +17,14 @@ the public port that hands each request to the slot with the fewest requests in 
 :class:`SlotProxy` also counts, per slot, the seconds it was busy and the tokens the replies
 report (``usage``, incl. ``prompt_tokens_details.cached_tokens`` when a server sends it); ``GET
 /kgreason/stats`` returns them (used by ``kgreason bench llm --which server``). The proxy buffers
-each reply, so a streamed reply reaches the client in one piece.
+each reply, so a streamed reply reaches the client in one piece. It answers 400 to a request it
+cannot delimit or read (no, negative, non-numeric or duplicated ``Content-Length``, a chunked or
+oversized body, one shorter than announced: read for at most ``read_timeout_s``, a body that is
+not a JSON object) and closes that connection, so no handler thread waits on a bad client.
+
+**Local unless the user says otherwise.** A ``--host`` other than loopback needs an API key
+(``--api-key`` or ``$KGREASON_SERVE_API_KEY``) and prints a warning; the proxy then answers 401
+to every request without ``Authorization: Bearer <key>`` (the stats page included).
 
 :class:`LlamaServer` is a context manager (the tests' session fixture uses it): every process
 it started is terminated on exit, also when start-up fails half way.
@@ -26,7 +33,9 @@ it started is terminated on exit, also when start-up fails half way.
 from __future__ import annotations
 
 import argparse
+import hmac
 import http.client
+import ipaddress
 import json
 import logging
 import os
@@ -44,6 +53,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 log = logging.getLogger("kgreason.llm")
+
+#: the environment variable ``kgreason serve`` reads the API key from (``--api-key`` wins)
+KEY_ENV = "KGREASON_SERVE_API_KEY"
+#: the largest request body the proxy reads (a chat request is a few hundred kB at most)
+MAX_BODY_BYTES = 32 << 20
 
 INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, ~8 min on 2 cores)"
 
@@ -89,9 +103,21 @@ def resolve_model(overrides: Sequence[str]) -> tuple[Path, str, dict[str, Any]]:
     return gguf, name, llm
 
 
-def override_line(base_url: str, name: str) -> str:
-    """The overrides that point a run at a served model."""
-    return f"llm=openai llm.base_url={base_url} llm.model={name} llm.api_key_env=null"
+def override_line(base_url: str, name: str, key_env: str | None = None) -> str:
+    """The overrides that point a run at a served model (``key_env``: the variable holding its key)."""
+    return f"llm=openai llm.base_url={base_url} llm.model={name} llm.api_key_env={key_env or 'null'}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` listens on this machine only (``localhost``, ``127.0.0.0/8``, ``::1``).
+    Anything else (``0.0.0.0``, ``::``, ``""``, a name, a LAN address) is reachable from elsewhere."""
+    h = str(host).strip().strip("[]")
+    if h.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
 
 
 # ----------------------------------------------------------------------------- proxy
@@ -102,21 +128,25 @@ class SlotProxy:
     token counts per slot (``stats()``, also ``GET /kgreason/stats``)."""
 
     def __init__(self, backends: Sequence[int], host: str = "127.0.0.1", port: int = 0,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, api_key: str | None = None, read_timeout_s: float = 30.0,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.backends = list(backends)
+        self._key = api_key.encode() if api_key else None
+        self.max_body_bytes = int(max_body_bytes)
         self.in_flight = [0] * len(self.backends)
         self._lock = threading.Lock()
         self._t0 = time.monotonic()
         self._busy_since: list[float | None] = [None] * len(self.backends)
         self._busy = [0.0] * len(self.backends)
         self.counts = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                       "replies_with_cached_field": 0, "errors": 0, "max_in_flight": 0}
+                       "replies_with_cached_field": 0, "errors": 0, "max_in_flight": 0, "refused": 0}
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             wbufsize = -1
             disable_nagle_algorithm = True
+            timeout = read_timeout_s  # a client that sends less than it announced cannot hold a thread
 
             def log_message(self, *a):
                 pass
@@ -125,24 +155,86 @@ class SlotProxy:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refuse(self, code: int, message: str) -> None:
+                """An error reply in OpenAI's shape; the connection is closed (its body may be unread)."""
+                self.close_connection = True
+                with proxy._lock:
+                    proxy.counts["refused"] += 1
+                err = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+                self._reply(code, json.dumps(err).encode())
+
+            def _authorised(self) -> bool:
+                if proxy._key is None:
+                    return True
+                got = (self.headers.get("Authorization") or "").encode("utf-8", "replace")
+                if hmac.compare_digest(got, b"Bearer " + proxy._key):
+                    return True
+                self._refuse(401, "missing or wrong API key (send Authorization: Bearer <the key kgreason serve "
+                                  "was started with>)")
+                return False
+
             def do_GET(self):  # noqa: N802
+                if not self._authorised():
+                    return
                 if self.path.rstrip("/") == "/kgreason/stats":
                     return self._reply(200, json.dumps(proxy.stats()).encode())
                 self._forward(b"")
 
             def do_POST(self):  # noqa: N802
-                n = int(self.headers.get("Content-Length", 0) or 0)
-                self._forward(self.rfile.read(n) if n else b"")
+                if not self._authorised():
+                    return
+                body, why = self._body()
+                if why:
+                    return self._refuse(400, why)
+                self._forward(body)
+
+            def _body(self) -> tuple[bytes, str | None]:
+                """The request body, or why the request is refused: a body the proxy cannot delimit
+                (no Content-Length, a chunked one, a Content-Length that is not one decimal number or
+                that differs between copies), one over ``max_body_bytes``, one shorter than announced
+                (the read times out after ``read_timeout_s``), or one that is not a JSON object."""
+                if self.headers.get("Transfer-Encoding"):
+                    return b"", "Transfer-Encoding bodies are not accepted; send the body with a Content-Length"
+                values = self.headers.get_all("Content-Length") or []
+                if not values:
+                    return b"", "a POST needs a Content-Length header"
+                if len(set(v.strip() for v in values)) != 1 or not re.fullmatch(r"[0-9]{1,15}", values[0].strip()):
+                    return b"", f"bad Content-Length {', '.join(values)[:40]!r}: expected one decimal number of bytes"
+                n = int(values[0].strip())
+                if n > proxy.max_body_bytes:
+                    return b"", f"Content-Length {n} is over the proxy's limit of {proxy.max_body_bytes} bytes"
+                chunks, got = [], 0
+                try:
+                    while got < n:
+                        chunk = self.rfile.read1(min(n - got, 1 << 16))
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                        got += len(chunk)
+                except OSError:  # socket timeout: fewer bytes came than announced
+                    pass
+                data = b"".join(chunks)
+                if len(data) != n:
+                    return b"", f"the body ended after {len(data)} of the {n} bytes its Content-Length announced"
+                try:
+                    ok = isinstance(json.loads(data), dict)
+                except (ValueError, UnicodeDecodeError):
+                    ok = False
+                if not ok:
+                    return b"", "the body is not a JSON object"
+                return data, None
 
             def _forward(self, body: bytes) -> None:
                 slot = proxy._acquire()
                 try:
                     conn = http.client.HTTPConnection("127.0.0.1", proxy.backends[slot], timeout=timeout_s)
-                    hdrs = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization",
-                                                                                     "accept")}
+                    keep = ("content-type", "accept") if proxy._key else ("content-type", "authorization", "accept")
+                    hdrs = {k: v for k, v in self.headers.items() if k.lower() in keep}
                     conn.request(self.command, self.path, body=body or None, headers=hdrs)
                     r = conn.getresponse()
                     data = r.read()
@@ -248,7 +340,7 @@ class LlamaServer:
 
     def __init__(self, gguf: str | Path, name: str, host: str = "127.0.0.1", port: int = 0, parallel: int = 1,
                  threads: int | None = None, n_ctx: int = 2048, log_dir: str | Path | None = None,
-                 start_timeout_s: float = 300.0) -> None:
+                 start_timeout_s: float = 300.0, api_key: str | None = None) -> None:
         if parallel < 1:
             raise ValueError(f"--parallel must be >= 1, got {parallel}")
         self.gguf, self.name, self.host, self.port = Path(gguf), str(name), host, int(port)
@@ -259,6 +351,10 @@ class LlamaServer:
         self.procs: list[subprocess.Popen] = []
         self.ports: list[int] = []
         self.proxy: SlotProxy | None = None
+        self.api_key = api_key or None
+        if not is_loopback(host) and not self.api_key:
+            raise ValueError(f"--host {host}: a listen address other than loopback needs an API key "
+                             f"(--api-key, or export {KEY_ENV}=...); without one, use --host 127.0.0.1")
 
     @property
     def base_url(self) -> str:
@@ -266,7 +362,7 @@ class LlamaServer:
         return f"http://{self.host}:{port}/v1"
 
     def override_line(self) -> str:
-        return override_line(self.base_url, self.name)
+        return override_line(self.base_url, self.name, KEY_ENV if self.api_key else None)
 
     def command(self, port: int) -> list[str]:
         # llama_cpp.server behind kgreason.llm.llamacpp_compat (AMX CPUs), same arguments
@@ -293,7 +389,7 @@ class LlamaServer:
                 self.ports.append(port)
             for i, port in enumerate(self.ports):
                 self._wait_ready(i, port)
-            self.proxy = SlotProxy(self.ports, self.host, self.port).start()
+            self.proxy = SlotProxy(self.ports, self.host, self.port, api_key=self.api_key).start()
         except BaseException:
             self.stop()
             raise
@@ -373,13 +469,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Serve a local model (llm=local, llm=qwen_coder_1_5b) on an OpenAI-compatible endpoint "
                     "with llama-cpp-python's server, and print the overrides that point a run at it.")
     ap.add_argument("overrides", nargs="*", help="llm config overrides, e.g. llm=qwen_coder_1_5b (default llm=local)")
-    ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1: this machine only)")
+    ap.add_argument("--host", default="127.0.0.1",
+                    help="listen address (default 127.0.0.1: this machine only); any other address needs an API key")
+    ap.add_argument("--api-key", default=None, metavar="KEY",
+                    help=f"key every request must send (Authorization: Bearer KEY); default: ${KEY_ENV}. "
+                         "Required with a --host other than loopback")
     ap.add_argument("--port", type=int, default=8000, help="listen port (0 = a free one; default 8000)")
     ap.add_argument("--parallel", type=int, default=1,
                     help="slots: server processes, each answering one request at a time (default 1)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads per slot (default: cores / parallel)")
     ap.add_argument("--n-ctx", type=int, default=None, help="context window per slot (default: the config's llm.n_ctx)")
     a = ap.parse_args(argv)
+    key = a.api_key or os.environ.get(KEY_ENV) or None
+    if key:
+        from kgreason import secrets
+
+        secrets.register(key)
+    if not is_loopback(a.host):
+        if not key:
+            print(f"kgreason serve: --host {a.host} would answer other machines, and no API key is set: pass "
+                  f"--api-key KEY or export {KEY_ENV}=KEY (or keep the default --host 127.0.0.1)", file=sys.stderr)
+            return 2
+        print(f"kgreason serve: warning: listening on {a.host}, reachable from other machines; every request "
+              f"(the stats page included) must send Authorization: Bearer <key>", file=sys.stderr)
     why = llama_server_available()
     if why:
         print(f"kgreason serve: {why}", file=sys.stderr)
@@ -390,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kgreason serve: {e}", file=sys.stderr)
         return 2
     srv = LlamaServer(gguf, name, host=a.host, port=a.port, parallel=a.parallel, threads=a.threads,
-                      n_ctx=a.n_ctx or int(llm.get("n_ctx") or 2048))
+                      n_ctx=a.n_ctx or int(llm.get("n_ctx") or 2048), api_key=key)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -260,10 +260,10 @@ HOTPOT_DEV = [
 
 def fake_download(served: dict[str, Path], calls: list[str] | None = None):
     """A stand-in for the network: the URL's bytes come from a local file (resumes like the real one)."""
-    def download(url: str, part: Path, timeout: float = 60.0) -> None:
+    def download(url: str, part: Path, timeout: float = 60.0, limit: int | None = None):
         if calls is not None:
             calls.append(url)
-        REAL_DOWNLOAD(Path(served[url]).resolve().as_uri(), part)
+        return REAL_DOWNLOAD(Path(served[url]).resolve().as_uri(), part, limit=limit)
     return download
 
 
@@ -403,16 +403,19 @@ def test_prepare_primekg_kg_csv(root, tmp_path, capsys):
     assert "kg.csv:1: not a PrimeKG kg.csv" in capsys.readouterr().err
 
 
-def test_fetch_rog_from_the_hub_goes_where_rog_jsonl_points(root, tmp_path, monkeypatch, capsys):
+def test_fetch_rog_from_the_hub_stays_under_the_data_root_whatever_rog_jsonl_says(root, tmp_path, monkeypatch,
+                                                                                   capsys):
     monkeypatch.setattr(fetch_mod, "hub_download",
                         lambda hub_id, config, split, part: shutil.copy(ASSETS / "rog_subgraphs.jsonl", part))
     assert command.main(["fetch", "rog"]) == 0
     target = root / "rog" / "webqsp_test.jsonl"
     assert target.read_bytes() == (ASSETS / "rog_subgraphs.jsonl").read_bytes()
     assert f"then: export ROG_JSONL={target}" in capsys.readouterr().out
-    monkeypatch.setenv("ROG_JSONL", str(tmp_path / "mine.jsonl"))
+    monkeypatch.setenv("ROG_JSONL", str(tmp_path / "mine.jsonl"))  # issue 44: never written outside --dest
     assert command.main(["fetch", "rog"]) == 0
-    assert (tmp_path / "mine.jsonl").is_file()
+    assert not (tmp_path / "mine.jsonl").exists()
+    assert f"export ROG_JSONL={target}   (it now points at {tmp_path / 'mine.jsonl'}, which was not written" \
+        in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------- prepare: licensed / credentialed
@@ -426,9 +429,10 @@ def test_prepare_probsum_to_the_data_root_or_probsum_csv(root, tmp_path, monkeyp
     assert len(load_probsum(str(target))) > 0
     assert f"then: export PROBSUM_CSV={target}" in capsys.readouterr().out
     mine = tmp_path / "phys" / "probsum.csv"
-    monkeypatch.setenv("PROBSUM_CSV", str(mine))
+    monkeypatch.setenv("PROBSUM_CSV", str(mine))  # issue 44: a variable never moves what prepare writes
     assert command.main(["prepare", "probsum", "--from", str(ASSETS / "probsum.csv")]) == 0
-    assert mine.is_file() and "export PROBSUM_CSV" not in capsys.readouterr().out
+    assert not mine.exists() and "which was not written" in capsys.readouterr().out
+    monkeypatch.setenv("PROBSUM_CSV", str(target))
     e = run_json(capsys)
     assert e["dataset/probsum"]["present"]
     bad = tmp_path / "bad.csv"
