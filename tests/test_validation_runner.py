@@ -43,6 +43,7 @@ def test_the_llamacpp_route_runs_and_files_apart(tmp_path, monkeypatch):
     cmd = mod.command("metaqa_io", 20, str(tmp_path), route="llamacpp")
     assert "llm.route=llamacpp" in cmd and "hydra.run.dir=outputs/validation/n20_llamacpp/metaqa_io" in cmd
     assert "llm.route=llamacpp" not in mod.command("metaqa_io", 20, str(tmp_path))
+    assert "llm.route=transformers" in mod.command("metaqa_io", 20, str(tmp_path))  # qwen's default is auto
     mod.main(["--n", "5", "--rows", "metaqa_io", "--route", "llamacpp", "--cache", str(tmp_path / "c")])
     assert json.loads((tmp_path / "validation_n5_llamacpp.json").read_text())["metaqa_io"]["status"] == "failed (exit 1)"
     assert not (tmp_path / "validation_n5.json").exists()

@@ -87,7 +87,7 @@ SEQUENTIAL = {"subqrag"}
 # --route llamacpp: the same GGUF through llama.cpp (Q4_K_M kernels, one request at a time), the
 # fast route on a CPU without native bfloat16 (docs/llm.md); its replies are keyed apart, its rows
 # go to validation_n<N>_llamacpp.json. n_ctx 4096: SubQRAG's passage prompts plus 512 new tokens.
-ROUTES = {"transformers": ([], ""), "llamacpp": (["llm.route=llamacpp", "llm.n_ctx=4096"], "_llamacpp")}
+ROUTES = {"transformers": (["llm.route=transformers"], ""), "llamacpp": (["llm.route=llamacpp", "llm.n_ctx=4096"], "_llamacpp")}
 
 
 #: the two named question splits of every dataset sample (conf/config.yaml `questions`):
