@@ -337,6 +337,35 @@ def method_table() -> str:
     return "\n".join(out)
 
 
+FIGURE = "docs/figures/heldout_methods.png"
+
+
+def method_figure(path: Path) -> Path:
+    """The README's figure: each method's held-out score with its 95% interval (from the JSON)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = heldout_rows()
+    items = [(f"{reasoner} ({row.split('_')[0]}, N={rows[row]['n_examples']})", rows[row]["metrics"][metric],
+              (rows[row].get("ci95") or {}).get(metric), label)
+             for reasoner, _, row, _, metric, label in METHODS if row in rows and reasoner != "kg_dx"]
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(items) + 1.0))
+    for i, (name, v, ci, label) in enumerate(reversed(items)):
+        err = [[v - ci[0]], [ci[1] - v]] if ci else None
+        ax.barh(i, v, xerr=err, color="#4c72b0", capsize=3)
+        ax.text((ci[1] if ci else v) + 0.02, i, f"{label} {v:.2f}", va="center", fontsize=8)
+    ax.set_yticks(range(len(items)), [n for n, *_ in reversed(items)], fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("held-out score, 95% bootstrap interval (Qwen2.5-Coder-1.5B, llama.cpp, CPU)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
 #: generated blocks in the docs: (file, marker name, function that makes the block)
 GENERATED = [("README.md", "methods", method_table), ("docs/validation.md", "tables", lambda: markdown())]
 
@@ -364,6 +393,10 @@ def write_docs(check: bool = False) -> list[str]:
             stale.append(rel)
             if not check:
                 path.write_text(new, encoding="utf-8")
+    if not check:
+        method_figure(ROOT / FIGURE)
+    elif not (ROOT / FIGURE).is_file():
+        stale.append(f"{FIGURE}: missing")
     return stale
 
 
