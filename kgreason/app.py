@@ -8,6 +8,7 @@ wheel (``kgreason/conf``) when installed (:func:`kgreason.paths.config_dir`).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -84,6 +85,23 @@ def _unwrap(e: BaseException) -> str:
     return msg[1:-1] if isinstance(e, (FileNotFoundError, KeyError)) and msg[:1] == msg[-1:] == "'" else msg
 
 
+#: chatty libraries: one line per HTTP request (httpx under the OpenAI client) or per file lock
+_NOISY_LOGGERS = ("httpx", "httpcore", "openai", "urllib3", "huggingface_hub", "filelock", "sentence_transformers")
+
+
+def quiet_logs() -> None:
+    """Nothing is printed per example: HTTP client logs at WARNING (``--debug`` keeps them), and
+    other libraries' progress bars off when kgreason's own progress is not a bar (not a terminal)."""
+    from kgreason import progress
+
+    if not debug():
+        for name in _NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    if progress.mode() != "bar":
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 class ResumeRefused(ValueError):
     """``resume=true`` was asked for on a run dir that holds no earlier run."""
 
@@ -130,6 +148,11 @@ def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     single = hc.mode == RunMode.RUN
+    quiet_logs()
+    if not single:
+        from kgreason import progress
+
+        progress.set_job(f"job {hc.job.num}" + (f": {hc.job.override_dirname}" if hc.job.override_dirname else ""))
     if hc.mode == RunMode.MULTIRUN:
         # a job's dir is <sweep dir>/<subdir>, the subdir made of the override values: a value with
         # "../" (kg.name=../../x) must not place the job's files outside the sweep dir

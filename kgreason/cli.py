@@ -205,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int | None:
     if any(a in ("-h", "--help") for a in args):
         print(help_text())
         return _exit(0, argv)
+    from kgreason.overrides import check
+
+    typo = check(args)  # a mistyped option or key: one line with the closest name, not Hydra's message
+    if typo:
+        print(f"kgreason: error: {typo}", file=sys.stderr)
+        return _exit(2, argv)
     from kgreason.app import main as app
 
     sys.argv = [sys.argv[0] if argv is None else "kgreason", *args]

@@ -3,7 +3,8 @@
 Ground floor: imports nothing from kgreason. Two layouts are told apart by where this file is:
 
 * a **clone** (``<root>/kgreason/paths.py`` next to ``<root>/conf/config.yaml``): configs are the
-  clone's ``conf/``; data defaults to ``<root>/../shared/data``; caches to ``<root>/.cache/kgreason``;
+  clone's ``conf/``; data defaults to ``<root>/../shared/data`` where that folder exists, else
+  ``<root>/data`` (git-ignored; where ``kgreason data fetch`` puts what it gets); caches to ``<root>/.cache/kgreason``;
 * an **installed** package (``site-packages/kgreason``): configs are the copy of ``conf/`` shipped
   in the wheel as ``kgreason/conf``; data defaults to ``$XDG_DATA_HOME/kgreason/data``
   (``~/.local/share/kgreason/data``); caches to ``$XDG_CACHE_HOME/kgreason`` (``~/.cache/kgreason``).
@@ -65,7 +66,10 @@ def default(name: str) -> str:
     if name == "root":
         return str(root) if root is not None else str(PACKAGE_DIR)
     if name == "data":
-        return str(root.parent / "shared" / "data") if root else str(_xdg("XDG_DATA_HOME", ".local/share") / "kgreason" / "data")
+        if root is None:  # an installed package
+            return str(_xdg("XDG_DATA_HOME", ".local/share") / "kgreason" / "data")
+        shared = root.parent / "shared" / "data"  # a clone beside the project's shared samples
+        return str(shared if shared.is_dir() else root / "data")  # else the clone's own (git-ignored) data/
     if name == "cache":
         return str(root / ".cache" / "kgreason") if root else str(_xdg("XDG_CACHE_HOME", ".cache") / "kgreason")
     if name == "models":

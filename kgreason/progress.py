@@ -32,6 +32,18 @@ log = logging.getLogger("kgreason.progress")
 
 _inflight = 0
 _inflight_lock = threading.Lock()
+#: the sweep job this process runs ("job 3: reasoner=rag,seed=1"); prefixes every line in a sweep
+_job = ""
+
+
+def set_job(label: str) -> None:
+    """Prefix this process's progress lines with ``[label]`` (a sweep's jobs print side by side)."""
+    global _job
+    _job = label
+
+
+def _tag() -> str:
+    return f"[{_job}] " if _job else ""
 
 
 def in_flight() -> int:
@@ -103,7 +115,7 @@ class Progress:
         if self.mode == "bar":
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, unit=unit, initial=initial, dynamic_ncols=True, leave=True)
+            self._bar = tqdm(total=total, desc=_tag() + desc, unit=unit, initial=initial, dynamic_ncols=True, leave=True)
         if self.mode != "off":
             self._thread = threading.Thread(target=self._tick, name=f"progress-{desc}", daemon=True)
             self._thread.start()
@@ -129,7 +141,7 @@ class Progress:
             head, tail = f"{self.desc}: {self.n} {self.unit}", f", elapsed {_fmt_s(elapsed)}"
         figs = self._figures()
         extra = " | " + " ".join(f"{k}={_fmt_v(v)}" for k, v in figs.items()) if figs else ""
-        return f"{head}, {rate:.2f} {self.unit}/s{tail}{extra}"
+        return f"{_tag()}{head}, {rate:.2f} {self.unit}/s{tail}{extra}"
 
     def _tick(self) -> None:
         wait = 1.0 if self.mode == "bar" else interval()
@@ -193,6 +205,7 @@ def stage(desc: str) -> Iterator[None]:
         return
     t0 = time.monotonic()
     stop = threading.Event()
+    desc = _tag() + desc
     log.info("%s ...", desc)
 
     def beat() -> None:
@@ -213,4 +226,4 @@ def stage(desc: str) -> Iterator[None]:
         log.info("%s: %s after %s", desc, "done" if ok else "failed", _fmt_s(time.monotonic() - t0))
 
 
-__all__ = ["Progress", "bar", "iterate", "stage", "llm_calls", "in_flight", "mode", "interval"]
+__all__ = ["Progress", "set_job", "bar", "iterate", "stage", "llm_calls", "in_flight", "mode", "interval"]

@@ -83,3 +83,16 @@ def test_dtypes_bench_sends_batches_and_builds_the_llamacpp_route(monkeypatch):
     assert measured == [("float32", 4), ("llamacpp", 4)] * 3
     assert r["batch"] == 4 and r["float32"]["tokens"] == 3 * 4 * 2 and r["llamacpp"]["tokens"] == 24
     assert r["llamacpp"]["same_greedy_as_float32"] == [False] * 3  # the fakes answer with their tag
+
+
+def test_the_retrieval_bench_writes_its_json_by_default_and_says_where(tmp_path):
+    env_out = tmp_path / "outs"
+    env = {**os.environ, "KGREASON_OUTPUT": str(env_out),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-m", "kgreason.bench", "kg=embedded", "backends=[scipy]", "hops=[1]",
+                        "queries=2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("bench results: "))
+    path = Path(line.split()[2])
+    assert path.is_file() and path.is_relative_to(env_out / "bench")
+    assert json.loads(path.read_text())["results"]

@@ -147,3 +147,27 @@ def test_a_failed_start_never_removes_the_working_dir(tmp_path, monkeypatch):
     sub = tmp_path / "run"
     (sub / ".hydra").mkdir(parents=True)
     assert _drop_empty_run_dir(sub) is False and not sub.exists()
+
+
+@pytest.mark.parametrize("override, suggestion", [
+    ("reasoner=rgg", "did you mean reasoner=rag?"),
+    ("dataset.limt=5", "did you mean dataset.limit?"),
+    ("reasoner=rag,tgo", "did you mean reasoner=tog?"),
+])
+def test_a_typo_gets_one_line_with_the_closest_name_and_no_run_dir(tmp_path, override, suggestion):
+    p, run_dir = _kgreason(tmp_path, override)
+    assert p.returncode == 2, p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("kgreason: error:"), p.stderr
+    assert suggestion in err[0], err[0]
+    assert "+dataset.limt=5" not in err[0]  # never the suggestion to add the typo as a new key
+    assert not run_dir.exists()
+
+
+def test_valid_overrides_pass_the_typo_check():
+    from kgreason.overrides import check
+
+    for args in (["dataset.limit=5"], ["reasoner=rag,tog", "seed=0,1"], ["reasoner=rag", "reasoner.top_k=3"],
+                 ["+brand_new=1"], ["llm=qwen_coder_1_5b", "llm.route=llamacpp"], ["hydra.sweep.dir=x"],
+                 ["experiment=sgr_table1", "llm.model=gpt-4"], ["seed=range(0,3)"]):
+        assert check(args) is None, args

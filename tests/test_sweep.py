@@ -142,3 +142,66 @@ def test_llm_sweep_rerun_makes_no_server_calls(tmp_path):
         return {j.name: _metrics(j)["metric/hits_at_1"] for j in js}
 
     assert by_name(jobs) == by_name(jobs2)
+
+
+def test_a_sweep_says_where_it_went_and_tags_its_progress_lines(tmp_path):
+    """A sweep ends by printing its dir and the tables/report commands for it; each job's progress
+    lines (not on a terminal) carry the job's name, so parallel jobs' lines can be told apart."""
+    sweep = tmp_path / "sweep"
+    r = subprocess.run([sys.executable, "-m", "kgreason", "--multirun", f"hydra.sweep.dir={sweep}", "tracking=none",
+                        "dataset.limit=2", "seed=0,1"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**_env(), "KGREASON_PROGRESS": "log", "KGREASON_PROGRESS_INTERVAL": "0.01"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"sweep dir: {sweep}" in r.stdout
+    assert f"kgreason tables {sweep}" in r.stdout and f"kgreason report {sweep}" in r.stdout
+    logs = "".join((j / "run.log").read_text() for j in job_dirs(sweep))
+    assert "[job 0: dataset.limit=2,seed=0,tracking=none] examples" in logs, logs[-2000:]
+    assert "[job 1: dataset.limit=2,seed=1,tracking=none] examples" in logs, logs[-2000:]
+
+
+def test_http_client_logs_are_quiet_unless_debug(monkeypatch):
+    import logging
+
+    from kgreason.app import quiet_logs
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    logging.getLogger("httpx").setLevel(logging.INFO)
+    quiet_logs()
+    assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # --debug
+    logging.getLogger("httpx").setLevel(logging.INFO)
+    quiet_logs()
+    assert logging.getLogger("httpx").getEffectiveLevel() == logging.INFO
+
+
+@pytest.mark.slow
+def test_sigterm_on_a_parallel_sweep_ends_its_workers(tmp_path):
+    """SIGTERM to a local_parallel sweep ends its worker processes too (loky kept them idle, ~1 GB each)."""
+    import signal
+    import time
+
+    import psutil
+
+    sweep = tmp_path / "sweep"
+    p = subprocess.Popen([sys.executable, "-m", "kgreason", "--multirun", "hydra/launcher=local_parallel",
+                          f"hydra.sweep.dir={sweep}", "tracking=none", "seed=0,1,2,3,4,5,6,7"], cwd=REPO,
+                         env={**_env(), "KGREASON_PROGRESS": "off"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 240
+        workers: list = []
+        while time.monotonic() < deadline and p.poll() is None:
+            workers = psutil.Process(p.pid).children(recursive=True)
+            if workers and any(sweep.glob("*/run.log")):
+                break
+            time.sleep(0.2)
+        assert p.poll() is None and workers, "the sweep ended before its workers could be seen"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode != 0
+        assert "sweep stopped by SIGTERM" in err, err[-2000:]
+        gone, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, f"worker processes still running after SIGTERM: {[w.pid for w in alive]}"
+    finally:
+        if p.poll() is None:
+            p.kill()

@@ -43,6 +43,7 @@ def test_the_llamacpp_route_runs_and_files_apart(tmp_path, monkeypatch):
     cmd = mod.command("metaqa_io", 20, str(tmp_path), route="llamacpp")
     assert "llm.route=llamacpp" in cmd and "hydra.run.dir=outputs/validation/n20_llamacpp/metaqa_io" in cmd
     assert "llm.route=llamacpp" not in mod.command("metaqa_io", 20, str(tmp_path))
+    assert "llm.route=transformers" in mod.command("metaqa_io", 20, str(tmp_path))  # qwen's default is auto
     mod.main(["--n", "5", "--rows", "metaqa_io", "--route", "llamacpp", "--cache", str(tmp_path / "c")])
     assert json.loads((tmp_path / "validation_n5_llamacpp.json").read_text())["metaqa_io"]["status"] == "failed (exit 1)"
     assert not (tmp_path / "validation_n5.json").exists()
@@ -209,3 +210,25 @@ def test_collect_leaves_a_row_without_metrics_out_of_the_table(tmp_path, monkeyp
     assert not out.exists() or "metaqa_tog" not in json.loads(out.read_text())
     err = capsys.readouterr().err
     assert "metaqa_tog" in err and "no metrics.json yet" in err and "failed" not in err
+
+
+def _real_runner():
+    spec = importlib.util.spec_from_file_location("run_validation_as_committed", RUNNER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_generated_doc_tables_agree_with_the_json():
+    """README's method table and docs/validation.md's row tables are made from the committed JSON
+    (`run_validation.py --write-docs`); a hand edit of either, or a JSON change without a rewrite, fails here."""
+    assert _real_runner().write_docs(check=True) == []
+
+
+def test_the_method_table_takes_each_method_from_its_held_out_row():
+    mod = _real_runner()
+    table = mod.method_table()
+    rows = mod.heldout_rows()
+    for reasoner, _, row, _, metric, label in mod.METHODS:
+        line = next(ln for ln in table.splitlines() if ln.startswith(f"| `{reasoner}` |"))
+        assert f"{label} {rows[row]['metrics'][metric]:.2f}" in line, line

@@ -87,7 +87,7 @@ SEQUENTIAL = {"subqrag"}
 # --route llamacpp: the same GGUF through llama.cpp (Q4_K_M kernels, one request at a time), the
 # fast route on a CPU without native bfloat16 (docs/llm.md); its replies are keyed apart, its rows
 # go to validation_n<N>_llamacpp.json. n_ctx 4096: SubQRAG's passage prompts plus 512 new tokens.
-ROUTES = {"transformers": ([], ""), "llamacpp": (["llm.route=llamacpp", "llm.n_ctx=4096"], "_llamacpp")}
+ROUTES = {"transformers": (["llm.route=transformers"], ""), "llamacpp": (["llm.route=llamacpp", "llm.n_ctx=4096"], "_llamacpp")}
 
 
 #: the two named question splits of every dataset sample (conf/config.yaml `questions`):
@@ -280,6 +280,128 @@ def markdown() -> str:
     return "\n".join(out).strip()
 
 
+#: the README's method table: (reasoner, the paper or source it follows, its validation row, the
+#: dataset overrides of the row's command, the metric shown, that metric's name in the table)
+METHODS = [
+    ("io", "baseline: the question alone", "metaqa_io", "dataset=metaqa kg=metaqa", "hits_at_1", "Hits@1"),
+    ("cot", "baseline: chain of thought", "metaqa_cot", "dataset=metaqa kg=metaqa", "hits_at_1", "Hits@1"),
+    ("rag", "baseline: k-hop facts ranked by MiniLM", "metaqa_rag", "dataset=metaqa kg=metaqa", "hits_at_1",
+     "Hits@1"),
+    ("tog", "Think-on-Graph (IDEA-FinAI/ToG release)", "metaqa_tog", "dataset=metaqa kg=metaqa", "hits_at_1",
+     "Hits@1"),
+    ("reknos", "ReKnoS (reknos.txt)", "metaqa_reknos", "dataset=metaqa kg=metaqa", "hits_at_1", "Hits@1"),
+    ("sgr", "SGR (sgr.txt)", "metaqa_sgr", "dataset=metaqa kg=metaqa", "hits_at_1", "Hits@1"),
+    ("rag_text", "baseline: top passages by MiniLM", "hotpotqa_rag_text", "dataset=hotpotqa", "em", "EM"),
+    ("subqrag", "SubQRAG (subqrag.txt)", "hotpotqa_subqrag", "dataset=hotpotqa", "em", "EM"),
+    ("logoskg_dx", "LogosKG diagnosis study (logoskg.txt)", "ddxplus_logoskg_dx", "dataset=ddxplus kg=ddxplus",
+     "dx_round2_f1", "Round 2 dx F1"),
+    ("kg_dx", "KG-only diagnosis ranking (no LLM)", "ddxplus_kg_dx", "dataset=ddxplus kg=ddxplus", "hits_at_1",
+     "Hits@1"),
+]
+
+
+def heldout_rows() -> dict[str, dict]:
+    """The committed held-out rows on the llama.cpp route, the largest N of each row winning."""
+    out: dict[str, dict] = {}
+    files = sorted(HERE.glob("validation_heldout_n*_llamacpp.json"), key=lambda f: int(f.stem.split("_n")[1].split("_")[0]))
+    for f in files:
+        for row, e in json.loads(f.read_text()).items():
+            if "metrics" in e and not e.get("partial"):
+                out[row] = {**e, "_file": f.name}
+    return out
+
+
+def seconds_per_question(e: dict) -> float | None:
+    """A row's time per question: ``seconds_per_question`` where the row's sittings were summed by
+    hand (its ``wall_note`` says how), else its one sitting's ``wall_s`` over its questions."""
+    if isinstance(e.get("seconds_per_question"), (int, float)):
+        return float(e["seconds_per_question"])
+    if isinstance(e.get("wall_s"), (int, float)) and e.get("n_examples") and not e.get("wall_note"):
+        return e["wall_s"] / e["n_examples"]
+    return None
+
+
+def method_table() -> str:
+    """The README's table of every method: command, source, time per question, held-out score."""
+    rows = heldout_rows()
+    out = ["| method | follows | add to the command | s / question | held-out score [95% CI] | N |",
+           "|---|---|---|---|---|---|"]
+    for reasoner, source, row, data, metric, label in METHODS:
+        e = rows.get(row)
+        if e is None:
+            out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | – | not measured | – |")
+            continue
+        v, ci = e["metrics"].get(metric), (e.get("ci95") or {}).get(metric)
+        score = f"{label} {v:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+        sq = seconds_per_question(e)
+        sq = "–" if sq is None else ("< 1" if sq < 1 else f"{sq:.0f}")
+        out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | {sq} | {score} | {e['n_examples']} |")
+    return "\n".join(out)
+
+
+FIGURE = "docs/figures/heldout_methods.png"
+
+
+def method_figure(path: Path) -> Path:
+    """The README's figure: each method's held-out score with its 95% interval (from the JSON)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = heldout_rows()
+    items = [(f"{reasoner} ({row.split('_')[0]}, N={rows[row]['n_examples']})", rows[row]["metrics"][metric],
+              (rows[row].get("ci95") or {}).get(metric), label)
+             for reasoner, _, row, _, metric, label in METHODS if row in rows and reasoner != "kg_dx"]
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(items) + 1.0))
+    for i, (name, v, ci, label) in enumerate(reversed(items)):
+        err = [[v - ci[0]], [ci[1] - v]] if ci else None
+        ax.barh(i, v, xerr=err, color="#4c72b0", capsize=3)
+        ax.text((ci[1] if ci else v) + 0.02, i, f"{label} {v:.2f}", va="center", fontsize=8)
+    ax.set_yticks(range(len(items)), [n for n, *_ in reversed(items)], fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("held-out score, 95% bootstrap interval (Qwen2.5-Coder-1.5B, llama.cpp, CPU)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+#: generated blocks in the docs: (file, marker name, function that makes the block)
+GENERATED = [("README.md", "methods", method_table), ("docs/validation.md", "tables", lambda: markdown())]
+
+
+def _block(name: str) -> tuple[str, str]:
+    return (f"<!-- generated: {name} (python experiments/validation/run_validation.py --write-docs) -->",
+            f"<!-- end generated: {name} -->")
+
+
+def write_docs(check: bool = False) -> list[str]:
+    """Rewrite each generated block from the JSON; with ``check``, write nothing and return the
+    files whose block differs from what the JSON gives (a test runs this)."""
+    stale = []
+    for rel, name, make in GENERATED:
+        path = ROOT / rel
+        text = path.read_text(encoding="utf-8")
+        start, end = _block(name)
+        if start not in text or end not in text:
+            stale.append(f"{rel}: no generated block '{name}'")
+            continue
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        new = f"{head}{start}\n{make()}\n{end}{tail}"
+        if new != text:
+            stale.append(rel)
+            if not check:
+                path.write_text(new, encoding="utf-8")
+    if not check:
+        method_figure(ROOT / FIGURE)
+    elif not (ROOT / FIGURE).is_file():
+        stale.append(f"{FIGURE}: missing")
+    return stale
+
+
 DEFAULT_CACHE = "~/.cache/kgreason/validation"
 
 
@@ -313,12 +435,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="delete each row's run dir first (re-parse every cached reply, e.g. after a parser fix)")
     ap.add_argument("--table", action="store_true", help="print the committed rows as markdown and exit")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="rewrite the generated tables in README.md and docs/validation.md from the JSON and exit")
     ap.add_argument("--collect", action="store_true",
                     help="run nothing: summarise each row's run dir as it stands (a row stopped early is "
                          "committed with partial: true and its own N; pairings are taken again)")
     args = ap.parse_args(argv)
     if args.table:
         print(markdown())
+        return 0
+    if args.write_docs:
+        for f in write_docs():
+            print(f"rewrote {f}")
         return 0
     rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]

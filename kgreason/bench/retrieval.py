@@ -310,12 +310,27 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
     if cfg.get("large"):
         out["large"] = run_large(kg, cfg)
     print(format_table(out, hops))
-    if cfg.get("out"):
-        p = Path(str(cfg.out))
+    p = out_path(cfg.get("out"))
+    if p is not None:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(out, indent=2))
-        print(f"wrote {p}")
+        print(f"bench results: {p}   (another file: out=<path>.json; none: out=none)")
     return out
+
+
+def out_path(out: Any) -> Path | None:
+    """Where the bench writes its JSON: ``out=<path>``, or by default (``auto``) a new file under
+    ``<paths.output>/bench/`` (``$KGREASON_OUTPUT``, else ``outputs/``) named by date and time;
+    ``out=none`` writes nothing."""
+    import time
+
+    from kgreason.paths import resolve
+
+    if out is None or str(out).lower() in ("none", "null", "false", ""):
+        return None
+    if str(out) == "auto":
+        return Path(resolve("output")) / "bench" / time.strftime("%Y-%m-%d/%H-%M-%S_retrieval.json")
+    return Path(str(out))
 
 
 def _same_answers(a: list, b: list) -> bool:

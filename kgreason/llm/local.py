@@ -150,14 +150,19 @@ class LocalLLM:
         from kgreason.llm.hf import DTYPES, resolve_dtype
 
         spec = MODELS.get(model) if model else None
-        if route not in ("transformers", "llamacpp"):
-            raise ValueError(f"llm.route must be 'transformers' or 'llamacpp', got {route!r}")
+        if route not in ("transformers", "llamacpp", "auto"):
+            raise ValueError(f"llm.route must be 'auto', 'transformers' or 'llamacpp', got {route!r}")
+        if route == "auto":
+            route = pick_route()
         if model and spec is None and not gguf_path:  # would silently run SmolLM2 under another name
             raise ValueError(f"llm.model={model!r} is not a named local model (known: {sorted(MODELS)}); "
                              "for another GGUF set llm.gguf_path=<file> (llm.model then only names it)")
         if dtype not in DTYPES:  # checked before any assembly or conversion
             raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
         self.gguf = resolve_gguf(model, package, gguf_path, cache_dir, sha256)
+        warning = cannot_read_warning(model, package, gguf_path)
+        if warning:
+            log.warning(warning)
         self.route = route
         default_dtype = spec.dtype if spec is not None else "float32"
         # auto: the model's measured dtype; on the transformers route float32 instead of bfloat16
@@ -182,6 +187,28 @@ class LocalLLM:
 
     def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
         return self.impl.score(prompt, candidates)
+
+
+def cannot_read_warning(model: str | None, package: str, gguf_path: str | None) -> str | None:
+    """The start-of-run warning for the embedded SmolLM2-135M: it runs the plumbing end to end but
+    cannot read a prompt, so its scores say nothing about a method."""
+    if model or gguf_path or package != DEFAULT_PACKAGE:
+        return None
+    return ("llm=local is SmolLM2-135M, which cannot read: this run's scores mean nothing (it checks the "
+            "plumbing only). For a model that can read: `make qwen`, then llm=qwen_coder_1_5b")
+
+
+def pick_route() -> str:
+    """``route: auto``: llama.cpp when ``llama-cpp-python`` is installed (``make qwen`` installs it;
+    several times faster on a CPU than the transformers route, which also converts the GGUF to a
+    ~6 GB float32 copy), else transformers. The choice is logged and names the model
+    (:func:`model_name`), so replies of one route are never reused by the other."""
+    import importlib.util
+
+    route = "llamacpp" if importlib.util.find_spec("llama_cpp") is not None else "transformers"
+    log.info("llm.route=auto: using the %s route%s", route,
+             "" if route == "llamacpp" else " (llama-cpp-python is not installed; `make qwen` installs it)")
+    return route
 
 
 def model_name(base: str, route: str, dtype: str, default_dtype: str) -> str:

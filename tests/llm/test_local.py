@@ -104,3 +104,26 @@ def test_llamacpp_score_evaluates_the_prompt_once_and_matches_a_full_evaluation(
     # a generation after scoring answers as usual (its prefix match starts from the scored prompt)
     (c,) = m.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=8)])
     assert "paris" in c.text.lower()
+
+
+def test_the_embedded_model_warns_that_it_cannot_read_and_named_models_do_not():
+    from kgreason.llm.local import DEFAULT_PACKAGE, cannot_read_warning
+
+    w = cannot_read_warning(None, DEFAULT_PACKAGE, None)
+    assert w and "cannot read" in w and "llm=qwen_coder_1_5b" in w
+    assert cannot_read_warning("qwen2.5-coder-1.5b-instruct", DEFAULT_PACKAGE, None) is None
+    assert cannot_read_warning(None, DEFAULT_PACKAGE, "/some/other.gguf") is None
+
+
+def test_route_auto_takes_llamacpp_when_installed_and_says_so(monkeypatch, caplog):
+    import importlib.util
+    import logging
+
+    from kgreason.llm import local
+
+    for installed, want in ((True, "llamacpp"), (False, "transformers")):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, _i=installed: object() if _i else None)
+        with caplog.at_level(logging.INFO, logger=local.log.name):
+            assert local.pick_route() == want
+        assert f"using the {want} route" in caplog.text
+        caplog.clear()
