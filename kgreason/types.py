@@ -144,6 +144,7 @@ class Usage:
     parse_failures: int = 0
     reasks: int = 0  # follow-up calls made because a reply did not parse (reasoners/base.ask)
     reasoning_tokens: int = 0  # the part of completion_tokens a reasoning model spent reasoning
+    sampled_calls: int = 0  # requests made at temperature > 0 (counted by the metering layer, hits included)
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))
