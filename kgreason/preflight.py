@@ -94,7 +94,7 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
     wait = _get(cfg, "preflight.probe_wait_s")
     if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0):
         problems.append(f"preflight.probe_wait_s={wait!r}: expected a number of seconds >= 0")
-    for key in ("seed", "dataset.seed", "kg.seed", "judge.seed"):  # seed=abc must not reach a run
+    for key in ("seed", "dataset.sample_seed", "kg.seed", "judge.seed"):  # seed=abc must not reach a run
         v = _get(cfg, key)
         if v is not None and (not _is_int(v) or v < 0):
             problems.append(f"{key}={v!r}: expected an integer >= 0")

@@ -140,8 +140,9 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         graphdb = _owned(stack, instantiate(cfg.graphdb, kg=kg)) if _configured(cfg.get("graphdb")) else None
         # every LLM handed out is metered: its calls land in the current example's ledger (issue 16)
         workers = int(cfg.get("example_workers") or 1)  # local/hf models batch across concurrent examples
+        seed = int(cfg.get("seed") or 0)  # sampled requests carry it and a per-example sample index (docs/llm.md)
         llm = _owned(stack, MeteredLLM(LazyLLM(cfg.llm, cfg.get("llm_cache"), example_workers=workers),
-                                       purpose="answer"))
+                                       purpose="answer", seed=seed))
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
         names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
@@ -152,7 +153,7 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         if _configured(cfg.get("judge")):
             # the judge's own model (judge.llm), never silently the judged one (issue 16)
             judge_llm = _owned(stack, MeteredLLM(LazyLLM(judge_llm_config(cfg.judge, cfg.llm), cfg.get("llm_cache")),
-                                                 purpose="judge"))
+                                                 purpose="judge", seed=seed))
             judge = _owned(stack, instantiate(_without(cfg.judge, "llm", "allow_self_judging"), llm=judge_llm))
             judge_llm.get()  # built now: a judge that cannot start stops the run before the first example
         # partial: the run config holds _target_ keys that must not be instantiated

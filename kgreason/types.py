@@ -146,6 +146,7 @@ class Usage:
     reasoning_tokens: int = 0  # the part of completion_tokens a reasoning model spent reasoning
     usage_unknown: int = 0  # calls whose reply gave no token counts: their tokens and cost are not in the sums
     replies_cut: int = 0  # replies cut at the backend's max_reply_chars
+    sampled_calls: int = 0  # requests made at temperature > 0 (counted by the metering layer, hits included)
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))

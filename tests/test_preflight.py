@@ -206,7 +206,7 @@ def test_temperatures_a_reasoning_model_cannot_serve_stop_at_start_up():
     ("seed", 1.5, "seed=1.5: expected an integer >= 0"),
     ("seed", -1, "seed=-1: expected an integer >= 0"),
     ("seed", True, "seed=True: expected an integer >= 0"),
-    ("dataset.seed", "x", "dataset.seed='x': expected an integer >= 0"),
+    ("dataset.sample_seed", "x", "dataset.sample_seed='x': expected an integer >= 0"),
     ("kg.seed", "x", "kg.seed='x': expected an integer >= 0"),
 ])
 def test_seed_must_be_an_integer(key, value, expected):
@@ -216,7 +216,7 @@ def test_seed_must_be_an_integer(key, value, expected):
 
 
 def test_seed_as_integer_passes():
-    assert check_settings(_cfg(seed=3, **{"dataset.seed": 3, "kg.seed": 0})) == []
+    assert check_settings(_cfg(seed=3, **{"dataset.sample_seed": 3, "kg.seed": 0})) == []
 
 
 @pytest.mark.parametrize("name", ["../../../x", "/abs/db", "a/b"])

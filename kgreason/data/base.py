@@ -1,4 +1,8 @@
-"""ExampleSet: a named, sized, iterable list of examples with seeded sampling and a limit."""
+"""ExampleSet: a named, sized, iterable list of examples with seeded sampling and a limit.
+
+The sample is drawn with its own seed, ``dataset.sample_seed`` (0 by default in every
+``conf/dataset/*.yaml``), never with the run's ``seed``: a seed sweep then answers the same
+questions in every job and varies only the method (docs/data.md, "Sampling")."""
 
 from __future__ import annotations
 
@@ -24,13 +28,13 @@ class DataError(ValueError):
 class ExampleSet:
     """Examples in a fixed order.
 
-    ``sample=N`` draws N examples without replacement with ``seed`` (the 1,000-question protocol
-    of HippoRAG/SubQRAG is ``sample=1000``); ``limit=N`` then keeps the first N. Duplicate ids
-    are rejected, since resume relies on them.
+    ``sample=N`` draws N examples without replacement with ``sample_seed`` (the 1,000-question
+    protocol of HippoRAG/SubQRAG is ``sample=1000``), kept in file order; ``limit=N`` then keeps
+    the first N. Duplicate ids are rejected, since resume relies on them.
     """
 
     def __init__(self, name: str, examples: Sequence[Example], *, sample: int | None = None,
-                 limit: int | None = None, seed: int = 0, origins: Sequence[str] | None = None,
+                 limit: int | None = None, sample_seed: int = 0, origins: Sequence[str] | None = None,
                  id_field: str | Sequence[str] = "id") -> None:
         """``origins``: where each example was read (``file:line`` or ``file: record i``) and
         ``id_field``: the record field its id came from (one name, or one per example); both
@@ -52,7 +56,7 @@ class ExampleSet:
                                 "example ids must be unique (resume keys rows by id)")
             seen[ex.id] = j
         if sample is not None and sample < len(items):
-            idx = np.sort(np.random.default_rng(seed).choice(len(items), size=sample, replace=False))
+            idx = np.sort(np.random.default_rng(int(sample_seed)).choice(len(items), size=sample, replace=False))
             items = [items[i] for i in idx]
         if limit is not None:
             items = items[: int(limit)]

@@ -49,7 +49,7 @@ def _csv_rows(p: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
 
 
 def load_probsum(path: str | None = None, split: str = "test", limit: int | None = None,
-                 sample: int | None = None, seed: int = 0, source: str = "local",
+                 sample: int | None = None, sample_seed: int = 0, source: str = "local",
                  hub_id: str = "") -> ExampleSet:
     """ProbSum (BioNLP 2023 Task 1A) CSV → ExampleSet; ``diagnoses`` = ``;``-split Summary."""
     if source == "hub":
@@ -72,7 +72,7 @@ def load_probsum(path: str | None = None, split: str = "test", limit: int | None
         items.append(Example(id=f"probsum-{fid}", question=note, answers=problems, answer_groups=tuple((p,) for p in problems),
                              diagnoses=problems, findings=(s, o, a) if o else (s, a),
                              extra={"summary": row["Summary"].strip(), "assessment": a}))
-    return ExampleSet("probsum", items, sample=sample, limit=limit, seed=seed,
+    return ExampleSet("probsum", items, sample=sample, limit=limit, sample_seed=sample_seed,
                       origins=[f"{path}: record {i}" for i in range(len(items))], id_field="File ID")
 
 

@@ -321,7 +321,7 @@ def parse_patient(row: PatientRow, dec: DDXPlusDecoder, fr_codes: Mapping[str, s
 
 
 def load_ddxplus(path: str | None = None, conditions: str | None = None, evidences: str | None = None,
-                 split: str = "test", limit: int | None = None, sample: int | None = None, seed: int = 0,
+                 split: str = "test", limit: int | None = None, sample: int | None = None, sample_seed: int = 0,
                  source: str = "local", hub_id: str = "aai530-group6/ddxplus") -> ExampleSet:
     """DDXPlus patients → ExampleSet (gold diagnosis = ``PATHOLOGY`` in English)."""
     if conditions is None or evidences is None:
@@ -338,8 +338,8 @@ def load_ddxplus(path: str | None = None, conditions: str | None = None, evidenc
     else:
         raise DataError(f"ddxplus: source must be 'local' or 'hub', got {source!r}")
     fr = french_code_map(rows, dec)
-    return ExampleSet("ddxplus", [parse_patient(r, dec, fr) for r in rows], sample=sample, limit=limit, seed=seed,
-                      origins=[r.where for r in rows])
+    return ExampleSet("ddxplus", [parse_patient(r, dec, fr) for r in rows], sample=sample, limit=limit,
+                      sample_seed=sample_seed, origins=[r.where for r in rows])
 
 
 def load_ddxplus_kg(conditions: PathLike, evidences: PathLike, name: str = "ddxplus") -> KG:

@@ -13,7 +13,7 @@ from kgreason.kg.embedded import make_world
 
 
 def load_embedded(task: str = "kgqa", hops: list[int] | None = None, limit: int | None = None,
-                  sample: int | None = None, seed: int = 0, world_seed: int = 0) -> ExampleSet:
+                  sample: int | None = None, sample_seed: int = 0, world_seed: int = 0) -> ExampleSet:
     w = make_world(world_seed)
     if task == "kgqa":
         items = [q for q in w.questions if hops is None or q.hops in hops]
@@ -27,7 +27,7 @@ def load_embedded(task: str = "kgqa", hops: list[int] | None = None, limit: int 
         items = list(w.patients)
     else:
         raise ValueError(f"load_embedded: unknown task {task!r}; expected kgqa | multihop | clinical")
-    return ExampleSet(f"embedded-{task}", items, sample=sample, limit=limit, seed=seed)
+    return ExampleSet(f"embedded-{task}", items, sample=sample, limit=limit, sample_seed=sample_seed)
 
 
 def _supporting(w, q) -> list[str]:

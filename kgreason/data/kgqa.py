@@ -152,7 +152,7 @@ def uniq(items: Iterable[str]) -> tuple[str, ...]:
 
 
 def build_set(name: str, records: list[dict], parse: Callable[[dict, str], Example | None], src: str,
-              *, limit: int | None, sample: int | None, seed: int) -> ExampleSet:
+              *, limit: int | None, sample: int | None, sample_seed: int) -> ExampleSet:
     out, origins, fields = [], [], []
     for i, rec in enumerate(records):
         ex = parse(dict(rec, _index=i), f"{src}: record {i}")
@@ -160,10 +160,11 @@ def build_set(name: str, records: list[dict], parse: Callable[[dict, str], Examp
             out.append(ex)
             origins.append(origin_of(rec, src, i))
             fields.append(next((k for k in ID_FIELDS if k in rec and str(rec[k]) == ex.id), "id"))
-    return ExampleSet(name, out, sample=sample, limit=limit, seed=seed, origins=origins, id_field=fields)
+    return ExampleSet(name, out, sample=sample, limit=limit, sample_seed=sample_seed, origins=origins,
+                      id_field=fields)
 
 
-def _load(name: str, path, split, limit, sample, seed, source, hub_id, hub_name, parse) -> ExampleSet:
+def _load(name: str, path, split, limit, sample, sample_seed, source, hub_id, hub_name, parse) -> ExampleSet:
     if source == "hub":
         records, src = hub_records(hub_id, split, hub_name), f"hub:{hub_id}[{split}]"
     elif source == "local":
@@ -172,7 +173,7 @@ def _load(name: str, path, split, limit, sample, seed, source, hub_id, hub_name,
         records, src = read_records(path), str(path)
     else:
         raise DataError(f"{name}: source must be 'local' or 'hub', got {source!r}")
-    return build_set(name, records, parse, src, limit=limit, sample=sample, seed=seed)
+    return build_set(name, records, parse, src, limit=limit, sample=sample, sample_seed=sample_seed)
 
 
 # ----------------------------------------------------------------------------- record parsers
@@ -279,21 +280,21 @@ def parse_webqsp_official(rec: dict, where: str) -> Example:
 
 
 def load_cwq(path: str | None = None, split: str = "test", limit: int | None = None,
-             sample: int | None = None, seed: int = 0, source: str = "local",
+             sample: int | None = None, sample_seed: int = 0, source: str = "local",
              hub_id: str = "rmanluo/RoG-cwq") -> ExampleSet:
     """ComplexWebQuestions (ToG ``cwq.json``; or RoG JSONL / hub). Questions without answers raise."""
-    return _load("cwq", path, split, limit, sample, seed, source, hub_id, None, parse_tog)
+    return _load("cwq", path, split, limit, sample, sample_seed, source, hub_id, None, parse_tog)
 
 
 def load_webqsp(path: str | None = None, split: str = "test", limit: int | None = None,
-                sample: int | None = None, seed: int = 0, source: str = "local",
+                sample: int | None = None, sample_seed: int = 0, source: str = "local",
                 hub_id: str = "rmanluo/RoG-webqsp") -> ExampleSet:
     """WebQSP (official ``Parses`` format, ToG JSON, WebQuestions ToG JSON, or RoG)."""
-    return _load("webqsp", path, split, limit, sample, seed, source, hub_id, None, parse_tog)
+    return _load("webqsp", path, split, limit, sample, sample_seed, source, hub_id, None, parse_tog)
 
 
 def load_grailqa(path: str | None = None, split: str = "validation", limit: int | None = None,
-                 sample: int | None = None, seed: int = 0, source: str = "local",
+                 sample: int | None = None, sample_seed: int = 0, source: str = "local",
                  hub_id: str = "grail_qa") -> ExampleSet:
     """GrailQA (ToG ``grailqa.json`` / official JSON: ``answer[{answer_argument, entity_name}]``)."""
 
@@ -304,7 +305,7 @@ def load_grailqa(path: str | None = None, split: str = "validation", limit: int 
                                     for x, n in zip(a.get("answer_argument", []), a.get("entity_name", []))])
         return parse_tog(rec, where)
 
-    return _load("grailqa", path, split, limit, sample, seed, source, hub_id, None, parse)
+    return _load("grailqa", path, split, limit, sample, sample_seed, source, hub_id, None, parse)
 
 
 __all__ = ["read_records", "answer_strings", "hub_records", "load_cwq", "load_webqsp", "load_grailqa", "parse_tog",

@@ -40,7 +40,7 @@ def _hops_from(path: Path, hops: int | None) -> int | None:
 
 
 def load_metaqa(path: str, split: str = "test", hops: int | None = None, limit: int | None = None,
-                sample: int | None = None, seed: int = 0, source: str = "local",
+                sample: int | None = None, sample_seed: int = 0, source: str = "local",
                 keep_brackets: bool = False) -> ExampleSet:
     """MetaQA questions. ``hops`` defaults to the number in the file path (``2-hop/qa_test.txt``,
     ``2hop_test_sample1000.jsonl``); ``split`` names the ids of official-format files."""
@@ -94,8 +94,8 @@ def load_metaqa(path: str, split: str = "test", hops: int | None = None, limit: 
             items.append(Example(id=f"{h}hop-{split}-{line_no - 1}", question=parts[0] if keep_brackets else q,
                                  answers=ans, answer_groups=tuple((a,) for a in ans), topic_entities=(topic,),
                                  topic_names=(topic,), hops=h))
-    return ExampleSet(f"metaqa-{h}hop" if h else "metaqa", items, sample=sample, limit=limit, seed=seed,
-                      origins=origins)
+    return ExampleSet(f"metaqa-{h}hop" if h else "metaqa", items, sample=sample, limit=limit,
+                      sample_seed=sample_seed, origins=origins)
 
 
 __all__ = ["load_metaqa", "parse_question"]

@@ -151,17 +151,17 @@ def _records(name, path, split, source, hub_id, hub_name):
 
 
 def load_hotpotqa(path: str | None = None, split: str = "validation", limit: int | None = None,
-                  sample: int | None = None, seed: int = 0, source: str = "local",
+                  sample: int | None = None, sample_seed: int = 0, source: str = "local",
                   corpus: str | None = None, hub_id: str = "hotpot_qa",
                   hub_name: str = "distractor") -> ExampleSet:
     """HotpotQA (official / IRCoT / HippoRAG question file + ``corpus``)."""
     recs, src = _records("hotpotqa", path, split, source, hub_id, hub_name)
-    es = build_set("hotpotqa", recs, parse_hotpot, src, limit=limit, sample=sample, seed=seed)
+    es = build_set("hotpotqa", recs, parse_hotpot, src, limit=limit, sample=sample, sample_seed=sample_seed)
     return _finish(es, corpus)
 
 
 def load_musique(path: str | None = None, split: str = "validation", limit: int | None = None,
-                 sample: int | None = None, seed: int = 0, source: str = "local",
+                 sample: int | None = None, sample_seed: int = 0, source: str = "local",
                  corpus: str | None = None, answerable_only: bool = True,
                  hub_id: str = "dgslibisey/MuSiQue", hub_name: str | None = None) -> ExampleSet:
     """MuSiQue-Ans official JSONL (``answerable_only`` drops MuSiQue-Full's unanswerable twins)."""
@@ -171,17 +171,17 @@ def load_musique(path: str | None = None, split: str = "validation", limit: int 
         ex = parse_musique(rec, where)
         return ex if (ex.extra["answerable"] or not answerable_only) else None
 
-    es = build_set("musique", recs, parse, src, limit=limit, sample=sample, seed=seed)
+    es = build_set("musique", recs, parse, src, limit=limit, sample=sample, sample_seed=sample_seed)
     return _finish(es, corpus)
 
 
 def load_twowiki(path: str | None = None, split: str = "validation", limit: int | None = None,
-                 sample: int | None = None, seed: int = 0, source: str = "local",
+                 sample: int | None = None, sample_seed: int = 0, source: str = "local",
                  corpus: str | None = None, hub_id: str = "xanhho/2WikiMultihopQA",
                  hub_name: str | None = None) -> ExampleSet:
     """2WikiMultiHopQA official (records without ``context`` keep an empty per-example corpus)."""
     recs, src = _records("twowiki", path, split, source, hub_id, hub_name)
-    es = build_set("twowiki", recs, parse_hotpot, src, limit=limit, sample=sample, seed=seed)
+    es = build_set("twowiki", recs, parse_hotpot, src, limit=limit, sample=sample, sample_seed=sample_seed)
     return _finish(es, corpus)
 
 

@@ -18,6 +18,8 @@ purpose (:class:`MeteredLLM` adds every call to the example's :class:`Ledger`; t
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import threading
 import time
@@ -26,7 +28,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from kgreason.types import Usage, to_jsonable
+from kgreason.types import ChatRequest, Usage, to_jsonable
 
 log = logging.getLogger("kgreason.llm")
 
@@ -98,7 +100,7 @@ def split_usage(total: Usage, n: int) -> list[Usage]:
         out.append(Usage(calls=part(total.calls), cache_hits=part(total.cache_hits),
                          prompt_tokens=part(total.prompt_tokens), completion_tokens=part(total.completion_tokens),
                          latency_s=total.latency_s / n, cost_usd=total.cost_usd / n,
-                         reasoning_tokens=part(total.reasoning_tokens)))
+                         reasoning_tokens=part(total.reasoning_tokens), sampled_calls=part(total.sampled_calls)))
     return out
 
 
@@ -135,13 +137,27 @@ class Ledger:
 
     ``payer``: ``[run id, example id]`` of the example attempt this ledger counts (set
     by the run loop), written into every call-cache entry the attempt pays for; see
-    :func:`claim_paid` for how a resumed run counts those entries."""
+    :func:`claim_paid` for how a resumed run counts those entries.
 
-    def __init__(self, payer: Sequence[str] | None = None) -> None:
+    ``example_id`` (default: the payer's example id) and the per-purpose count of sampled
+    requests made so far (:meth:`next_samples`) give each sampled request its
+    :func:`sample_index`."""
+
+    def __init__(self, payer: Sequence[str] | None = None, example_id: str | None = None) -> None:
         self.by_purpose: dict[str, Usage] = {}
         self._lock = threading.Lock()
         self.payer = [str(x) for x in payer] if payer else None
+        self.example_id = str(example_id) if example_id is not None else (self.payer[1] if self.payer else None)
         self._claimed: set[str] = set()
+        self._sampled: dict[str, int] = {}
+
+    def next_samples(self, purpose: str, n: int) -> int:
+        """Reserve the next ``n`` sampled-request numbers of ``purpose`` in this example; returns
+        the first. The numbers follow the order of the calls inside the example only."""
+        with self._lock:
+            start = self._sampled.get(purpose, 0)
+            self._sampled[purpose] = start + int(n)
+            return start
 
     def claim(self, key: str) -> bool:
         """True the first time ``key`` is claimed in this ledger."""
@@ -170,10 +186,11 @@ class Ledger:
 
 
 @contextmanager
-def example_ledger(payer: Sequence[str] | None = None) -> Iterator[Ledger]:
+def example_ledger(payer: Sequence[str] | None = None, example_id: str | None = None) -> Iterator[Ledger]:
     """Count every LLM call made inside the block (this thread/context) into a fresh ledger;
-    ``payer`` = ``[run id, example id]`` (see :func:`claim_paid`)."""
-    led = Ledger(payer)
+    ``payer`` = ``[run id, example id]`` (see :func:`claim_paid`); ``example_id`` (default: the
+    payer's) seeds the sample indices of the block's sampled requests (:func:`sample_index`)."""
+    led = Ledger(payer, example_id)
     token = _LEDGER.set(led)
     try:
         yield led
@@ -255,19 +272,53 @@ def mark_score_cached() -> None:
         flag[0] = True
 
 
+def sample_index(example_id: str | None, purpose: str, order: int) -> int:
+    """The sample index of the ``order``-th sampled request (0-based) of ``purpose`` inside one
+    example: 31 bits of ``sha256(example id, purpose, order)``. It depends on nothing else, so
+    the same call gets the same index whatever the worker count, a resume or the cache's content,
+    and calls of different examples or purposes never share one."""
+    blob = "\x1f".join(("" if example_id is None else str(example_id), purpose, str(int(order))))
+    return int.from_bytes(hashlib.sha256(blob.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def seeded(requests: Sequence[ChatRequest], seed: int, example_id: str | None, purpose: str,
+           first: int) -> list[ChatRequest]:
+    """``requests`` as the run sends them (docs/llm.md, "Seeds and sampled calls"):
+
+    * temperature > 0: ``seed`` = the request's own (a reasoner's or judge's ``seed`` setting)
+      or else the run's; ``sample_index`` = :func:`sample_index` of its order among the sampled
+      requests of ``purpose`` in this example (``first`` is the order of the first one here);
+    * temperature 0: no seed (``seed=None``), so the call is shared by every run seed.
+    """
+    out, j = [], int(first)
+    for r in requests:
+        if float(r.temperature) > 0:
+            r = dataclasses.replace(r, seed=int(seed) if r.seed is None else int(r.seed),
+                                    sample_index=sample_index(example_id, purpose, j))
+            j += 1
+        elif r.seed is not None:
+            r = dataclasses.replace(r, seed=None)
+        out.append(r)
+    return out
+
+
 class MeteredLLM:
     """Counts every call of the wrapped LLM into the current example's ledger (or, outside any
     example, into ``self.outside``). Same protocol as the LLM; other attributes pass through.
 
-    ``generate``: the usage the backend (or the cache, for hits) reports on each completion.
+    ``generate``: the usage the backend (or the cache, for hits) reports on each completion, and
+    ``sampled_calls`` = the requests made at temperature > 0. With ``seed`` (the run's seed;
+    ``run.build`` always gives it) the requests are first :func:`seeded`: a sampled request carries
+    the seed and its sample index to the call cache (its key) and the backend.
     ``score``: one call per ``score()`` invocation (a cache hit counts as ``cache_hits``); its
     tokens and cost are not reported by the backends, so they count 0.
     """
 
-    def __init__(self, inner: Any, purpose: str = "answer") -> None:
+    def __init__(self, inner: Any, purpose: str = "answer", seed: int | None = None) -> None:
         if purpose not in PURPOSES:
             raise ValueError(f"MeteredLLM: purpose must be one of {PURPOSES}, got {purpose!r}")
         self.inner, self.purpose = inner, purpose
+        self.seed = None if seed is None else int(seed)
         self.outside = Ledger()
 
     def __getattr__(self, name: str) -> Any:
@@ -278,9 +329,13 @@ class MeteredLLM:
 
     def generate(self, requests):
         requests = list(requests)
-        out = self.inner.generate(requests)
         purpose = self.purpose if self.purpose == "judge" else (_PURPOSE.get() or self.purpose)
-        self._record(purpose, Usage.total(c.usage for c in out))
+        n_sampled = sum(float(r.temperature) > 0 for r in requests)
+        if self.seed is not None:
+            led = _LEDGER.get() or self.outside
+            requests = seeded(requests, self.seed, led.example_id, purpose, led.next_samples(purpose, n_sampled))
+        out = self.inner.generate(requests)
+        self._record(purpose, Usage.total(c.usage for c in out) + Usage(sampled_calls=n_sampled))
         return out
 
     def score(self, prompt, candidates):
@@ -304,6 +359,8 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
       judge included; ``llm/calls`` and ``llm/cost_usd`` are what this run sent and paid (a cache
       hit is in ``llm/cache_hits``, not in ``llm/calls``);
     * ``llm/<purpose>/<field>`` for each purpose that made calls;
+    * ``llm/sampled_calls``: the requests made at temperature > 0, all purposes, cache hits
+      included (0: no call sampled, so the run seed changed no LLM reply);
     * ``llm/calls_per_question``, ``llm/tokens_per_question``: the *method's* requests (answer +
       score + index; the judge is not part of the method) per example, **whether the backend or
       the call cache answered them** (calls + cache hits; a hit keeps the tokens of the call it
@@ -339,6 +396,7 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
     # calls (and cache hits) whose reply had no token counts: left out of the token and cost sums above
     out["llm/calls_usage_unknown"] = total.usage_unknown
     out["llm/replies_cut"] = total.replies_cut  # replies cut at llm.max_reply_chars
+    out["llm/sampled_calls"] = total.sampled_calls
     out["llm/calls_per_question"] = (method.calls + method.cache_hits) / n
     out["llm/tokens_per_question"] = (method.prompt_tokens + method.completion_tokens) / n
     if "judge" in per:

@@ -12,7 +12,12 @@
   are never written.
 * **Values** – JSON rows (texts, token_logprobs, the original usage), never pickles.
 * **Sampled calls are cached too**: resuming a run must not repeat paid calls;
-  ``sample_index``/``seed`` keep distinct samples distinct.
+  ``sample_index``/``seed`` keep distinct samples distinct. The metering layer
+  (:func:`~kgreason.llm.accounting.seeded`) gives every request at temperature > 0 the run's seed
+  and a per-example sample index, and takes the seed off requests at temperature 0: a seed
+  sweep draws new samples and shares its greedy calls (docs/llm.md, "Seeds and sampled calls").
+  Each stored reply records its ``sampling`` settings (temperature, seed, sample_index), so a
+  cache can be audited per seed.
 * **Modes** – ``readwrite`` (default), ``readonly`` (replay: a miss raises
   :class:`~kgreason.llm.base.CacheMiss`), ``off`` (no file is opened).
 * **Concurrency** – WAL journal + ``busy_timeout``, one short transaction per insert
@@ -184,8 +189,11 @@ class CachedLLM:
                 if len(c.texts) < max(1, int(getattr(requests[i], "n", 1) or 1)):
                     continue  # not a whole reply (fewer texts than asked): returned, never stored
                 claim_paid(keys[i], payer)  # counted now; a repeat in this attempt is a hit
+                r = requests[i]
                 self.store.put(keys[i], {"texts": list(c.texts), "token_logprobs": c.token_logprobs,
-                                         "usage": to_jsonable(c.usage), "paid_by": payer},
+                                         "usage": to_jsonable(c.usage), "paid_by": payer,
+                                         "sampling": {"temperature": r.temperature, "seed": r.seed,
+                                                      "sample_index": r.sample_index}},
                                backend=self.backend, model=self.model, method="generate")
         return out  # type: ignore[return-value]
 

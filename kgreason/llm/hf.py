@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kgreason.llm.accounting import call_usage, split_usage
+from kgreason.llm.base import backend_seed
 from kgreason.types import ChatRequest, Completion, Message, Usage
 
 log = logging.getLogger("kgreason.llm")
@@ -194,8 +195,9 @@ class HFCausalLM:
         r0 = reqs[0]
         enc = self._encode([self.render(r.messages) for r in reqs])
         n_in = enc["input_ids"].shape[1]
-        if r0.seed is not None:
-            torch.manual_seed(int(r0.seed) + 1_000_003 * int(r0.sample_index))
+        seed = backend_seed(r0)  # the group shares seed and sample_index (the grouping key)
+        if seed is not None:
+            torch.manual_seed(seed)
         t0 = time.perf_counter()
         with torch.no_grad():
             gen = self.net.generate(**enc, **self.sampling_kwargs(r0), output_scores=r0.logprobs,

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from kgreason import progress
 from kgreason.llm.accounting import call_usage
+from kgreason.llm.base import backend_seed
 from kgreason.types import ChatRequest, Completion, Message
 
 log = logging.getLogger("kgreason.llm")
@@ -247,8 +248,9 @@ class LlamaCppChat:
                 kw: dict[str, Any] = dict(messages=[{"role": m.role, "content": m.content} for m in r.messages],
                                           temperature=float(r.temperature), top_p=float(r.top_p),
                                           max_tokens=int(r.max_tokens), stop=list(r.stop) or None)
-                if r.seed is not None:
-                    kw["seed"] = int(r.seed) + k + 1_000_003 * int(r.sample_index)
+                seed = backend_seed(r, k)
+                if seed is not None:
+                    kw["seed"] = seed
                 if r.logprobs:
                     kw["logprobs"] = True
                 resp = self.llm.create_chat_completion(**kw)

@@ -59,7 +59,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from kgreason import secrets
 from kgreason.llm.accounting import PriceTable, call_usage
-from kgreason.llm.base import LLMError, ScoringUnsupported
+from kgreason.llm.base import LLMError, ScoringUnsupported, backend_seed
 from kgreason.types import ChatRequest, Completion, Message
 
 log = logging.getLogger("kgreason.llm")
@@ -301,8 +301,9 @@ class OpenAIChat:
             kw.update(temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens)
             if req.stop:
                 kw["stop"] = list(req.stop)
-            if req.seed is not None:
-                kw["seed"] = int(req.seed)
+            seed = backend_seed(req)  # sampled requests only (docs/llm.md, "Seeds and sampled calls")
+            if seed is not None:
+                kw["seed"] = seed
             if req.logprobs:
                 kw["logprobs"] = True
         if self.extra_body:

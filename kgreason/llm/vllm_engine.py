@@ -18,6 +18,7 @@ import time
 from typing import Any, Sequence
 
 from kgreason.llm.accounting import call_usage, split_usage
+from kgreason.llm.base import backend_seed
 from kgreason.types import ChatRequest, Completion, Message, Usage
 
 
@@ -36,9 +37,9 @@ def sampling_kwargs(req: ChatRequest) -> dict[str, Any]:
                           "max_tokens": int(req.max_tokens)}
     if req.stop:
         kw["stop"] = list(req.stop)
-    if req.seed is not None:
-        # sample_index shifts the seed so repeated sampled calls differ but stay reproducible
-        kw["seed"] = int(req.seed) + 1_000_003 * int(req.sample_index)
+    seed = backend_seed(req)  # sample_index shifts the seed: repeated sampled calls differ, reproducibly
+    if seed is not None:
+        kw["seed"] = seed
     if req.logprobs:
         kw["logprobs"] = 0
     return kw

@@ -32,5 +32,5 @@ def test_pairing_rog_dataset_follows_kg(tmp_path, monkeypatch):
     cfg = compose_cfg(["dataset=webqsp", "kg=rog_subgraphs"], tmp_path)
     assert cfg.dataset.path == str(rog)
     kg = instantiate(cfg.kg)
-    ds = instantiate({k: v for k, v in cfg.dataset.items() if k != "metrics"} | {"seed": 0})
+    ds = instantiate({k: v for k, v in cfg.dataset.items() if k != "metrics"} | {"sample_seed": 0})
     assert link_rates(link_example(kg, e) for e in ds)["rate"] == 1.0

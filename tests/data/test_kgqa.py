@@ -78,11 +78,11 @@ def test_rog_jsonl_as_cwq():
 def test_sampling_and_limit(tmp_path):
     recs = [dict(CWQ[0], ID=f"q{i}") for i in range(50)]
     p = str(dump(tmp_path / "c.json", recs))
-    a = load_cwq(p, sample=10, seed=1)
-    b = load_cwq(p, sample=10, seed=1)
-    c = load_cwq(p, sample=10, seed=2)
+    a = load_cwq(p, sample=10, sample_seed=1)
+    b = load_cwq(p, sample=10, sample_seed=1)
+    c = load_cwq(p, sample=10, sample_seed=2)
     assert [e.id for e in a] == [e.id for e in b] != [e.id for e in c]
-    assert len(load_cwq(p, sample=10, limit=3, seed=1)) == 3
+    assert len(load_cwq(p, sample=10, limit=3, sample_seed=1)) == 3
 
 
 @pytest.mark.parametrize("content,match", [
