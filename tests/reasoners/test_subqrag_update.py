@@ -197,3 +197,16 @@ def test_triples_written_per_question_and_their_total_are_metrics(tmp_path, emb_
     from kgreason.types import Prediction
 
     assert per.per_example(Prediction(example_id="x", answers=()), other) is None
+
+
+def test_the_default_scope_is_the_papers_continual_update(tmp_path):
+    """§2.3: "This above process leverages sub-questions' answering to continually update the
+    pre-constructed KG": writes reach later questions (``update_scope: run``) in the composed
+    config and the class signature alike; ``question`` is the setting that keeps them in."""
+    import inspect
+
+    from conftest import compose_cfg
+
+    assert compose_cfg(["reasoner=subqrag"], tmp_path).reasoner.update_scope == "run"
+    assert inspect.signature(SubQRAG).parameters["update_scope"].default == "run"
+    assert compose_cfg(["reasoner=subqrag", "ablation=subqrag_no_update"], tmp_path).reasoner["update"] is False
