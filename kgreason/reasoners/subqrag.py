@@ -305,8 +305,10 @@ class SubQRAG(BaseReasoner):
         ids = [ex.id for ex in examples]
         kept = [row.get("id") for row in done]
         if kept != ids[:len(kept)]:
+            from kgreason.preflight import PreflightError  # a start-up refusal: one line, exit 2
+
             gap = next((i for i in ids if i not in set(kept)), "?")
-            raise ValueError(f"SubQRAG update_scope=run: this resume would answer question {gap} after later "
+            raise PreflightError(f"SubQRAG update_scope=run: this resume would answer question {gap} after later "
                              "questions wrote into the graph, so its answer would depend on the resume; "
                              "use a fresh run dir, retry_errors=false, or reasoner.update_scope=question")
         for row in done:  # resume: the same graph as an uninterrupted run at this point

@@ -208,6 +208,25 @@ def test_without_an_index_the_write_backs_resume_to_the_uninterrupted_metrics(tm
     assert (out / "metrics.json").read_bytes() == reference, (resumed, json.loads(reference))
 
 
+def test_a_resume_that_would_answer_a_question_after_later_writes_is_refused(tmp_path, emb_dir):
+    """``update_scope: run``: a question sees exactly the writes of the questions before it in
+    dataset order. A resume that keeps the second row but must answer the first again (a row
+    retried or set aside) would break that, so the run stops before the first example, with one
+    line naming the setting; ``update_scope=question`` resumes it."""
+    from kgreason.preflight import PreflightError
+
+    rules = [{"pattern": "Unanswered: ", "reply": '[["Alpha", "directed by", "Bob Stone"]]'}]
+    go, out = _hotpot_run(tmp_path, emb_dir, "reasoner.kg_source=injected", rules=rules)
+    go()
+    preds = out / "predictions.jsonl"
+    lines = preds.read_text().splitlines()
+    preds.write_text(lines[1] + "\n")
+    with pytest.raises(PreflightError, match="update_scope=run.*question d0") as e:
+        go()
+    assert len(str(e.value).splitlines()) == 1
+    assert preds.read_text().splitlines() == [lines[1]]  # nothing answered, nothing lost
+
+
 @pytest.mark.parametrize("kill", ["after_first_example", "mid_indexing", "after_indexing", "finished"])
 def test_a_resumed_run_writes_the_uninterrupted_metrics_byte_for_byte(tmp_path, emb_dir, kill):
     """Issue 18: whatever point a kill hits (indexing half done, indexing done and no row, one row,

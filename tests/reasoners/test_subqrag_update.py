@@ -168,7 +168,9 @@ def test_a_run_scope_resume_replays_the_kept_prefix_and_refuses_a_gap(tmp_path, 
     assert r2.graph.triples == g_after
     # resume where the first question is to be answered again after the second wrote into G
     p1 = r2.answer(EX1)
-    with pytest.raises(ValueError, match="update_scope") as e:
+    from kgreason.preflight import PreflightError  # told in one line by the app, exit 2
+
+    with pytest.raises(PreflightError, match="update_scope") as e:
         _reasoner(tmp_path, emb_dir, done=[_row(p1)])
     assert "u0" in str(e.value) and len(str(e.value).splitlines()) <= 2
     # question scope: no order dependence, so any resume is fine and nothing is replayed
