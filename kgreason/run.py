@@ -146,6 +146,8 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
         names = list(cfg.dataset.get("metrics", ["hits_at_1"]))
+        # a reasoner's own per-example figures (SubQRAG: triples_written, Eq. 4), after the dataset's
+        names += [n for n in getattr(reasoner, "metrics", ()) if n not in names]
         unknown = [n for n in names if n not in METRICS]
         if unknown:
             raise KeyError(f"dataset.metrics names unknown metrics {unknown}; known: {sorted(METRICS)}")

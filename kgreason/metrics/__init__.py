@@ -122,11 +122,19 @@ ANSWER_COVERAGE_N_PATHS = Metric("answer_coverage_n_paths",
 # a count of what the method looked at, not a score: an errored example has none (worst=None)
 SEARCH_SPACE = Metric("search_space", lambda p, e: retrieval.search_space(p.extra), higher_is_better=False,
                       worst=None, method_side=True)
+# SubQRAG's graph update (Eq. 4): triples a question wrote into G (new after validation and
+# de-duplication); null for a reasoner that records none. Mean per question, and the run's sum.
+# Counts, not scores: an errored example is left out (worst=None), as search_space is.
+TRIPLES_WRITTEN = Metric("triples_written", lambda p, e: p.extra.get("triples_written"), worst=None,
+                         method_side=True)
+TRIPLES_WRITTEN_TOTAL = Metric("triples_written_total", lambda p, e: p.extra.get("triples_written"), aggregate=sum,
+                               worst=None, method_side=True)
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     HITS_AT_1, ALL_ANSWERS_FOUND, ANSWER_SET_PRECISION, ANSWER_SET_RECALL, ANSWER_SET_F1,
     TOG_HITS_AT_1, TOG_EXACT_TOP1, ROG_HIT, ROG_ACC, ROG_F1, ROG_PRECISION, ROG_RECALL, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1,
     TWOWIKI_EM, TWOWIKI_F1, DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, ANSWER_COVERAGE_N_PATHS, SEARCH_SPACE,
+    TRIPLES_WRITTEN, TRIPLES_WRITTEN_TOTAL,
 )}
 
 

@@ -13,8 +13,9 @@ per step, named in brackets):
 3. **Schema** [``generate_schema``] (§3.4.1, Eq. 15, prompt as described at the end of §3.3):
    the LLM, prompted as a KG expert with sample triples of ``E*_q``, writes
    ``S_q = {(v_i, r_i, v_j)}`` as JSON chains; unknown relations are dropped. Ablation
-   ``schema=false`` (Fig. 2) keeps ``S_q`` out of the Cypher/Refine prompts (``c_q = g(q)``) but
-   still generates it for the validation of step 5.
+   ``schema=false`` (Table 2 / Fig. 2 "Without Schema", "removing schema-based prompts") makes
+   no schema call: no ``S_q`` reaches the Cypher/Refine prompts (``c_q = g(q)``) and none
+   validates in step 5.
 4. **Direct reasoning** [``direct_reasoning``: ``write_cypher``, ``execute_and_validate``;
    ``embedding_candidates`` for the ablation] (§3.4.1, Eq. 16–17): the LLM, shown the exact
    graph schema (node label, one relationship type per KG relation, properties;
@@ -29,8 +30,9 @@ per step, named in brackets):
    the topic through the relation chain). A constraint is read along its edge direction (the
    default, ``schema_direction=strict``); the ablation ``sgr_schema_either_way_fallback``
    (``schema_direction=auto``) reads it either way only when that strict reading binds nothing
-   (a model-written S_q with a wrong-way arrow). Without a schema,
-   ``V`` = membership in the k-hop subgraph.
+   (a model-written S_q with a wrong-way arrow). Without a schema (the ablation, or an
+   unusable reply), ``V`` = membership in the k-hop subgraph; each ``validate`` trace step
+   names its ``rule`` (``schema`` | ``khop``).
 6. **Refine** [``refine_cypher``] (Eq. 22): while ``A+_q`` is empty, up to ``max_refine_rounds``
    times, the LLM gets the graph schema and the previous queries with their guard rejection /
    the database's own error (with the valid relationship types near the topics) / empty or
@@ -113,8 +115,9 @@ class SGR(BaseReasoner):
     """The SGR reasoner. Settings map to paper knobs; see conf/reasoner/sgr.yaml.
 
     Args:
-        schema: show the schema ``S_q`` to the Cypher/Refine prompts (False = ablation "without
-            schema", Fig. 2; ``S_q`` is still generated for validation).
+        schema: generate the schema ``S_q`` and use it in the Cypher/Refine prompts and the
+            Eq. 19-20 validation (False = ablation "Without Schema", Table 2 / Fig. 2: no schema
+            call; answers are checked by k-hop membership only).
         cypher: query the Cypher DB (False = ablation "without neo4j", Fig. 3: embedding top-k
             over the k-hop triples, unvalidated; the DB is never opened).
         lam: λ of Eq. 29 (model confidence vs graph consistency).
@@ -362,14 +365,16 @@ class SGR(BaseReasoner):
         sub = t.retrieval("khop", self.retriever.retrieve(topics, self.hop_budget(example)), self.kg)
         estar, n_cand = self.candidate_subgraph(t, example.question, sub)
         ctx = self.prompt_context(example.question, topics, sub, estar)
-        # S_q also serves validation (Eq. 19-20), so "without schema" still generates it (see ablations)
-        schema_val = self.generate_schema(t, ctx, estar) if (self.use_schema or self.use_cypher) else None
+        # "Without Schema" (Table 2, Fig. 2: "removing schema-based prompts"): no S_q at all, so
+        # no schema call, none in the prompts and no Eq. 19-20 check against it (k-hop membership)
+        schema_val = self.generate_schema(t, ctx, estar) if self.use_schema else None
         subgraph_ents = set(sub.entities().tolist())
         db_ents: list[int] = []
         if self.use_cypher:
             allowed = self.valid_answer_set(schema_val, topics, subgraph_ents, t)
             ctx["schema"] = self.schema_text(schema_val, db_types=True) if self.use_schema else "(no schema)"
-            valid, refine_rounds, db_ents = self.direct_reasoning(t, ctx, allowed)
+            valid, refine_rounds, db_ents = self.direct_reasoning(t, ctx, allowed,
+                                                                  "schema" if schema_val else "khop")
         else:  # "without neo4j": no structured retrieval at all, so nothing to validate against
             ctx["schema"] = self.schema_text(schema_val, db_types=False)
             valid, refine_rounds = self.embedding_candidates(t, estar, topics), 0
@@ -474,7 +479,8 @@ class SGR(BaseReasoner):
         return [c for c in cands if c in allowed]
 
     # ------------------------------------------------------------------ §3.4 direct reasoning
-    def direct_reasoning(self, t: Trace, ctx: dict, allowed: set[int]) -> tuple[list[int], int, list[int]]:
+    def direct_reasoning(self, t: Trace, ctx: dict, allowed: set[int],
+                         rule: str = "schema") -> tuple[list[int], int, list[int]]:
         """§3.4: write ``c_q = g(q, S_q)`` (Eq. 16), execute and validate it (Eq. 17, 19–20);
         while ``A+_q`` is empty, Refine (Eq. 22) up to ``max_refine_rounds`` times; a database
         error goes back with the valid relationship types. Returns ``(A+_q, refine rounds used,
@@ -491,7 +497,7 @@ class SGR(BaseReasoner):
             if not query:
                 attempts.append(("", "no query could be parsed from the reply"))
                 continue
-            valid, msg, cands = self.execute_and_validate(t, query, round_, allowed)
+            valid, msg, cands = self.execute_and_validate(t, query, round_, allowed, rule)
             seen += cands
             if valid:
                 break
@@ -513,19 +519,22 @@ class SGR(BaseReasoner):
         t.add("refine", f"round_{round_}", previous=[m for _, m in attempts])
         return res.value if res.ok else ""
 
-    def execute_and_validate(self, t: Trace, query: str, round_: int, allowed: set[int]) -> tuple[list[int], str, list[int]]:
-        """Eq. 17 ``A_q = Exec(c_q, G)`` through the read-only guard, then Eq. 19–20.
-        Returns ``(A+_q, what went wrong for the refine prompt, A_q)``."""
+    def execute_and_validate(self, t: Trace, query: str, round_: int, allowed: set[int],
+                             rule: str = "schema") -> tuple[list[int], str, list[int]]:
+        """Eq. 17 ``A_q = Exec(c_q, G)`` through the read-only guard, then Eq. 19–20 (``rule``:
+        ``schema``, ``allowed`` = the entities satisfying ``S_q``; ``khop``, without an ``S_q``:
+        the k-hop subgraph's entities). Returns ``(A+_q, what went wrong for the refine prompt, A_q)``."""
         rows, msg = self._run_cypher(t, "direct" if round_ == 0 else f"refine_{round_}", query)
         # A_q is a set (Eq. 17-18): canonical order, not the database's row order, so the P_θ ties
         # and the choice_cap cut are the same on every KG backend
         cands = canonical_entities(self.kg, dict.fromkeys(self._rows_to_entities(rows or [])))
         valid = self.validate(cands, allowed)
-        t.add("validate", f"round_{round_}", candidates=[self._label(c) for c in cands[:50]],
+        t.add("validate", f"round_{round_}", rule=rule, candidates=[self._label(c) for c in cands[:50]],
               valid=[self._label(c) for c in valid[:50]])
         if not valid and rows is not None and cands:
             msg = (f"{len(cands)} answers ({', '.join(self._label(c) for c in cands[:5])}) but none "
-                   "satisfies the schema constraints in the graph")
+                   + ("satisfies the schema constraints in the graph" if rule == "schema"
+                      else "is an entity of the topic entities' k-hop subgraph"))
         elif not valid and rows is not None and rows:
             msg = "the rows contain no entity names of the graph (return the answer names)"
         return valid, msg, cands

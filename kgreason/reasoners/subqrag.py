@@ -15,17 +15,20 @@ Per question (Fig. 1):
    "sufficient" answer to be named by a triple it used (:func:`answer_grounded`): a 1.5B
    generator called every sub-question sufficient, answering with relation names and its own
    knowledge, so the corpus fallback never ran (docs/subqrag.md; chosen on 3 validation questions).
-4. **Dynamic graph update** (§2.3, Eq. 4): when they do not suffice, the top passages (cosine)
-   answer the sub-question; ``Extract(D)`` gives the triples of the first ``extract_passages`` of
-   them. A passage the offline index holds is read from it (the same extraction request, §2.1);
-   a passage an earlier fallback of this run mined is read from that; only any other passage
-   goes to the LLM, whose triples are validated (well-formed, head and tail mentioned in the
-   passage), de-duplicated against the working KG and written back with their passage as
-   provenance. The working KG lives for the whole run, so later sub-questions AND later
-   questions retrieve them. ``T_used_i``: the ``top_k`` of those passages' triples by Eq. 3's
-   cosine to the sub-question, whether the write-back added them or the graph already held them
-   (``fallback_memory="eq3"``; ablation ``subqrag_memory_answer_named``: those that contain the
-   sub-answer, the earlier rule, which real replies never matched).
+4. **Dynamic graph update** (§2.3, Eq. 4, ``T*_new = Extract(D)``): when they do not suffice,
+   the top passages (cosine) answer the sub-question. The first ``extract_passages`` of them
+   (``D``) go, with the sub-question, to one question-guided extraction call
+   (prompts/subqrag/update_extract.txt), so it can state what the generic offline pass missed.
+   Its triples are validated with the offline rule (well-formed, head and tail mentioned in one
+   read passage), de-duplicated against G and the new ones written into G (embedded for Eq. 3)
+   with their passage as provenance; ``extra["triples_written"]`` counts them. Later
+   sub-questions retrieve them; with ``update_scope="run"`` (the default, §2.3 "continually
+   update the pre-constructed KG") later questions too, in dataset order (workers must be 1 and
+   a resume must keep a prefix of the dataset, else it is refused); ``update_scope="question"``
+   removes a question's writes when it is answered. ``T_used_i``: the ``top_k`` of the read
+   passages' triples (their offline extraction, read from the index, and the guided one) by Eq.
+   3's cosine to the sub-question, new to G or not (``fallback_memory="eq3"``; ablation
+   ``subqrag_memory_answer_named``: those that contain the sub-answer).
 5. **Answer generation** (§2.4, Eq. 5): graph memory ``T_used = ∪_i T_used_i`` + the original
    question → final answer. Nothing else reaches this prompt (no sub-question answers).
 
@@ -40,7 +43,7 @@ of the examples already answered, replayed in dataset order from their rows (``w
 Ablations (Table 2): ``decomposition=False`` (the question is its own single sub-question),
 ``rewriting=False`` (sub-questions are used verbatim, placeholders left in), ``update=False``
 (the passage fallback still answers, but no triple is read, extracted or written back, so the
-passage answer reaches the final prompt through no triple), ``top_k``.
+passage answer reaches the final prompt through no triple; ``triples_written`` is 0), ``top_k``.
 """
 
 from __future__ import annotations
@@ -54,8 +57,8 @@ from kgreason.embed import Embedder
 from kgreason.llm.parsing import ParseResult, parse_answer_field, parse_first_line, parse_list, parse_triple_answer
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.reasoners.rag_text import PassageIndex, dataset_pool, passage_text
-from kgreason.reasoners.subqrag_index import (Triple, extraction_request, normalise_text, triple_key,
-                                              triple_parser)
+from kgreason.reasoners.subqrag_index import (Triple, guided_extraction_request, guided_triple_parser,
+                                              normalise_text, triple_key)
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -99,6 +102,7 @@ def answer_grounded(answer: str, triples: list[Triple]) -> bool:
 
 
 FALLBACK_MEMORY = ("eq3", "answer_named")  # SubQRAG(fallback_memory=...): T_used_i after a fallback
+UPDATE_SCOPES = ("run", "question")  # SubQRAG(update_scope=...): which questions see a write-back
 
 
 def verbalise(t: Triple) -> str:
@@ -170,6 +174,19 @@ class WorkingGraph:
         self.index.add([verbalise(self.triples[i]) for i in new])
         return new
 
+    def truncate(self, n: int) -> None:
+        """Forget every triple written after the first ``n`` (``update_scope="question"``: a
+        question's writes are removed once it is answered)."""
+        if n >= len(self.triples):
+            return
+        for t in self.triples[n:]:
+            del self.keys[triple_key(t)]
+        for i in range(n, len(self.triples)):
+            self.provenance.pop(i, None)
+        del self.triples[n:]
+        self.index.texts = self.index.texts[:n]
+        self.index.matrix = self.index.matrix[:n]
+
     def to_kg(self, name: str = "subqrag_working"):
         from kgreason.kg.store import KG
 
@@ -180,9 +197,14 @@ class SubQRAG(BaseReasoner):
     """Args:
         top_k: triples retrieved per sub-question (Eq. 3; paper: 5).
         passage_top_k: passages used by the corpus fallback (§2.3).
-        extract_passages: how many of those passages give triples (Eq. 4): read from the offline
-            index or an earlier fallback when it holds them, else extracted by the LLM.
+        extract_passages: how many of those passages (``D`` of Eq. 4) go to the question-guided
+            extraction, and give their offline-index triples to the memory.
         decomposition / rewriting / update: Table 2 ablation switches.
+        update_scope: which questions see a write-back (Eq. 4). ``run`` (default; §2.3 "continually
+            update the pre-constructed KG"): every later sub-question and question, in dataset
+            order; a question's result then depends on the questions before it, so examples run
+            one at a time and a resume must keep a prefix of the dataset (refused otherwise).
+            ``question``: the question's later sub-questions only (its writes are removed after it).
         llm_rewrite: rewrite placeholder-free dependent sub-questions with an LLM call (Eq. 2).
         max_subquestions: cap on the decomposition length.
         corpus: the passage pool: ``dataset`` (its corpus file + every question's paragraphs) |
@@ -209,6 +231,8 @@ class SubQRAG(BaseReasoner):
     tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
 
     thread_safe = False  # example_workers must stay 1: graph updates must reach later questions in order
+    # run-level figures of the graph update (kgreason/metrics): mean per question and the run's sum
+    metrics = ("triples_written", "triples_written_total")
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,
                  extract_passages: int = 2, decomposition: bool = True, rewriting: bool = True,
@@ -216,8 +240,11 @@ class SubQRAG(BaseReasoner):
                  corpus: str | None = "dataset", world_seed: int = 0, validate: bool = True,
                  max_tokens: int = 256, kg_source: str = "auto",
                  index_dir: str | None = ".cache/kgreason/subqrag_index", max_reasks: int = 0,
-                 require_grounded: bool = False, fallback_memory: str = "eq3", embedder=None,
-                 graphdb=None) -> None:
+                 require_grounded: bool = False, fallback_memory: str = "eq3", update_scope: str = "run",
+                 embedder=None, graphdb=None) -> None:
+        if update_scope not in UPDATE_SCOPES:
+            raise ValueError(f"SubQRAG: update_scope must be one of {' | '.join(UPDATE_SCOPES)}, "
+                             f"got {update_scope!r}")
         if fallback_memory not in FALLBACK_MEMORY:
             raise ValueError(f"SubQRAG: fallback_memory must be one of {' | '.join(FALLBACK_MEMORY)}, "
                              f"got {fallback_memory!r}")
@@ -236,6 +263,7 @@ class SubQRAG(BaseReasoner):
         self.max_tokens = max_tokens
         self.require_grounded = bool(require_grounded)
         self.fallback_memory = fallback_memory
+        self.update_scope = update_scope
         self.reask = ReaskPolicy(max_reasks)
         self.embedder = embedder if embedder is not None else Embedder()
         self._corpus_spec, self._world_seed = corpus, world_seed
@@ -248,7 +276,6 @@ class SubQRAG(BaseReasoner):
         self._graph: WorkingGraph | None = None
         self._pids: list[str] = []  # pool passage ids (passage_rows), by pool position
         self._indexed: dict[str, list[Triple]] = {}  # passage id -> its offline extraction (§2.1)
-        self._extracted: dict[str, list[Triple]] = {}  # passage id -> triples mined online this run
         self.prompts = {s: load_prompt("subqrag", s) for s in
                         ("decompose", "rewrite", "answer_triples", "answer_passages", "final_answer")}
 
@@ -270,14 +297,24 @@ class SubQRAG(BaseReasoner):
             raise ValueError("SubQRAG: offline indexing (kg_source=index) needs reasoner.index_dir")
         self.passages.get(self._pool)
         self._pids = [pid for pid, _, _ in passage_rows(self._pool)]
-        self._indexed, self._extracted = {}, {}
+        self._indexed = {}
         self._graph = self._index_graph() if self.kg_source == "index" else self._injected_graph()
+        if self.update_scope != "run" or not self.update:
+            return  # no question sees another's writes: nothing to replay
+        done = list(done or ())
+        ids = [ex.id for ex in examples]
+        kept = [row.get("id") for row in done]
+        if kept != ids[:len(kept)]:
+            from kgreason.preflight import PreflightError  # a start-up refusal: one line, exit 2
+
+            gap = next((i for i in ids if i not in set(kept)), "?")
+            raise PreflightError(f"SubQRAG update_scope=run: this resume would answer question {gap} after later "
+                             "questions wrote into the graph, so its answer would depend on the resume; "
+                             "use a fresh run dir, retry_errors=false, or reasoner.update_scope=question")
         for row in done:  # resume: the same graph as an uninterrupted run at this point
             # (an error row too: a failing example keeps what it wrote back before it failed)
             for wb in (row.get("extra") or {}).get("write_back", []):
-                triples = [tuple(x) for x in wb["triples"]]
-                self._extracted[wb["passage"]] = triples
-                self._graph.add(triples, source=wb["passage"])
+                self._graph.add([tuple(x) for x in wb["triples"]], source=wb["passage"])
 
     def _injected_graph(self) -> WorkingGraph:
         kg = self._kg
@@ -349,10 +386,11 @@ class SubQRAG(BaseReasoner):
         return ans, used, sufficient
 
     def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:
-        """§2.3 corpus fallback + Eq. 4: ``(answer, T_used_i)``. The passages' triples come from the
-        offline index, else from an earlier fallback of this run, else from one LLM extraction
-        that is written back; ``T_used_i`` are chosen among them by ``fallback_memory``, new to the
-        graph or not."""
+        """§2.3 corpus fallback + Eq. 4: ``(answer, T_used_i)``. The top passages answer the
+        sub-question; the first ``extract_passages`` of them (``D``) give their offline-index
+        triples (read, §2.1) and go with the sub-question to one guided extraction whose valid
+        triples are de-duplicated against G and the new ones written into G (:meth:`update_graph`).
+        ``T_used_i`` are chosen among all these triples by ``fallback_memory``, new to G or not."""
         passages = self._pool or []
         hits = self.passages.get(passages).search([subq], self.passage_top_k)[0]
         top = [passages[h.id] for h in hits]
@@ -363,45 +401,63 @@ class SubQRAG(BaseReasoner):
         if not self.update:
             return ans, []
         g = self.graph
-        found: list[int] = []  # graph ids of the passages' triples, in passage then reply order
-        for h in hits[: self.extract_passages]:
-            title, text = passages[h.id]
-            pid = self._pids[h.id]
-            if pid in self._indexed or pid in self._extracted:
-                source = "index" if pid in self._indexed else "run"
-                triples = self._indexed[pid] if source == "index" else self._extracted[pid]
-                t.add("update", "read", passage=pid, source=source, triples=[list(x) for x in triples])
-            else:
-                res = self.ask(t, "extract", extraction_request(title, text, self.max_tokens * 2),
-                               triple_parser(title, text, validate=self.validate))
-                triples, bad = res.value if res.value is not None else ([], 1)
-                self._extracted[pid] = list(triples)
-                t.extra.setdefault("write_back", []).append({"passage": pid, "triples": [list(x) for x in triples]})
-                added = g.add(triples, source=pid)
-                t.add("update", "write_back", passage=pid, source="llm", extracted=len(triples), rejected=bad,
-                      added=[list(g.triples[i]) for i in added],
-                      duplicates=len(triples) - len(added))
-            for x in triples:
-                i = g.id_of(x)
-                if i is not None and i not in found:
-                    found.append(i)
+        read = [(self._pids[h.id], *passages[h.id]) for h in hits[: self.extract_passages]]
+        found: list[int] = []  # graph ids of the read passages' triples: offline ones, then the guided reply's
+        for pid, _title, _text in read:
+            if pid in self._indexed:
+                t.add("update", "read", passage=pid, source="index", triples=[list(x) for x in self._indexed[pid]])
+                found += [i for i in map(g.id_of, self._indexed[pid]) if i is not None]
+        found += self.update_graph(t, subq, read)
+        found = list(dict.fromkeys(found))
         if self.fallback_memory == "answer_named":
             a = ans.casefold()
             used = [i for i in found if a and (a in g.triples[i][0].casefold() or a in g.triples[i][2].casefold())]
             return ans, used[: self.top_k]
         return ans, g.rank(subq, found, self.top_k)
 
+    def update_graph(self, t: Trace, subq: str, read: list[tuple[str, str, str]]) -> list[int]:
+        """Eq. 4, ``T*_new = Extract(D)``: one extraction call guided by the sub-question over the
+        read passages ``(id, title, text)``; its triples validated (the offline rule, per passage),
+        de-duplicated against G, and the new ones written into G with their passage as provenance
+        (recorded in ``extra.write_back`` for a resume and counted in ``extra.triples_written``).
+        Returns the graph ids of every valid triple of the reply, new or already in G."""
+        if not read:
+            return []
+        g = self.graph
+        req = guided_extraction_request(subq, [(title, text) for _, title, text in read], self.max_tokens * 2)
+        res = self.ask(t, "update_extract", req, guided_triple_parser(read, validate=self.validate))
+        triples, sources, bad = res.value if res.value is not None else ([], [], 1)
+        added: list[int] = []
+        for x, src in zip(triples, sources):
+            new = g.add([x], source=src)
+            if new:
+                added += new
+                wb = t.extra.setdefault("write_back", [])
+                if wb and wb[-1]["passage"] == src:
+                    wb[-1]["triples"].append(list(x))
+                else:
+                    wb.append({"passage": src, "triples": [list(x)]})
+        t.extra["triples_written"] = t.extra.get("triples_written", 0) + len(added)
+        t.add("update", "write_back", subquestion=subq, passages=[pid for pid, _, _ in read], extracted=len(triples),
+              rejected=bad, added=[list(g.triples[i]) for i in added], duplicates=len(triples) - len(added))
+        return [i for i in map(g.id_of, triples) if i is not None]
+
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
-        self.graph  # noqa: B018 - answering before prepare() is a programming error: it raises here
+        n_before = len(self.graph)  # answering before prepare() is a programming error: it raises here
         t = Trace()
+        t.extra["triples_written"] = 0  # Eq. 4 writes into G by this question
         try:
             return self._answer(t, example)
         except Exception as e:  # noqa: BLE001 - recorded like the run loop records any failure
-            # The run-long graph keeps what this attempt wrote back before it failed (Eq. 4), so the
-            # error row carries those write-backs (t.extra["write_back"]) and a resume replays them.
+            # With update_scope=run the graph keeps what this attempt wrote back before it failed
+            # (Eq. 4), so the error row carries those write-backs (t.extra["write_back"]) and a
+            # resume replays them.
             return t.finish(example, [], error=f"{type(e).__name__}: {e}",
                             traceback=traceback.format_exc(limit=8))
+        finally:
+            if self.update_scope == "question":
+                self.graph.truncate(n_before)  # the question's writes reach no other question
 
     def _answer(self, t: Trace, example: Example) -> Prediction:
         q = example.question
@@ -409,7 +465,6 @@ class SubQRAG(BaseReasoner):
         prev: list[tuple[str, str]] = []
         memory: list[int] = []
         steps: list[dict[str, Any]] = []
-        writes_before = len(self.graph)
         for i, sq in enumerate(subs):
             rq = self.rewrite(t, sq, prev) if (self.rewriting and i > 0) else sq
             ans, used, ok = self.answer_from_triples(t, rq)
@@ -433,4 +488,4 @@ class SubQRAG(BaseReasoner):
         t.add("memory", "graph_memory", triples=mem_triples)
         return t.finish(example, [final] if final else [], subquestions=[s["subquestion"] for s in steps],
                         rewritten=[s["rewritten"] for s in steps], graph_memory=mem_triples,
-                        written_back=len(g) - writes_before, retrieved=[x for tr in mem_triples for x in (tr[0], tr[2])])
+                        retrieved=[x for tr in mem_triples for x in (tr[0], tr[2])])

@@ -1,10 +1,10 @@
 """SubQRAG offline indexing (subqrag.txt §2.1, Eq. 1): an LLM reads each corpus passage and writes
 ``⟨h, r, t⟩`` triples; they are normalised, de-duplicated and compiled into a :class:`KG`.
 
-The same extraction + validation is reused online by SubQRAG's dynamic graph update (§2.3,
-Eq. 4), so both stages agree on what a well-formed triple is; the online step reads a passage's
-extraction from the index (:attr:`IndexResult.by_passage`) and asks the LLM only for passages the
-index lacks.
+The same validation is reused online by SubQRAG's dynamic graph update (§2.3, Eq. 4), so both
+stages agree on what a well-formed triple is: there the read passages go to one extraction guided
+by the sub-question (:func:`guided_extraction_request`, :func:`guided_triple_parser`), and a read
+passage's offline extraction (:attr:`IndexResult.by_passage`) is read from the index.
 
 Resumable and cached per passage::
 
@@ -174,6 +174,49 @@ def triple_parser(title: str, passage: str, *, validate: bool = True):
             return ParseResult(False, (triples, bad),
                                f"{len(ungrounded)} triple(s) name entities the passage does not contain: {names}")
         return ParseResult(False, (triples, bad), "expected a JSON list of [head, relation, tail]")
+
+    return parse
+
+
+def guided_extraction_request(subquestion: str, passages: Sequence[tuple[str, str]], max_tokens: int = 512) -> ChatRequest:
+    """The online update's extraction (§2.3, Eq. 4): the sub-question the graph could not answer
+    and the passages the fallback read (``[j] title: text``), so the model writes the facts that
+    bear on it (prompts/subqrag/update_extract.txt)."""
+    listing = "\n".join(f"[{j}] {title}: {text}" for j, (title, text) in enumerate(passages))
+    return ChatRequest.of(render(load_prompt("subqrag", "update_extract"), subquestion=subquestion, passages=listing),
+                          max_tokens=max_tokens)
+
+
+def guided_triple_parser(passages: Sequence[tuple[str, str, str]], *, validate: bool = True):
+    """Reply → ``ParseResult((triples, sources, n_rejected))`` for a guided extraction over
+    ``(id, title, text)`` passages: :func:`parse_triples`, then (``validate``) the offline rule of
+    :func:`triple_parser` applied per passage: a triple is kept when one read passage (its text or
+    title) mentions its head and tail, and that passage (the first such) is its source. Without
+    ``validate`` the source is the first passage. Repeats within the reply (by :func:`triple_key`)
+    are kept once. Failed as :func:`triple_parser` fails."""
+    def parse(text: str) -> ParseResult:
+        triples, bad = parse_triples(text)
+        out: list[Triple] = []
+        sources: list[str] = []
+        seen: set[tuple[str, str, str]] = set()
+        ungrounded: list[Triple] = []
+        for t in triples:
+            src = next((pid for pid, title, body in passages if not validate or grounded(t, body, title)), None)
+            if src is None:
+                ungrounded.append(t)
+                continue
+            if triple_key(t) in seen:
+                continue
+            seen.add(triple_key(t))
+            out.append(t)
+            sources.append(src)
+        bad += len(ungrounded)
+        if out or bad == 0:
+            return ParseResult(True, (out, sources, bad))
+        if ungrounded and bad == len(ungrounded):
+            return ParseResult(False, (out, sources, bad),
+                               f"{len(ungrounded)} triple(s) name entities no read passage contains")
+        return ParseResult(False, (out, sources, bad), "expected a JSON list of [head, relation, tail]")
 
     return parse
 

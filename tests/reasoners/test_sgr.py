@@ -444,17 +444,35 @@ def test_eq21_chat_choice_without_logprobs(embedded_kg, retriever, db, q2):
     assert _n_calls(llm, CHOOSE_P) == 1
 
 
-def test_without_schema_still_validates_and_refines(embedded_kg, retriever, db, q2):
-    """Fig. 2 removes the schema from the Cypher prompt, not Eq. 19-20 after it: a wrong query
-    (the writer's birthplace) is rejected and Refine runs."""
+def test_without_schema_makes_no_schema_call_and_no_schema_validation(embedded_kg, retriever, db, q2):
+    """Table 2 / Fig. 2 "Without Schema" (sgr.txt §4.3: "removing schema-based prompts"): no
+    ``S_q`` is generated (no schema-purpose call), none reaches the Cypher prompt, and no
+    candidate is checked against a schema (Eq. 19-20 have no ``S_q`` to check): the query's
+    answers that lie in the question's k-hop subgraph are kept. Before, ``S_q`` was still
+    generated and a wrong query (the writer's birthplace) was rejected by it."""
     topic = q2.topic_entities[0]
     wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
-                             {"pattern": CYPHER_P, "reply": wrong}, {"pattern": REFINE_P, "reply": _typed_chain(topic)}])
+    rules = [{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+             {"pattern": CYPHER_P, "reply": wrong}, {"pattern": REFINE_P, "reply": _typed_chain(topic)}]
+    llm = ScriptedLLM(rules=rules)
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db, schema=False).answer(q2)
+    assert _n_calls(llm, SCHEMA_P) == 0
+    assert not [s for s in pred.trace if s.kind == "llm" and s.name == "schema"]
+    assert not [s for s in pred.trace if s.kind == "schema"]  # neither S_q nor an Eq. 19 reading
     cy = next(c for c in llm.calls if CYPHER_P in c.messages[-1].content).messages[-1].content
     assert "(no schema)" in cy and "?answer" not in cy
-    assert pred.extra["refine_rounds"] == 1 and set(pred.answers) == set(q2.answers)
+    val = [s.data for s in pred.trace if s.kind == "validate"]
+    assert val and all(d["rule"] == "khop" for d in val)
+    wrong_answers = {r["answer"] for r in db.run_read(wrong.strip("`").removeprefix("cypher\n"))}
+    assert wrong_answers and not wrong_answers & set(q2.answers)  # else the test cannot tell
+    # the writer's birthplace is not rejected by any schema: no Refine, the wrong answer stands
+    assert pred.extra["refine_rounds"] == 0 and _n_calls(llm, REFINE_P) == 0
+    assert set(pred.answers) <= wrong_answers and pred.extra["schema_ok"] is False
+    # with the schema (the default) the same query is rejected by S_q and Refine runs
+    llm2 = ScriptedLLM(rules=rules)
+    full = _sgr(embedded_kg, retriever, llm2, graphdb=db).answer(q2)
+    assert _n_calls(llm2, SCHEMA_P) == 1 and full.extra["refine_rounds"] == 1
+    assert [s.data["rule"] for s in full.trace if s.kind == "validate"][0] == "schema"
 
 
 def test_retrieved_counts_kg_entities_not_answers(embedded_kg, retriever, db, q2):

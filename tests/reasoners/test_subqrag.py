@@ -32,9 +32,10 @@ def _rules():
          "reply": '{{"answer": "Dazoville", "used": [{0}], "sufficient": true}}'},
         {"pattern": r"Triples:.*Question:", "reply": '{"answer": "unknown", "used": [], "sufficient": false}'},
         {"pattern": r"Passages:.*Question: Where was Fyry Cidrul born", "reply": '{"answer": "Dazoville"}'},
-        {"pattern": r"Title: Fyry Cidrul\n",
+        # Eq. 4: the extraction guided by the sub-question over the read passages
+        {"pattern": r"Unanswered: Where was Fyry Cidrul born",
          "reply": '[["Fyry Cidrul", "born in", "Dazoville"], ["Fyry Cidrul", "born in", "Atlantis"], ["bad"]]'},
-        {"pattern": r"Title: ", "reply": "[]"},
+        {"pattern": r"Unanswered: ", "reply": "[]"},
         {"pattern": r"Graph memory", "reply": '{"answer": "Dazoville"}'},
     ]
 
@@ -117,19 +118,19 @@ def test_update_writes_back_and_next_question_uses_it(small, emb_dir):
     p1 = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
     # the held-out fact was extracted from Fyry Cidrul's passage, validated and written back;
     # the ungrounded "Atlantis" triple and the malformed item were rejected
-    wb = [s for s in p1.trace if s.kind == "update" and s.data["passage"] == PERSON]
+    wb = [s for s in p1.trace if s.kind == "update" and s.name == "write_back"]
     assert wb and wb[0].data["added"] == [[PERSON, "born in", PLACE]] and wb[0].data["rejected"] == 2
-    assert len(r.graph) == n0 + 1 and p1.extra["written_back"] == 1
+    assert len(r.graph) == n0 + 1 and p1.extra["triples_written"] == 1
     assert r.graph.provenance[n0] == [PERSON]
     assert [PERSON, "born in", PLACE] in p1.extra["graph_memory"]
-    n_extract = len(_prompts(llm, "Title: "))
+    n_extract = len(_prompts(llm, "Unanswered: "))
     # next question: answered from the graph, no fallback, no new extraction
     p2 = r.answer(_ex(1, "Where was Fyry Cidrul born?"))
     retrieved = [s.data["triples"] for s in p2.trace if s.kind == "retrieve" and s.name == "triples"]
     assert [PERSON, "born in", PLACE] in retrieved[0]
     assert p2.extra["graph_memory"] == [[PERSON, "born in", PLACE]]
     assert not [s for s in p2.trace if s.name == "passages"]
-    assert len(_prompts(llm, "Title: ")) == n_extract and p2.extra["written_back"] == 0
+    assert len(_prompts(llm, "Unanswered: ")) == n_extract and p2.extra["triples_written"] == 0
     assert p2.answer == PLACE
 
 
@@ -137,8 +138,8 @@ def test_no_update_writes_nothing(small, emb_dir):
     r, llm = _reasoner(small, emb_dir, update=False)
     n0 = len(r.graph)
     p1 = r.answer(_ex(0, f"Where was the director of {FILM} born?"))
-    assert len(r.graph) == n0 and p1.extra["written_back"] == 0
-    assert not _prompts(llm, "Title: ")
+    assert len(r.graph) == n0 and p1.extra["triples_written"] == 0
+    assert not _prompts(llm, "Title: ") and not _prompts(llm, "Unanswered: ")
     assert p1.answer == PLACE  # the passage fallback still answers
 
 

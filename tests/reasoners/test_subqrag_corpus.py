@@ -33,6 +33,11 @@ def _llm(*first):
         {"pattern": r"Title: Alpha\n", "reply": '[["Alpha", "directed by", "Bob Stone"]]'},
         {"pattern": r"Title: Bob Stone\n", "reply": '[["Bob Stone", "born in", "Riverton"]]'},
         {"pattern": r"Title: Zeta\n", "reply": '[["Zeta", "located in", "Eastland"]]'},
+        # Eq. 4, guided by the sub-question: one triple the offline pass did not write
+        {"pattern": r"Unanswered: Where was Bob Stone born",
+         "reply": '[["Bob Stone", "born in", "Riverton"], ["Bob Stone", "was born in", "Riverton"]]'},
+        {"pattern": r"Unanswered: Who directed Alpha", "reply": '[["Alpha", "directed by", "Bob Stone"]]'},
+        {"pattern": r"Unanswered: Which river", "reply": '[["Zeta", "located in", "Eastland"]]'},
         {"pattern": r"\[(\d+)\] Alpha \| directed by \| Bob Stone.*Question: Who directed",
          "reply": '{{"answer": "Bob Stone", "used": [{0}], "sufficient": true}}'},
         {"pattern": r"\[(\d+)\] Zeta \| located in \| Eastland.*Question: Which river",
@@ -74,25 +79,27 @@ def test_the_whole_pool_is_indexed_before_the_first_question(tmp_path, emb_dir):
     with example_ledger() as led:
         p = r.answer(EX0)
     assert p.answer == "Riverton" and "index" not in led.by_purpose
-    # the fallback's passages are indexed: read back (no extraction call, nothing to write back),
-    # and the triple that answered enters the graph memory (Eq. 5; test_subqrag_memory.py)
-    assert len(_extractions(llm)) == 3 and not p.extra.get("write_back")
+    # the fallback's passages are indexed: read back (no generic extraction call again); the
+    # guided extraction (Eq. 4) writes only what the index lacks, and the triple that answered
+    # enters the graph memory (Eq. 5; test_subqrag_memory.py)
+    assert len(_extractions(llm)) == 3
+    assert p.extra["write_back"] == [{"passage": "Bob Stone", "triples": [["Bob Stone", "was born in", "Riverton"]]}]
     assert ["Bob Stone", "born in", "Riverton"] in p.extra["graph_memory"]
 
 
 @pytest.mark.parametrize("kg_source", ["auto", "injected"])
 def test_a_resumed_run_rebuilds_the_same_graph_without_indexing_calls(tmp_path, emb_dir, kg_source):
     """Issue 18: kill after the first question, resume: the same graph (index + write-backs, same
-    order and provenance), zero indexing calls, and the same answer to the next question. With
-    the offline index every fallback passage is read from it (no write-back); without one
-    (``injected``) the fallbacks mine and write back, and the resume replays that."""
+    order and provenance), zero indexing calls, and the same answer to the next question. With or
+    without the offline index the fallbacks' guided extraction (Eq. 4) writes into G
+    (``update_scope=run``: later questions see it), and the resume replays that."""
     ds = ExampleSet("docs", [EX0, EX1])
     llm1 = _llm()
     r1 = _reasoner(llm1, tmp_path / "idx", emb_dir, kg_source)
     r1.prepare(ds)
     p0 = r1.answer(EX0)
-    assert bool(p0.extra.get("write_back")) == (kg_source == "injected")
-    state = (list(r1.graph.triples), dict(r1.graph.provenance), set(r1._extracted))
+    assert p0.extra["write_back"] and p0.extra["triples_written"] > 0
+    state = (list(r1.graph.triples), dict(r1.graph.provenance))
     p1 = r1.answer(EX1)
     row0 = json.loads(json.dumps({"id": EX0.id, "error": None, "extra": to_jsonable(p0.extra)}))  # as stored
 
@@ -100,7 +107,7 @@ def test_a_resumed_run_rebuilds_the_same_graph_without_indexing_calls(tmp_path, 
     r2 = _reasoner(llm2, tmp_path / "idx", emb_dir, kg_source)
     r2.prepare(ds, done=[row0])
     assert not llm2.calls and not r2.llm.outside.by_purpose  # the index is read back, not rebuilt
-    assert (list(r2.graph.triples), dict(r2.graph.provenance), set(r2._extracted)) == state
+    assert (list(r2.graph.triples), dict(r2.graph.provenance)) == state
     q1 = r2.answer(EX1)
     assert q1.answers == p1.answers and q1.extra["graph_memory"] == p1.extra["graph_memory"]
     assert r2.graph.triples == r1.graph.triples
@@ -132,16 +139,18 @@ def test_an_example_that_fails_after_writing_back_keeps_its_write_backs(tmp_path
     monkeypatch.setattr(SubQRAG, "_call", real)
     assert p0.error == "ConnectionError: endpoint gone" and "ConnectionError" in p0.extra["traceback"]
     assert ("Bob Stone", "born in", "Riverton") in r1.graph  # the uninterrupted run keeps it
-    assert {"passage": "Bob Stone", "triples": [["Bob Stone", "born in", "Riverton"]]} in p0.extra["write_back"]
-    state = (list(r1.graph.triples), dict(r1.graph.provenance), set(r1._extracted))
+    assert {"passage": "Bob Stone", "triples": [["Bob Stone", "born in", "Riverton"], ["Bob Stone", "was born in",
+                                                                                      "Riverton"]]} in p0.extra["write_back"]
+    assert p0.extra["triples_written"] == 3  # the error row keeps its count too
+    state = (list(r1.graph.triples), dict(r1.graph.provenance))
 
     row0 = json.loads(json.dumps({"id": EX0.id, "error": p0.error, "extra": to_jsonable(p0.extra)}))
     r2 = _reasoner(_llm(), tmp_path / "idx", emb_dir, "injected")
     r2.prepare(ds, done=[row0])  # kept as it is (retry_errors=false)
-    assert (list(r2.graph.triples), dict(r2.graph.provenance), set(r2._extracted)) == state
+    assert (list(r2.graph.triples), dict(r2.graph.provenance)) == state
 
 
-def _hotpot_run(tmp_path, emb_dir, *overrides):
+def _hotpot_run(tmp_path, emb_dir, *overrides, rules=None):
     from kgreason.run import run
 
     data = tmp_path / "hotpot.jsonl"
@@ -152,6 +161,11 @@ def _hotpot_run(tmp_path, emb_dir, *overrides):
     cfg = compose_cfg(["reasoner=subqrag", "dataset=hotpotqa", f"dataset.path={data}", "llm=scripted",
                        "tracking=none", f"reasoner.index_dir={tmp_path / 'idx'}", f"llm_cache.dir={tmp_path / 'calls'}",
                        f"embedder.cache_dir={emb_dir}", *overrides], out)
+    if rules is not None:  # scripted replies (the config's scripted model answers "" to everything)
+        from omegaconf import open_dict
+
+        with open_dict(cfg):
+            cfg.llm.rules = rules
     return (lambda: run(cfg, out).metrics), out
 
 
@@ -161,32 +175,56 @@ def test_run_indexes_at_start_up_before_the_first_example(tmp_path, emb_dir):
     first = go()
     assert first["llm/index/calls"] == 3 and first["run/n_examples"] == 2
     assert json.loads((out / "prepare_usage.json").read_text())["index"]["calls"] == 3
-    # the fallbacks read their passages from the index: no online extraction, nothing written back
+    # every question falls back (the scripted model answers ""): its passages are read from the
+    # index, and one guided extraction (Eq. 4) each, whose empty reply writes nothing
     rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and not any(r["extra"].get("write_back") for r in rows)
-    assert _extract_steps(rows) == 0 and any(s["kind"] == "update" for r in rows for s in r["trace"])
+    assert _extract_steps(rows) == 2 and any(s["kind"] == "update" for r in rows for s in r["trace"])
+    assert first["metric/triples_written_total"] == 0 and first["metric/triples_written"] == 0
 
 
 def _extract_steps(rows):
     """Online extraction calls (Eq. 4) recorded in the rows' traces."""
-    return sum(1 for r in rows for s in r["trace"] if s["kind"] == "llm" and s["name"] == "extract")
+    return sum(1 for r in rows for s in r["trace"] if s["kind"] == "llm" and s["name"] == "update_extract")
 
 
 def test_without_an_index_the_write_backs_resume_to_the_uninterrupted_metrics(tmp_path, emb_dir):
     """``reasoner.kg_source=injected`` (no offline index): the fallbacks extract online and write
-    back; a run killed after its first row replays that row's ``write_back`` and writes the
+    into G; a run killed after its first row replays that row's ``write_back`` and writes the
     uninterrupted metrics byte for byte (extraction calls included, no indexing call)."""
-    go, out = _hotpot_run(tmp_path, emb_dir, "reasoner.kg_source=injected")
+    rules = [{"pattern": "Unanswered: ", "reply": '[["Alpha", "directed by", "Bob Stone"], '
+                                                  '["Bob Stone", "born in", "Riverton"], ["Zeta", "in", "Eastland"]]'}]
+    go, out = _hotpot_run(tmp_path, emb_dir, "reasoner.kg_source=injected", rules=rules)
     first = go()
     reference = (out / "metrics.json").read_bytes()
     rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
-    mined = [wb["passage"] for r in rows for wb in r["extra"].get("write_back", [])]
-    assert mined and len(mined) == len(set(mined)) == _extract_steps(rows)  # each passage once
+    written = [len(wb["triples"]) for r in rows for wb in r["extra"].get("write_back", [])]
+    assert rows[0]["extra"]["triples_written"] > 0 and _extract_steps(rows) == 2
+    assert sum(written) == sum(r["extra"]["triples_written"] for r in rows) == first["metric/triples_written_total"]
     assert "llm/index/calls" not in first
     (out / "predictions.jsonl").write_text(json.dumps(rows[0]) + "\n")
     resumed = go()
     assert resumed["run/n_examples"] == 2
     assert (out / "metrics.json").read_bytes() == reference, (resumed, json.loads(reference))
+
+
+def test_a_resume_that_would_answer_a_question_after_later_writes_is_refused(tmp_path, emb_dir):
+    """``update_scope: run``: a question sees exactly the writes of the questions before it in
+    dataset order. A resume that keeps the second row but must answer the first again (a row
+    retried or set aside) would break that, so the run stops before the first example, with one
+    line naming the setting; ``update_scope=question`` resumes it."""
+    from kgreason.preflight import PreflightError
+
+    rules = [{"pattern": "Unanswered: ", "reply": '[["Alpha", "directed by", "Bob Stone"]]'}]
+    go, out = _hotpot_run(tmp_path, emb_dir, "reasoner.kg_source=injected", rules=rules)
+    go()
+    preds = out / "predictions.jsonl"
+    lines = preds.read_text().splitlines()
+    preds.write_text(lines[1] + "\n")
+    with pytest.raises(PreflightError, match="update_scope=run.*question d0") as e:
+        go()
+    assert len(str(e.value).splitlines()) == 1
+    assert preds.read_text().splitlines() == [lines[1]]  # nothing answered, nothing lost
 
 
 @pytest.mark.parametrize("kill", ["after_first_example", "mid_indexing", "after_indexing", "finished"])
