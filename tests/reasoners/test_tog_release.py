@@ -157,3 +157,17 @@ def test_the_evaluate_reply_is_read_as_the_release_reads_it():
 def test_docs_name_the_release_commit_followed():
     text = (REPO / "docs" / "reasoners.md").read_text(encoding="utf-8")
     assert RELEASE in text
+
+
+def test_the_composed_defaults_are_the_releases_and_the_ablations_the_earlier_behaviour(tmp_path):
+    from conftest import compose_cfg
+
+    cfg = compose_cfg(["reasoner=tog"], tmp_path)
+    assert (cfg.reasoner.cap_relations, cfg.reasoner.at_depth_limit, cfg.reasoner.on_empty) == (
+        False, "without_knowledge", "answer")
+    for abl, field, value in [("tog_relation_cap_w", "cap_relations", True),
+                              ("tog_depth_limit_triplets", "at_depth_limit", "triplets"),
+                              ("on_empty_abstain", "on_empty", "abstain")]:
+        assert compose_cfg(["reasoner=tog", f"ablation={abl}"], tmp_path / abl).reasoner[field] == value
+    for r in ("rag", "rag_text", "reknos", "sgr"):
+        assert compose_cfg([f"reasoner={r}"], tmp_path / r).reasoner.on_empty == "answer"
