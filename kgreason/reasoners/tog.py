@@ -58,7 +58,9 @@ Prompts (``prompts/tog/``) have the structure of ToG's ``prompt_list.py`` in our
 worked examples from an invented package registry no evaluated KG uses: ``prune_relations``
 (step 2; one example, replies ``n. {relation (Score: s)}``), ``score_entities`` (step 4; one
 example, replies ``Score: s1, s2, ...`` in list order), ``reason`` (step 6; five ``{Yes}`` /
-``{No}`` examples) and ``answer`` (five examples ending on an ``Answer:`` line); docs/reasoners.md.
+``{No}`` examples over ``head | relation | tail`` triplets, a ``{Yes}`` ending "the answer is
+{X}") and ``answer`` (five examples ending on an ``Answer:`` line); the answer without knowledge
+uses the CoT reasoner's ``prompts/cot/answer.txt``; docs/reasoners.md.
 
 Pruning backends (``prune``): ``llm`` (the calls above), ``bm25`` (rank_bm25 over candidate text
 vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine): the same per-entity and
