@@ -185,13 +185,10 @@ class SGR(BaseReasoner):
         max_schema_types: int = 200,
         choice_cap: int = 50,
         row_limit: int = 100, query_timeout_ms: int = 10_000,
-        schema_direction: str = "strict",
-        graphdb: GraphDB | None = None,
-        embedder=None,
-        on_empty: str = "answer",
+        schema_direction: str = "strict", graphdb: GraphDB | None = None, embedder=None,
+        on_empty: str = "answer",  # nothing linked / retrieved: the IO prompt (sgr.txt is silent)
     ) -> None:
         _check_settings(vote, collaborate, lam, schema_direction)
-        # nothing linked / no triple retrieved: sgr.txt states no path, so the IO prompt (issue 43)
         self.on_empty = check_on_empty("SGR", on_empty)
         self.kg, self.retriever, self.llm, self.schema_direction = kg, retriever, llm, schema_direction
         self.max_tokens = int(max_tokens)
