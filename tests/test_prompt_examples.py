@@ -22,6 +22,12 @@ than cutting out the example, and it needs no per-file parser):
       "who is the author"), while a shared 5-word run is a shared question frame; or
     - for a template whose every unmasked run is shorter than that ("who directed <e>", "which
       films did <e> direct"), it *is* the template, each mask standing for 1-6 words.
+(c) **No evaluated KG's relation names.** No relation identifier of an evaluated KG (names with
+    ``_`` or ``.``: MetaQA's vocabulary, the embedded KG's, Freebase's (FB15k-237, the RoG
+    subgraphs), UMLS ``RELA`` values, the DDXPlus KG's; for Freebase-style ``domain.type.rel``
+    also the ``domain.type`` super-relation and an ``rel`` with ``_``) appears as a token.
+    Examples use a made-up domain; the dataset's naming reaches the model through the candidate
+    lists only.
 (d) **No common evaluated question shape** (issue 43, item 3). A question's *shape* is its
     template (entity words masked, as in (b)) with the relation and content words masked too:
     only wh-words, auxiliaries, articles, "same / also / other / both" stay, every preposition
@@ -30,12 +36,6 @@ than cutting out the example, and it needs no per-file parser):
     ``which _ the same _ P _``). A sample's *most common templates* are the shapes of at least
     ``COMMON_SHARE`` (1 %) of its questions, and of at least 3 of them; no worked example's
     question may have one (the paper's own examples excepted, as in (b)).
-(c) **No evaluated KG's relation names.** No relation identifier of an evaluated KG (names with
-    ``_`` or ``.``: MetaQA's vocabulary, the embedded KG's, Freebase's (FB15k-237, the RoG
-    subgraphs), UMLS ``RELA`` values, the DDXPlus KG's; for Freebase-style ``domain.type.rel``
-    also the ``domain.type`` super-relation and an ``rel`` with ``_``) appears as a token.
-    Examples use a made-up domain; the dataset's naming reaches the model through the candidate
-    lists only.
 
 Questions and relations come from the embedded world (generated in-process), ``tests/assets``
 and, when present, every sample under ``$KGREASON_DATA`` or ``../shared/data`` (that part skips
