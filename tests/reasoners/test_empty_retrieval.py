@@ -87,3 +87,12 @@ def test_cwq_on_the_freebase_slice_rag_calls_once_on_every_question(tmp_path, sh
     assert unlinked and all(r["extra"]["retrieval_empty"] is True for r in unlinked)
     assert all(r["extra"]["retrieval_empty"] is (r["extra"]["kept"] == 0) for r in rows if r not in unlinked)
     assert all(r["trace"][-1]["name"] == "answer_without_retrieval" for r in unlinked)
+
+
+def test_llm_free_kg_reasoners_flag_empty_retrieval(world):
+    """retrieval_only (no LLM: nothing to answer with) still reports the flag the empty rate reads."""
+    from kgreason.reasoners.retrieval_only import RetrievalOnly
+
+    r = RetrievalOnly(kg=world.kg, retriever=ScipyRetriever(world.kg), llm=None)
+    assert r.answer(UNLINKED).extra["retrieval_empty"] is True
+    assert r.answer(next(q for q in world.questions if q.hops == 1)).extra["retrieval_empty"] is False
