@@ -28,6 +28,14 @@ than cutting out the example, and it needs no per-file parser):
     also the ``domain.type`` super-relation and an ``rel`` with ``_``) appears as a token.
     Examples use a made-up domain; the dataset's naming reaches the model through the candidate
     lists only.
+(d) **No common evaluated question shape** (issue 43, item 3). A question's *shape* is its
+    template (entity words masked, as in (b)) with the relation and content words masked too:
+    only wh-words, auxiliaries, articles, "same / also / other / both" stay, every preposition
+    reads ``P`` and each run of other words one ``_`` ("which films share the same director of
+    [X]" and "which bridges span the same river as Lowmarsh Bridge" are both
+    ``which _ the same _ P _``). A sample's *most common templates* are the shapes of at least
+    ``COMMON_SHARE`` (1 %) of its questions, and of at least 3 of them; no worked example's
+    question may have one (the paper's own examples excepted, as in (b)).
 
 Questions and relations come from the embedded world (generated in-process), ``tests/assets``
 and, when present, every sample under ``$KGREASON_DATA`` or ``../shared/data`` (that part skips
@@ -49,6 +57,12 @@ import pytest
 from conftest import REPO
 
 NGRAM = 5
+COMMON_SHARE = 0.01  # a shape this share of a sample's questions (and >= 3 of them) is one of its common templates
+WH = {"which", "what", "who", "whom", "whose", "where", "when", "how", "why"}
+FRAME = WH | {"is", "are", "was", "were", "did", "does", "do", "has", "have", "had", "the", "a", "an",
+              "same", "also", "other", "both"}
+PREPOSITIONS = {"of", "as", "by", "in", "on", "at", "to", "from", "for", "with", "into", "about", "than",
+                "under", "over", "through", "between", "after", "before"}
 SLOT = r"(?: \S+){1,6}"  # a masked entity inside one segment: 1-6 words
 MASK = "\x00"
 PROMPTS = sorted((REPO / "kgreason" / "reasoners" / "prompts").rglob("*.txt"))
@@ -91,7 +105,8 @@ def example_questions(text: str) -> list[str]:
     """The worked examples' questions, normalised: the rest of a line opening with ``Q:`` (or
     ``Question:``), every quoted string of 3+ words, and every line ending in ``?``."""
     found = re.findall(r"^\s*(?:Q|Question)\s*:\s*(.+)$", text, flags=re.M)
-    found += [q for q in re.findall(r'"([^"\n]+)"', text) if len(q.split()) >= 3]
+    # a quoted question may wrap onto the next line of the prompt
+    found += [" ".join(q.split()) for q in re.findall(r'"([^"]+)"', text) if 3 <= len(q.split()) <= 30]
     found += re.findall(r"^(.+\?)\s*$", text, flags=re.M)
     return [q for q in dict.fromkeys(norm(x) for x in found) if q]
 
@@ -173,6 +188,44 @@ def template_index():
             pat = SLOT.join(re.escape("".join(f" {w}" for w in r)) for r in runs)
             short.setdefault(pat, f"{src}: {q}")
     return grams, [(re.compile(rf"^{p}$"), q) for p, q in short.items()]
+
+
+def shape(question: str, topics: tuple[str, ...] = ()) -> str:
+    """The question's structure: :func:`template` with every word outside ``FRAME`` masked,
+    prepositions as ``P``, each run of masked words one ``_``."""
+    out: list[str] = []
+    for w in template(question, topics).replace(MASK, " _ ").split():
+        w = w if w in FRAME else ("P" if w in PREPOSITIONS else "_")
+        if not (w == "_" and out and out[-1] == "_"):
+            out.append(w)
+    return " ".join(out)
+
+
+@lru_cache(maxsize=1)
+def common_shapes() -> dict[str, str]:
+    """{shape: "<sample>: <n> of <N> questions, e.g. <question>"} over every sample's most common
+    templates (a shape of >= ``COMMON_SHARE`` of its questions and >= 3 of them)."""
+    by: dict[str, dict[str, list[str]]] = {}
+    for src, q, topics in evaluated_questions():
+        by.setdefault(src, {}).setdefault(shape(q, topics), []).append(q)
+    out: dict[str, str] = {}
+    for src, shapes in by.items():
+        n = sum(len(v) for v in shapes.values())
+        for sh, qs in shapes.items():
+            if len(qs) >= 3 and len(qs) >= COMMON_SHARE * n:
+                out.setdefault(sh, f"{src}: {len(qs)} of {n} questions, e.g. {qs[0]!r}")
+    return out
+
+
+def find_common_shape(text: str) -> str | None:
+    common = common_shapes()
+    for seg in example_questions(text):
+        if seg in PAPER_EXAMPLES:
+            continue
+        sh = shape(seg)
+        if sh in common:
+            return f"{seg!r} has the shape {sh!r} ({common[sh]})"
+    return None
 
 
 # ------------------------------------------------------------------ evaluated relation names
@@ -266,7 +319,7 @@ def find_relation_names(text: str) -> list[str]:
     return sorted(found)
 
 
-CHECKS = {"question": find_copied_question, "template": find_copied_template,
+CHECKS = {"question": find_copied_question, "template": find_copied_template, "shape": find_common_shape,
           "relations": lambda text: ", ".join(find_relation_names(text)) or None}
 
 
@@ -292,9 +345,20 @@ def test_checks_catch_the_copies_they_were_written_against():
     assert find_copied_question("Q: " + evaluated_questions()[0][1])
     assert "written_by (MetaQA (PROVENANCE.md))" in find_relation_names("Harbour Lights | written_by | Jane Moss")
     assert any(r.startswith("film.film ") for r in find_relation_names("1. film.film (backward): directed_by"))
+    # issue 43: the bridges example had the shape of MetaQA 2-hop's "which films share the same
+    # director of [X]" with the words swapped (caught once the shared samples are present)
+    assert shape("which bridges span the same river as Lowmarsh Bridge") == shape("which films share the same director of [X]")
     # instruction prose and a made-up domain pass
     assert find_copied_template("Reply with only the query in a code block.") is None
     assert find_relation_names("Lowmarsh | flows_into | the Tarrow estuary") == []
+
+
+def test_the_bridges_example_has_a_common_metaqa_shape(shared_data):
+    """The known offender of issue 43 is one of MetaQA 2-hop's most common templates."""
+    if not (shared_data / "metaqa" / "2hop_test_sample1000.jsonl").exists():
+        pytest.skip("MetaQA sample absent")
+    hit = find_common_shape('for "which bridges span the same river\nas Lowmarsh Bridge" (triples ...)')
+    assert hit and "2hop_test_sample1000" in hit
 
 
 def test_metaqa_templates_are_masked_at_the_bracket(shared_data):

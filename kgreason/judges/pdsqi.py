@@ -31,6 +31,11 @@ Consistency controls:
 * ``compare(example, a, b)`` scores two outputs side by side; with ``position_swap`` it asks
   again with the order reversed, averages, and reports how often the preference agreed.
 
+What the judge reads: the output under review as the method wrote it (:func:`output_of`): a
+reasoner's full text (``extra["output"]``: CoT's reasoning and answer line) where it writes one,
+else the diagnoses in the method's order, each with the method's reasoning for it
+(``extra["reasoning"]``) where it gives one; never a list numbered by us.
+
 Per-round scores: when ``prediction.rounds`` maps round names to diagnosis lists
 (logoskg_dx writes ``baseline``/``round1``/``round2``), each round is judged too and returned in
 ``JudgeScore.per_round`` (→ ``judge/<round>/<attr>`` in metrics.json). Identical outputs are
@@ -138,11 +143,28 @@ def parse_pair(text: str, attributes: Sequence[str] = PDSQI_ATTRIBUTES) -> Parse
     return ParseResult(True, {"A": a, "B": b})
 
 
-def render_output(answers: Sequence[str]) -> str:
-    """The diagnostic output shown to the judge: a numbered list, most likely first."""
+def render_output(answers: Sequence[str], reasoning: Mapping[str, str] | None = None,
+                  text: str | None = None) -> str:
+    """The output under review, as a physician would read it (issue 43): the text the method wrote
+    (``text``, a reasoner's ``extra["output"]``, e.g. CoT's reasoning and answer line) when it
+    wrote one; else its diagnoses in its own order, one per line, each followed by the method's
+    reasoning for it where it gives one (``reasoning``, ``extra["reasoning"]``: diagnosis → text).
+    No numbering or other structure the method did not produce is added."""
+    if text is not None and str(text).strip():
+        return str(text).strip()
     if not answers:
         return "(no diagnoses given)"
-    return "\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1))
+    why = {str(k): str(v).strip() for k, v in (reasoning or {}).items() if str(v).strip()}
+    return "\n".join(f"{a}: {why[a]}" if a in why else a for a in answers)
+
+
+def output_of(prediction: Prediction) -> str:
+    """:func:`render_output` of a prediction's final output (its ``extra["output"]`` text or
+    ``extra["reasoning"]`` when the reasoner records them)."""
+    extra = prediction.extra or {}
+    reasoning = extra.get("reasoning") if isinstance(extra.get("reasoning"), Mapping) else None
+    text = extra.get("output") if isinstance(extra.get("output"), str) else None
+    return render_output(prediction.answers, reasoning, text)
 
 
 class PDSQIJudge:
@@ -179,7 +201,7 @@ class PDSQIJudge:
         return "{" + ", ".join(f'"{a}": <{_scale_text(a)}>' for a in self.attributes) + "}"
 
     def _prompt(self, record: str, output: str) -> str:
-        return (f"{self.rubric}\nPatient record:\n{record}\n\nDiagnostic output to evaluate:\n{output}\n\n"
+        return (f"{self.rubric}\nPatient record:\n{record}\n\nDiagnostic output to evaluate, as the method wrote it:\n{output}\n\n"
                 f"Reply with only a JSON object, one value per item on its own scale: {self._keys()}")
 
     def _pair_prompt(self, record: str, out_a: str, out_b: str) -> str:
@@ -200,9 +222,10 @@ class PDSQIJudge:
         return sum(vals) if self.aggregate == "sum" else sum(vals) / len(vals)
 
     # ------------------------------------------------------------------ absolute scoring
-    def score_output(self, record: str, answers: Sequence[str]):
-        """``(mean scores, std, raw replies, parse failures)`` over ``samples`` judgements."""
-        prompt = self._prompt(record, render_output(answers))
+    def score_output(self, record: str, output: str | Sequence[str]):
+        """``(mean scores, std, raw replies, parse failures)`` over ``samples`` judgements of
+        ``output`` (the rendered output under review; a list is rendered by :func:`render_output`)."""
+        prompt = self._prompt(record, output if isinstance(output, str) else render_output(output))
         got: list[dict[str, int]] = []
         raw: list[str] = []
         failures = 0
@@ -223,23 +246,24 @@ class PDSQIJudge:
         return scores, std, raw, failures
 
     def judge(self, example: Example, prediction: Prediction) -> JudgeScore:
-        memo: dict[tuple[str, ...], tuple] = {}
+        memo: dict[str, tuple] = {}
 
-        def once(answers: Sequence[str]):
-            key = tuple(answers)
-            if key not in memo:
-                memo[key] = self.score_output(example.question, key)
-            return memo[key]
+        def once(output: str):
+            if output not in memo:
+                memo[output] = self.score_output(example.question, output)
+            return memo[output]
 
-        scores, std, raw, fails = once(prediction.answers)
+        scores, std, raw, fails = once(output_of(prediction))
         raws, failures = list(raw), fails
         per_round: dict[str, dict[str, float]] = {}
         per_round_total: dict[str, float] = {}
         rounds = prediction.rounds if self.judge_rounds else None
         if isinstance(rounds, Mapping):
             for name, answers in rounds.items():
-                fresh = tuple(answers) not in memo
-                s, _, r, f = once(list(answers))
+                # a round is its diagnosis list (the round that equals the final output reads as it)
+                out = output_of(prediction) if tuple(answers) == tuple(prediction.answers) else render_output(list(answers))
+                fresh = out not in memo
+                s, _, r, f = once(out)
                 if fresh:
                     raws += r
                     failures += f
@@ -252,9 +276,8 @@ class PDSQIJudge:
     # ------------------------------------------------------------------ pairwise comparison
     def compare(self, example: Example, a, b) -> ComparisonScore:
         """Score outputs ``a`` and ``b`` (Predictions or diagnosis lists) side by side."""
-        la = list(a.answers) if isinstance(a, Prediction) else list(a)
-        lb = list(b.answers) if isinstance(b, Prediction) else list(b)
-        ra, rb = render_output(la), render_output(lb)
+        ra = output_of(a) if isinstance(a, Prediction) else render_output(list(a))
+        rb = output_of(b) if isinstance(b, Prediction) else render_output(list(b))
         parser = lambda s: parse_pair(s, self.attributes)  # noqa: E731
         res1, c1 = with_reask(self.llm, self._request(self._pair_prompt(example.question, ra, rb), 0), parser, self.max_reasks)
         raw = [c.text for c in c1]

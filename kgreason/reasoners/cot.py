@@ -2,7 +2,8 @@
 
 The prompt (``prompts/cot/answer.txt``, two worked examples) asks the model to reason step by
 step and end with a line ``Answer: a1; a2``. :func:`parse_answers` reads that line; when it is
-missing the last non-empty line is taken, so a terse model still gets scored.
+missing the last non-empty line is taken, so a terse model still gets scored. The whole reply is
+kept as ``extra["output"]``: the text a reader (or the PDSQI-9 judge) reviews.
 """
 
 from __future__ import annotations
@@ -37,4 +38,7 @@ class CoT(BaseReasoner):
         req = ChatRequest.of(render(self.template, question=example.question),
                              temperature=self.temperature, max_tokens=self.max_tokens)
         res = self.ask(t, "answer", req, parse_answers)
-        return t.finish(example, res.value or [], llm_calls=1)
+        # the full reply (reasoning steps and answer line): the output a reader, or the PDSQI-9
+        # judge, reviews (kgreason/judges/pdsqi.py output_of)
+        reply = next((st.data["replies"][0] for st in reversed(t.steps) if st.kind == "llm" and st.data.get("replies")), "")
+        return t.finish(example, res.value or [], llm_calls=1, output=reply)

@@ -34,8 +34,34 @@ class IO(BaseReasoner):
 
     def answer(self, example: Example) -> Prediction:
         t = Trace()
-        req = ChatRequest.of(render(self.template, question=example.question), system=self.system,
+        return t.finish(example, self.ask_io(t, example.question))
+
+    def ask_io(self, t: Trace, question: str, purpose: str = "answer") -> list[str]:
+        """The one IO call for ``question``, recorded on ``t``: its answers, best first."""
+        req = ChatRequest.of(render(self.template, question=question), system=self.system,
                              temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed)
-        res = self.ask(t, "answer", req, parse_list, prompt_id="io/answer")
-        answers = [a for a in (res.value or []) if a][: self.top_k] if res.ok else []
-        return t.finish(example, answers)
+        res = self.ask(t, purpose, req, parse_list, prompt_id="io/answer")
+        return [a for a in (res.value or []) if a][: self.top_k] if res.ok else []
+
+
+ON_EMPTY = ("answer", "abstain")
+
+
+def check_on_empty(owner: str, value: str) -> str:
+    """``reasoner.on_empty``: ``answer`` (the method's source's path, the default) | ``abstain``
+    (no call, no answer: ablation ``on_empty_abstain``)."""
+    if value not in ON_EMPTY:
+        raise ValueError(f"{owner}: reasoner.on_empty must be one of {' | '.join(ON_EMPTY)}, got {value!r}")
+    return value
+
+
+def answer_without_retrieval(llm, t: Trace, question: str, on_empty: str) -> list[str]:
+    """The empty-retrieval path of the KG reasoners whose source answers from the question alone
+    (rag, rag_text; ReKnoS, SGR where their papers are silent): the IO baseline's own request
+    (prompt, system prompt, sampling, parser: the IO row's defaults, so the call cache shares
+    it with an IO run), recorded on ``t`` as step ``answer_without_retrieval``. ``on_empty:
+    abstain`` makes no call and returns no answer."""
+    if on_empty == "abstain":
+        t.note("abstain", reason="nothing linked or retrieved (reasoner.on_empty=abstain)")
+        return []
+    return IO(llm=llm).ask_io(t, question, purpose="answer_without_retrieval")

@@ -108,7 +108,7 @@ class KGDx(BaseReasoner):
         link = self.link(example)
         t.add("link", "evidences", linked=link.linked, failed=link.failed)
         if not link.ids:
-            return t.finish(example, [], retrieved=[], link_failed=True, n_consistent=0)
+            return t.finish(example, [], retrieved=[], link_failed=True, n_consistent=0, retrieval_empty=True)
         support = self.support(link.ids)
         ranked = self.rank(support)
         n = len(link.ids)
@@ -117,4 +117,5 @@ class KGDx(BaseReasoner):
         t.add("rank", "kg_support", n_evidences=n, n_candidates=len(names),
               top=[(kg.entity_label(int(d)), int(support[d])) for d in ranked[:10]])
         return t.finish(example, names[: self.top_k], retrieved=names, consistent=consistent,
-                        n_consistent=len(consistent), n_candidates=len(names), hops_used=self.hops)
+                        n_consistent=len(consistent), n_candidates=len(names), hops_used=self.hops,
+                        retrieval_empty=not names)

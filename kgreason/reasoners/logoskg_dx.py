@@ -365,5 +365,6 @@ class LogosKGDx(BaseReasoner):
             diseases_per_hop=kh.diseases_per_hop, retrieve_s=round(kh.retrieve_s, 6),
             hop_times_s=kh.hop_times_s, retrieved=[self.kg.entity_label(int(c)) for c in ranked],
             hops_used=self.hops, search_space=int(len(kh.sub.triples)) if kh.sub is not None else 0,
+            retrieval_empty=not len(ranked),  # no candidate disease reached (rounds as the paper runs them)
         )
         return dataclasses.replace(pred, rounds=rounds)

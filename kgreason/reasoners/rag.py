@@ -11,6 +11,11 @@ Pipeline for one question:
    ``tau`` is set, only those with ``s ≥ τ`` (Eq. 5);
 5. prompt the LLM with the kept triples (best first) and parse ``Answer: ...``.
 
+Nothing linked, or no triple kept: the question is answered with the IO prompt alone
+(:func:`~kgreason.reasoners.io.answer_without_retrieval`, the IO baseline's request), one call
+as on every other question, and ``extra["retrieval_empty"]`` is True (``on_empty: abstain``, the
+ablation ``on_empty_abstain``: no call, no answer).
+
 Per-example extra: ``retrieved`` (names of every entity the k-hop retrieval reached, so the
 ``answer_coverage`` metric measures the retrieval, as in SGR/ReKnoS "retrieval rate"),
 ``retrieved_in_prompt`` (entities of the kept triples), ``search_space`` (candidate triples
@@ -24,6 +29,7 @@ import numpy as np
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answers
+from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, canonical_triples, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
@@ -43,6 +49,7 @@ class RAG(BaseReasoner):
         temperature, max_tokens: answer generation settings.
         max_reasks: re-asks when the answer reply does not parse (kit policy; 0 = none).
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one, loaded on first use).
+        on_empty: ``answer`` (nothing linked / no triple kept → the IO prompt) | ``abstain``.
     """
 
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
@@ -50,7 +57,8 @@ class RAG(BaseReasoner):
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
                  gold_hops: bool = False, top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
                  temperature: float = 0.0, max_tokens: int = 256, prompts_dir: str = "rag",
-                 embedder=None, graphdb=None, max_reasks: int = 0) -> None:
+                 embedder=None, graphdb=None, max_reasks: int = 0, on_empty: str = "answer") -> None:
+        self.on_empty = check_on_empty("RAG", on_empty)
         if top_k is None and tau is None:
             raise ValueError("RAG: set top_k (Eq. 6) or tau (Eq. 5); both are null")
         self.kg, self.retriever, self.llm = kg, retriever, llm
@@ -108,7 +116,9 @@ class RAG(BaseReasoner):
         link, sub, k = self.retrieve(example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         if sub is None:
-            return t.finish(example, [], retrieved=[], search_space=0, link_failed=True)
+            answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
+            return t.finish(example, answers, retrieved=[], search_space=0, link_failed=True,
+                            retrieval_empty=True, llm_calls=sum(1 for st in t.steps if st.kind == "llm"))
         t.retrieval("khop", sub, self.kg)
         triples, cut = self.candidate_triples(sub)
         texts = [self.kg.verbalise(tr) for tr in triples]
@@ -116,15 +126,18 @@ class RAG(BaseReasoner):
         kept = [texts[i] for i in order]
         t.add("rank", "cosine_filter", top_k=self.top_k, tau=self.tau, candidates=len(texts),
               candidates_truncated=cut, kept=[(x, round(float(s), 4)) for x, s in zip(kept, scores)])
-        facts = "\n".join(kept) if kept else "(no facts retrieved)"
-        req = ChatRequest.of(render(self.template, question=example.question, facts=facts),
-                             temperature=self.temperature, max_tokens=self.max_tokens)
-        res = self.ask(t, "answer", req, parse_answers)
+        if kept:
+            req = ChatRequest.of(render(self.template, question=example.question, facts="\n".join(kept)),
+                                 temperature=self.temperature, max_tokens=self.max_tokens)
+            answers = self.ask(t, "answer", req, parse_answers).value or []
+        else:  # nothing retrieved: the question alone, as IO
+            answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
         reached = self.retriever.answer_set(sub)
         in_prompt = sorted({int(x) for i in order for x in (triples[i][0], triples[i][2])})
         return t.finish(
-            example, res.value or [],
+            example, answers,
             retrieved=[self.kg.entity_label(int(e)) for e in reached],
             retrieved_in_prompt=[self.kg.entity_label(e) for e in in_prompt],
-            search_space=int(len(texts)), kept=len(kept), hops_used=k, llm_calls=1,
+            search_space=int(len(texts)), kept=len(kept), hops_used=k,
+            llm_calls=sum(1 for st in t.steps if st.kind == "llm"), retrieval_empty=not kept,
         )

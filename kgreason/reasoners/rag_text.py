@@ -7,7 +7,12 @@ pool, as in the HippoRAG 2 protocol SubQRAG §3.1 follows: the dataset's corpus 
 paragraphs of every sampled question, one retrieval corpus for all questions. A real dataset
 never borrows the embedded world's invented passages: a dataset with no passage at all stops
 the run before the first example. ``passages: own`` is the distractor setting instead (each
-question retrieves among its own paragraphs; a question without any is an error row).
+question retrieves among its own paragraphs).
+
+Nothing retrieved (``passages: own`` and a question without paragraphs): the question is
+answered with the IO prompt alone (:func:`~kgreason.reasoners.io.answer_without_retrieval`) and
+``extra["retrieval_empty"]`` is True; ``on_empty: abstain`` (ablation ``on_empty_abstain``)
+keeps the earlier error row instead.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answer_field
+from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
@@ -113,13 +119,15 @@ class RagText(BaseReasoner):
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one).
         max_tokens: answer length cap.
         max_reasks: re-asks on an empty answer (kit policy; 0 = none).
+        on_empty: ``answer`` (no passage retrieved → the IO prompt) | ``abstain`` (an error row).
     """
 
     tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passages: str = "pooled",
                  corpus: str | None = "dataset", world_seed: int = 0, max_tokens: int = 64, max_reasks: int = 0,
-                 embedder=None, graphdb=None) -> None:
+                 embedder=None, graphdb=None, on_empty: str = "answer") -> None:
+        self.on_empty = check_on_empty("RagText", on_empty)
         if passages not in ("pooled", "own"):
             raise ValueError(f"RagText: passages must be pooled | own, got {passages!r}")
         self.llm, self.top_k, self.max_tokens, self.mode = llm, top_k, max_tokens, passages
@@ -139,6 +147,8 @@ class RagText(BaseReasoner):
     def passages_for(self, example: Example) -> list[Passage]:
         if self.mode == "own":
             if not example.corpus:
+                if self.on_empty == "answer":
+                    return []
                 raise ValueError(f"example {example.id} has no passages (reasoner.passages=own retrieves "
                                  "among each question's own paragraphs)")
             return [tuple(p) for p in example.corpus]  # type: ignore[misc]
@@ -149,6 +159,10 @@ class RagText(BaseReasoner):
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         passages = self.passages_for(example)
+        if not passages:  # nothing to retrieve from: the question alone, as IO
+            t.add("retrieve", "dense_passages", titles=[], scores=[], pool=0)
+            answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
+            return t.finish(example, answers, retrieved_passages=[], retrieval_empty=True)
         hits = self.index.get(passages).search([example.question], self.top_k)[0]
         top = [passages[h.id] for h in hits]
         t.add("retrieve", "dense_passages", titles=[p[0] for p in top], scores=[h.score for h in hits],
@@ -157,4 +171,5 @@ class RagText(BaseReasoner):
                                     passages="\n".join(f"[{i}] {passage_text(p)}" for i, p in enumerate(top))),
                              max_tokens=self.max_tokens)
         ans = self.ask(t, "answer", req, parse_answer_field).value
-        return t.finish(example, [ans] if ans else [], retrieved_passages=[p[0] for p in top])
+        return t.finish(example, [ans] if ans else [], retrieved_passages=[p[0] for p in top],
+                        retrieval_empty=not top)

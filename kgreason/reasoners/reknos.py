@@ -39,6 +39,12 @@ Where we follow the paper vs. the authors' ToG-derived code conventions:
 * ours: entity sets per path are capped at ``max_entities`` (by entity name) to bound prompt size, and
   ``max_facts`` example triples per path go into the decision/answer prompts.
 
+Nothing linked, or no super-relation step extends a path (no candidate at step 1, or none
+realised): the paper states no path for this (reknos.txt lists an empty candidate set only as a
+failure signature), so the question is answered with the IO prompt alone
+(:func:`~kgreason.reasoners.io.answer_without_retrieval`), ``extra["retrieval_empty"]`` True;
+``on_empty: abstain`` (ablation ``on_empty_abstain``): no call, no answer.
+
 Per-example extra: ``retrieved`` (every entity extracted along the top-``K`` selected paths of
 any step, the paths the decision sees → ``answer_coverage`` = the paper's retrieval rate: the
 summary's "selecting top K paths for entity extraction"), ``retrieved_n_paths`` (the same over
@@ -57,6 +63,7 @@ from kgreason.kg.linking import link_example
 from kgreason.kg.source import prefetch
 from kgreason.llm.parsing import ParseResult, parse_answers, parse_candidate_scores, parse_yes_no
 from kgreason.reasoners.base import BaseReasoner, Trace, load_prompt, render
+from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
 from kgreason.reasoners.superrel import SuperRelations, build_superrelations
 from kgreason.reasoners.tog import BACKWARD
 from kgreason.types import ChatRequest, Example, Prediction
@@ -106,7 +113,8 @@ class ReKnoS(BaseReasoner):
                  use_backward: bool = True, few_shot: bool = True, max_entities: int = 100,
                  max_facts: int = 15, temperature: float = 0.0, max_tokens: int = 256,
                  prompts_dir: str = "reknos", embedder=None,
-                 graphdb=None) -> None:
+                 graphdb=None, on_empty: str = "answer") -> None:
+        self.on_empty = check_on_empty("ReKnoS", on_empty)
         if min(width, depth, top_k_paths) < 1:
             raise ValueError(f"ReKnoS: width, depth, top_k_paths must be ≥ 1; got {width}, {depth}, {top_k_paths}")
         self.kg, self.llm = kg, llm
@@ -286,16 +294,22 @@ class ReKnoS(BaseReasoner):
             if dec.ok and dec.value:
                 break
         top = self.final_paths(paths)
-        ans = self._call(t, "answer", render(self.prompts["answer"], question=q, paths=self.paths_text(top)),
-                         parse_answers, n_calls)
+        empty = not per_step  # nothing linked, or no step extended a path: no knowledge to show
+        if empty:
+            answers = answer_without_retrieval(self.llm, t, q, self.on_empty)
+            n_calls[0] += sum(1 for st in t.steps if st.kind == "llm" and st.name == "answer_without_retrieval")
+            top = []
+        else:
+            answers = self._call(t, "answer", render(self.prompts["answer"], question=q, paths=self.paths_text(top)),
+                                 parse_answers, n_calls).value or []
         def labels(layers) -> list[str]:
             ents = np.unique(np.concatenate(layers)) if layers else np.zeros(0, np.int32)
             return [kg.entity_label(int(e)) for e in ents]
 
         return t.finish(
-            example, ans.value or [], retrieved=labels(reached), retrieved_n_paths=labels(reached_n),
+            example, answers, retrieved=labels(reached), retrieved_n_paths=labels(reached_n),
             search_space=len(seen), llm_calls=n_calls[0], steps=len(per_step), call_budget=self.call_budget,
-            paths_per_step=per_step,
+            paths_per_step=per_step, retrieval_empty=empty,
             paths=[{"path": [self.name(c) for c in p.steps], "score": round(p.score, 6),
                     "layers": [[kg.entity_names[int(e)] for e in ly] for ly in p.layers]} for p in top],
         )

@@ -62,7 +62,7 @@ class RetrievalOnly(BaseReasoner):
         link = link_example(self.kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         if not link.ids:
-            return t.finish(example, [], retrieved=[], link_failed=True)
+            return t.finish(example, [], retrieved=[], link_failed=True, retrieval_empty=True)
         k = self.hop_budget(example)
         sub = t.retrieval("khop", self.retriever.retrieve(link.ids, k), self.kg)
         cands = self.retriever.answer_set(sub)
@@ -78,5 +78,5 @@ class RetrievalOnly(BaseReasoner):
         t.add("rank", "path_support", top=[(n, score.get(e, 0.0)) for n, e in zip(names[:10], ranked[:10])])
         return t.finish(
             example, names[: self.top_k], retrieved=names,
-            search_space=int(len(sub.triples)), hops_used=int(k),
+            search_space=int(len(sub.triples)), hops_used=int(k), retrieval_empty=not names,
         )

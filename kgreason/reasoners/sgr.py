@@ -70,6 +70,7 @@ from kgreason.kg.cypher_guard import CypherRejected
 from kgreason.kg.linking import link_example
 from kgreason.llm.base import ScoringUnsupported
 from kgreason.llm.parsing import ParseResult, parse_cypher, parse_hypothesis, parse_schema
+from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
 from kgreason.reasoners.base import (BaseReasoner, ReaskPolicy, Trace, canonical_entities, canonical_triples, load_prompt,
                                      render)
 from kgreason.types import ChatRequest, Example, Message, Prediction
@@ -187,11 +188,11 @@ class SGR(BaseReasoner):
         max_schema_types: int = 200,
         choice_cap: int = 50,
         row_limit: int = 100, query_timeout_ms: int = 10_000,
-        schema_direction: str = "strict",
-        graphdb: GraphDB | None = None,
-        embedder=None,
+        schema_direction: str = "strict", graphdb: GraphDB | None = None, embedder=None,
+        on_empty: str = "answer",  # nothing linked / retrieved: the IO prompt (sgr.txt is silent)
     ) -> None:
         _check_settings(vote, collaborate, lam, schema_direction)
+        self.on_empty = check_on_empty("SGR", on_empty)
         self.kg, self.retriever, self.llm, self.schema_direction = kg, retriever, llm, schema_direction
         self.max_tokens = int(max_tokens)
         self.use_schema, self.use_cypher = bool(schema), bool(cypher)
@@ -360,9 +361,13 @@ class SGR(BaseReasoner):
         link = link_example(self.kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         if not link.ids:
-            return t.finish(example, [], retrieved=[], link_failed=True)
+            answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
+            return t.finish(example, answers, retrieved=[], link_failed=True, retrieval_empty=True)
         topics = link.ids
         sub = t.retrieval("khop", self.retriever.retrieve(topics, self.hop_budget(example)), self.kg)
+        if not any(len(h) for h in sub.triples_by_hop):
+            answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
+            return t.finish(example, answers, retrieved=[], search_space=0, retrieval_empty=True)
         estar, n_cand = self.candidate_subgraph(t, example.question, sub)
         ctx = self.prompt_context(example.question, topics, sub, estar)
         # "Without Schema" (Table 2, Fig. 2: "removing schema-based prompts"): no S_q at all, so
@@ -388,7 +393,8 @@ class SGR(BaseReasoner):
         retrieved = sorted({self._label(e) for e in subgraph_ents | set(db_ents)})
         return t.finish(example, answers, retrieved=retrieved, search_space=int(n_cand),
                         refine_rounds=refine_rounds, path=path, p_theta_source=p_source,
-                        schema_ok=schema_val is not None, vote_mode=self.vote_mode if path == "collaborative" else None)
+                        schema_ok=schema_val is not None, vote_mode=self.vote_mode if path == "collaborative" else None,
+                        retrieval_empty=False)
 
     def prompt_context(self, question: str, topics: Sequence[int], sub, estar: np.ndarray) -> dict:
         """What every prompt shares: question, topic names, the k-hop relations, the evidence

@@ -486,6 +486,9 @@ class SubQRAG(BaseReasoner):
                            parse_answer_field).value
         mem_triples = [list(g.triples[u]) for u in memory]
         t.add("memory", "graph_memory", triples=mem_triples)
-        return t.finish(example, [final] if final else [], subquestions=[s["subquestion"] for s in steps],
+        # nothing retrieved: no triple and no passage for any sub-question (§2.3's fallback reads
+        # the corpus whenever the graph falls short, so this stays False while the pool has passages)
+        empty = not any(st.kind == "retrieve" and (st.data.get("triples") or st.data.get("titles")) for st in t.steps)
+        return t.finish(example, [final] if final else [], retrieval_empty=empty, subquestions=[s["subquestion"] for s in steps],
                         rewritten=[s["rewritten"] for s in steps], graph_memory=mem_triples,
                         retrieved=[x for tr in mem_triples for x in (tr[0], tr[2])])

@@ -1,7 +1,8 @@
 """Think-on-Graph beam search over the KG (ToG, Sun et al. 2024, ICLR; the baseline ReKnoS
 (reknos.txt §3, §5, Fig. 5) compares LLM calls with). Our own code, written after reading the
-authors' release (IDEA-FinAI/ToG, formerly GasolSun36/ToG: ``ToG/main_freebase.py``,
-``ToG/utils.py`` and ``ToG/prompt_list.py``).
+authors' release (IDEA-FinAI/ToG, formerly GasolSun36/ToG, at commit
+``7ccbb92e17579f934bb778386230de47eca0ab67``: ``ToG/main_freebase.py``, ``ToG/freebase_func.py``,
+``ToG/utils.py`` and ``ToG/prompt_list.py``); none of its code or prompt text is copied.
 
 For depth ``d = 1..D`` with a beam of at most ``W`` entity paths (starting at every linked topic
 entity, as ToG starts from all topic entities of the question):
@@ -9,10 +10,11 @@ entity, as ToG starts from all topic entities of the question):
 1. **relation exploration**, per beam entity: the relations attached to it in both directions
    (``rel`` = entity is head, ``rel (backward)`` = entity is tail), sorted by name
    (:meth:`ToG.explore_relations`);
-2. **relation pruning**, ONE call PER BEAM ENTITY (ToG's ``relation_search_prune``): the ``W``
-   best of that entity's relations with their scores; relations the model scores 0 (does not
-   list) are dropped, and an unparseable reply drops the entity, as ToG does
-   (:meth:`ToG.prune_relations`);
+2. **relation pruning**, ONE call PER BEAM ENTITY (ToG's ``relation_search_prune``): the prompt
+   asks for ``W`` relations, and EVERY relation the reply lists with a score above 0 is kept (the
+   release's ``clean_relations`` keeps all it finds; ``cap_relations`` keeps at most ``W``);
+   an unparseable reply drops the entity, as ToG does. The bm25 / embedding backends keep the
+   top ``W``, as the release does (:meth:`ToG.prune_relations`);
 3. **entity exploration**, per kept (entity, relation): its neighbours in MID order; when a
    relation has ``sample_at`` (20) or more of them, a seeded sample of ``num_retain_entity`` (5)
    is taken (ToG: ``random.sample(candidates, num_retain_entity)`` when ``len >= 20``). The
@@ -24,20 +26,41 @@ entity, as ToG starts from all topic entities of the question):
    is its score times its relation's score; an unparseable reply scores them uniformly (ToG:
    "all entities are created equal") (:meth:`ToG.score_entities`);
 5. **entity pruning**: the new beam is the ``W`` best (entity, path) candidates over all
-   relations, zero scores dropped (ToG's ``entity_prune``) (:meth:`ToG.prune_entities`);
-6. **reasoning**: the LLM says whether the paths suffice (yes/no); yes → answer from the paths,
-   no → next depth; at ``D`` answer from the paths (:meth:`ToG.reason`).
+   relations, zero scores dropped (ToG's ``entity_prune``); each kept candidate's triplet joins
+   the triplets gathered so far (the release's ``cluster_chain_of_entities``)
+   (:meth:`ToG.prune_entities`);
+6. **reasoning** (the release's ``reasoning``): the question with EVERY triplet gathered at every
+   depth so far; a reply opening with ``{Yes}`` IS the answer (read from that reply, no further
+   call), ``{No}`` → next depth (:meth:`ToG.reason`).
+
+Ends (``extra["end"]``), as ``main_freebase.py``:
+
+* ``no_topic``: no topic entity linked → the chain-of-thought prompt without knowledge
+  (``generate_without_explored_paths``; our ``prompts/cot/answer.txt``);
+* ``yes``: the ``{Yes}`` reply's answer;
+* ``half_stop``: a depth found no candidate, or every candidate scored 0 → the answer prompt with
+  every triplet gathered so far (``half_stop`` → ``generate_answer``);
+* ``depth_limit``: ``{No}`` at depth ``D`` → the chain-of-thought prompt without knowledge (the
+  release's ``if not flag_printed`` branch; ``at_depth_limit: triplets`` answers from the
+  triplets instead).
+
+A search that kept no triplet at all (no topic, or the beam emptied at depth 1) is
+``extra["retrieval_empty"] = True`` and is answered without knowledge (``on_empty: abstain``:
+no call, no answer); the release sends its answer prompt with an empty triplet list there,
+which is the same question with no knowledge.
 
 Exploration calls (steps 2 and 4) run at ``temperature_exploration`` (ToG's default 0.4), the
 reasoning and answer calls at ``temperature_reasoning`` (0). So the calls per question grow with
-the width: per depth ``|beam|`` pruning calls + up to ``W·|beam|`` scoring calls + 1 reasoning
-call (ReKnoS Fig. 5's comparison), with ``|beam| ≤ W``.
+the width: per depth ``|beam|`` pruning calls + one scoring call per kept (entity, relation) +
+1 reasoning call (ReKnoS Fig. 5's comparison), with ``|beam| ≤ W``.
 
 Prompts (``prompts/tog/``) have the structure of ToG's ``prompt_list.py`` in our own words, with
 worked examples from an invented package registry no evaluated KG uses: ``prune_relations``
 (step 2; one example, replies ``n. {relation (Score: s)}``), ``score_entities`` (step 4; one
 example, replies ``Score: s1, s2, ...`` in list order), ``reason`` (step 6; five ``{Yes}`` /
-``{No}`` examples) and ``answer`` (five examples ending on an ``Answer:`` line); docs/reasoners.md.
+``{No}`` examples over ``head | relation | tail`` triplets, a ``{Yes}`` ending "the answer is
+{X}") and ``answer`` (five examples ending on an ``Answer:`` line); the answer without knowledge
+uses the CoT reasoner's ``prompts/cot/answer.txt``; docs/reasoners.md.
 
 Pruning backends (``prune``): ``llm`` (the calls above), ``bm25`` (rank_bm25 over candidate text
 vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine): the same per-entity and
@@ -46,7 +69,7 @@ candidate order (relations by name, neighbours by MID), so every backend is dete
 
 Per-example extra: ``beam_sizes`` (per depth, always ≤ W), ``retrieved`` (every entity that
 entered the beam → answer_coverage), ``search_space`` (distinct triples encountered),
-``llm_calls``, ``depth_reached``, ``calls_per_depth``.
+``llm_calls``, ``depth_reached``, ``calls_per_depth``, ``end``, ``retrieval_empty``.
 """
 
 from __future__ import annotations
@@ -60,12 +83,36 @@ import numpy as np
 
 from kgreason.kg.linking import link_example
 from kgreason.embed import Embedder
-from kgreason.llm.parsing import parse_answers, parse_candidate_scores, parse_yes_no
+from kgreason.llm.parsing import ParseResult, parse_answers, parse_candidate_scores
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, ask, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 BACKWARD = " (backward)"
+
+
+_BRACED = re.compile(r"\{([^{}]*)\}")
+ON_EMPTY = ("answer", "abstain")
+AT_DEPTH_LIMIT = ("without_knowledge", "triplets")
+
+
+def parse_evaluate_reply(text: str) -> ParseResult:
+    """The reasoning reply, read as the release reads it (``extract_answer`` + ``if_true``): the
+    first ``{...}`` decides, ``{Yes}`` stops the search. On ``{Yes}`` the answers are the later
+    ``{...}`` groups of the same reply (the examples end "the answer is {X}"), else its
+    ``Answer:`` line or last line. ``value`` = ``(yes, answers)``; a reply with no ``{...}`` is
+    not parsed (the release reads it as No)."""
+    groups = _BRACED.findall(text)
+    if not groups:
+        return ParseResult(False, (False, []), "no {Yes} or {No}")
+    yes = groups[0].lower().replace(" ", "") == "yes"
+    if not yes:
+        return ParseResult(True, (False, []))
+    answers = [g.strip() for g in groups[1:] if g.strip() and g.strip().lower() not in ("yes", "no")]
+    if not answers:
+        rest = text[text.index("}") + 1:].strip(" .\n")
+        answers = (parse_answers(rest).value or []) if rest else []
+    return ParseResult(True, (True, list(dict.fromkeys(answers))))
 
 
 def tokens(text: str) -> list[str]:
@@ -140,6 +187,9 @@ class _Search:
     retrieved: dict[int, None]  # every entity that entered the beam, in order
     seen_triples: set[int] = field(default_factory=set)
     beam_sizes: list[int] = field(default_factory=list)
+    # every depth's kept triplets (head, relation, tail), in depth then beam order: the release's
+    # cluster_chain_of_entities, which its reasoning and answer prompts list in full
+    gathered: dict[tuple[int, int, int], None] = field(default_factory=dict)
 
     @classmethod
     def start(cls, topics) -> "_Search":
@@ -167,6 +217,14 @@ class ToG(BaseReasoner):
         temperature_reasoning: temperature of the reasoning and answer calls (ToG: 0).
         max_reasks: re-asks on an unparseable pruning / reasoning / answer reply (kit policy;
             0 = none, as ToG).
+        on_empty: ``answer`` (the release: a question with no topic entity, or whose search kept
+            no triplet, is answered by the chain-of-thought prompt without knowledge) |
+            ``abstain`` (no call, no answer: ablation ``on_empty_abstain``).
+        at_depth_limit: ``without_knowledge`` (the release: depth D reached with ``{No}`` →
+            chain-of-thought answer without knowledge) | ``triplets`` (answer prompt with the
+            gathered triplets: ablation ``tog_depth_limit_triplets``).
+        cap_relations: False (the release keeps every relation the pruning reply lists) | True
+            (at most W per entity, as the prompt asks: ablation ``tog_relation_cap_w``).
     """
 
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
@@ -175,7 +233,12 @@ class ToG(BaseReasoner):
                  prune: str = "llm", sample_at: int = 20, num_retain_entity: int = 5, seed: int = 0,
                  temperature_exploration: float = 0.4, temperature_reasoning: float = 0.0,
                  max_tokens: int = 256, prompts_dir: str = "tog", embedder=None, graphdb=None,
-                 max_reasks: int = 0) -> None:
+                 max_reasks: int = 0, on_empty: str = "answer", at_depth_limit: str = "without_knowledge",
+                 cap_relations: bool = False) -> None:
+        if on_empty not in ON_EMPTY:
+            raise ValueError(f"ToG: on_empty must be one of {' | '.join(ON_EMPTY)}, got {on_empty!r}")
+        if at_depth_limit not in AT_DEPTH_LIMIT:
+            raise ValueError(f"ToG: at_depth_limit must be one of {' | '.join(AT_DEPTH_LIMIT)}, got {at_depth_limit!r}")
         if width < 1 or depth < 1:
             raise ValueError(f"ToG: width and depth must be ≥ 1, got width={width}, depth={depth}")
         if num_retain_entity < 1 or sample_at < 1:
@@ -185,6 +248,8 @@ class ToG(BaseReasoner):
         self.sample_at, self.num_retain, self.seed = int(sample_at), int(num_retain_entity), int(seed)
         self.temperature, self.max_tokens = temperature_reasoning, max_tokens
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune_relations", "score_entities", "reason", "answer")}
+        self.cot_prompt = load_prompt("cot", "answer")
+        self.on_empty, self.at_depth_limit, self.cap_relations = on_empty, at_depth_limit, bool(cap_relations)
         templates = {"relations": self.prompts["prune_relations"], "entities": self.prompts["score_entities"]}
         self.pruner = Pruner(prune, llm, templates, embedder, max_tokens, temperature_exploration)
         self.reask = self.pruner.reask = ReaskPolicy(max_reasks)
@@ -197,33 +262,54 @@ class ToG(BaseReasoner):
     def answer(self, example: Example) -> Prediction:
         """Link the topic entities, then per depth: relation exploration and pruning per entity,
         entity exploration and scoring per (entity, relation), entity pruning, reasoning
-        (module docstring steps 1–6)."""
+        (module docstring steps 1–6); then the release's way out (module docstring, "Ends")."""
         kg, t = self.kg, Trace()
         link = link_example(kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         s = _Search.start(link.ids)
         q = example.question
         depth_reached, per_depth = 0, []
-        answers: list[str] | None = None
+        answers: list[str] = []
+        end = "no_topic" if not s.beam else "depth_limit"
         for d in range(1, self.depth + 1):
             if not s.beam:
                 break
             depth_reached, calls0 = d, self._n_calls(t)
             kept = [(p, r, b, sc) for p in s.beam for (r, b, sc) in self.prune_relations(t, q, d, p)]
             cands = [c for p, r, b, sc in kept for c in self.score_entities(t, q, p, r, b, sc, s)]
-            paths_txt = self.prune_entities(t, d, s, cands)
-            answers = self.reason(t, q, d, paths_txt) if s.beam else None
-            per_depth.append(self._n_calls(t) - calls0)
-            if answers is not None:
+            self.prune_entities(t, d, s, cands)
+            if not s.beam:  # release: no candidate, or every score 0 -> half_stop
+                per_depth.append(self._n_calls(t) - calls0)
+                end = "half_stop"
                 break
-        if answers is None:  # the beam emptied before D: answer from what was gathered
-            answers = self._ask(t, "answer", parse_answers, question=q,
-                                paths=self._paths_text(s.beam) or "(no paths found)").value or []
+            stop, found = self.reason(t, q, d, s)
+            per_depth.append(self._n_calls(t) - calls0)
+            if stop:  # release: the {Yes} reply is the answer, no further call
+                end, answers = "yes", found
+                break
+        empty = not s.gathered  # nothing linked, or no triplet kept at any depth
+        if end == "yes":
+            pass
+        elif empty:
+            answers = [] if self.on_empty == "abstain" else self.answer_without_knowledge(t, q)
+        elif end == "half_stop" or self.at_depth_limit == "triplets":
+            answers = self._ask(t, "answer", parse_answers, question=q, paths=self._triplets_text(s)).value or []
+        else:  # depth D reached with {No}: release's generate_without_explored_paths
+            answers = self.answer_without_knowledge(t, q)
+        t.note("end", how=end, triplets=len(s.gathered))
         return t.finish(
             example, answers, retrieved=[kg.entity_label(e) for e in s.retrieved],
             search_space=len(s.seen_triples), beam_sizes=s.beam_sizes, llm_calls=self._n_calls(t),
-            depth_reached=depth_reached, calls_per_depth=per_depth,
+            depth_reached=depth_reached, calls_per_depth=per_depth, end=end, retrieval_empty=empty,
         )
+
+    def answer_without_knowledge(self, t: Trace, q: str) -> list[str]:
+        """The release's ``generate_without_explored_paths``: the chain-of-thought prompt
+        (``prompts/cot/answer.txt``, the CoT reasoner's) with the question alone, at the reasoning
+        temperature and ToG's ``max_tokens``."""
+        req = ChatRequest.of(render(self.cot_prompt, question=q), temperature=self.temperature,
+                             max_tokens=self.max_tokens)
+        return self.ask(t, "answer_without_knowledge", req, parse_answers, prompt_id="cot/answer").value or []
 
     @staticmethod
     def _n_calls(t: Trace) -> int:
@@ -251,10 +337,13 @@ class ToG(BaseReasoner):
         sc = self.pruner.scores(q, names, texts, t, "relations", context=ctx, keep=self.width)
         if sc is None:
             sc = np.zeros(len(names))
-        idx = top_w(sc, self.width)
         if self.pruner.backend == "llm":
+            # the release keeps every relation the reply lists (clean_relations), however many
+            # the prompt asked for; cap_relations=true keeps at most W (ablation tog_relation_cap_w)
+            idx = top_w(sc, self.width if self.cap_relations else len(sc))
             idx = idx[sc[idx] > 0]
-        else:
+        else:  # bm25 / sentence-embedding pruning: the release takes the top W
+            idx = top_w(sc, self.width)
             sc = sc.copy()
             sc[idx] = uniform_if_zero(sc[idx])
         t.add("prune", "relations", depth=d, entity=kg.entity_label(p.entity), candidates=len(names),
@@ -308,17 +397,23 @@ class ToG(BaseReasoner):
         s.beam_sizes.append(len(s.beam))
         for p in s.beam:
             s.retrieved.setdefault(p.entity, None)
+            h, r, tl, _ = p.chain[-1]
+            s.gathered.setdefault((h, r, tl), None)
         t.add("beam", "entities", depth=d, candidates=len(cands),
               kept=[kg.entity_label(p.entity) for p in s.beam], scores=[p.score for p in s.beam])
         return self._paths_text(s.beam)
 
-    def reason(self, t: Trace, q: str, d: int, paths_txt: str) -> list[str] | None:
-        """Step 6, reasoning: ask whether the paths suffice; on yes (or at depth ``D``) answer
-        from them, else return None (search one level deeper)."""
-        res = self._ask(t, "reason", parse_yes_no, question=q, paths=paths_txt)
-        if (res.ok and res.value) or d == self.depth:
-            return self._ask(t, "answer", parse_answers, question=q, paths=paths_txt).value or []
-        return None
+    def reason(self, t: Trace, q: str, d: int, s: _Search) -> tuple[bool, list[str]]:
+        """Step 6, reasoning (the release's ``reasoning``): the question with every triplet
+        gathered so far; ``(stop, answers)``. The reply opening with ``{Yes}`` is the answer: its
+        answers are read from that same reply (:func:`parse_evaluate_reply`), no further call."""
+        res = self._ask(t, "reason", parse_evaluate_reply, question=q, paths=self._triplets_text(s))
+        if res.ok and res.value[0]:
+            return True, list(res.value[1])
+        return False, []
+
+    def _triplets_text(self, s: _Search) -> str:
+        return "\n".join(self.kg.verbalise(tr) for tr in s.gathered)
 
     def _paths_text(self, beam: list[_Path]) -> str:
         return "\n".join(render_chain(self.kg, p) for p in beam)

@@ -31,7 +31,7 @@ def test_parses_valid_output_and_total_is_mean():
     # the mean of the seven Table 5 dimensions only: cited and the 0/1 items stay out of it
     assert js.total == pytest.approx((5 + 3 + 3 + 3 + 3 + 1 + 3) / 7)
     assert js.std == {} and js.parse_failures == 0
-    assert "1. Pneumonia\n2. Bronchitis" in llm.calls[0].messages[-1].content
+    assert "as the method wrote it:\nPneumonia\nBronchitis\n" in llm.calls[0].messages[-1].content
     assert PDSQIJudge(llm=llm, aggregate="sum").judge(EX, Prediction("p1", ("x",))).total == 21
 
 
@@ -119,9 +119,9 @@ def test_per_round_scores_and_summarise_aggregation():
 
     # the judge scores 'succinct' by the number of diagnoses: 1 item → 5, 2 → 4, 3+ → 2
     llm = ScriptedLLM(rules=[
-        {"pattern": r"evaluate:\n1\. [^\n]*\n2\. [^\n]*\n3\.", "reply": json.dumps(_scores(succinct=2))},
-        {"pattern": r"evaluate:\n1\. [^\n]*\n2\. ", "reply": json.dumps(_scores(succinct=4))},
-        {"pattern": r"evaluate:\n1\. ", "reply": json.dumps(_scores(succinct=5))},
+        {"pattern": r"wrote it:\n[^\n]+\n[^\n]+\n[^\n]+\n\n", "reply": json.dumps(_scores(succinct=2))},
+        {"pattern": r"wrote it:\n[^\n]+\n[^\n]+\n\n", "reply": json.dumps(_scores(succinct=4))},
+        {"pattern": r"wrote it:\n[^\n]+\n\n", "reply": json.dumps(_scores(succinct=5))},
     ])
     judge = PDSQIJudge(llm=llm)
     rows = []
@@ -145,15 +145,15 @@ def test_compare_with_position_swap():
     # first order: A=a-output, B=b-output; swapped order: A=b-output, B=a-output.
     # In the swapped call the judge prefers whatever is shown first on 'useful' (position bias).
     swapped = {"A": _scores(cited=2, useful=5), "B": _scores(cited=5, useful=1)}
-    llm = ScriptedLLM(rules=[{"pattern": r"Output A:\n1\. Flu", "reply": json.dumps({"A": a, "B": b})},
-                             {"pattern": r"Output A:\n1\. Cold", "reply": json.dumps(swapped)}])
+    llm = ScriptedLLM(rules=[{"pattern": r"Output A:\nFlu", "reply": json.dumps({"A": a, "B": b})},
+                             {"pattern": r"Output A:\nCold", "reply": json.dumps(swapped)}])
     cs = PDSQIJudge(llm=llm, position_swap=True).compare(EX, ["Flu"], ["Cold"])
     assert cs.a["cited"] == 5.0 and cs.b["cited"] == 2.0
     assert cs.a["useful"] == 1.5 and cs.b["useful"] == 4.5  # averaged over both orders
     assert cs.preference["cited"] == "a" and cs.preference["useful"] == "b"
     assert cs.swap_agreement == pytest.approx(8 / 8)  # signs agree on every 1-5 item here
-    llm2 = ScriptedLLM(rules=[{"pattern": r"Output A:\n1\. Flu", "reply": json.dumps({"A": a, "B": b})},
-                              {"pattern": r"Output A:\n1\. Cold", "reply": json.dumps({"A": _scores(cited=5), "B": _scores(cited=2, useful=4)})}])
+    llm2 = ScriptedLLM(rules=[{"pattern": r"Output A:\nFlu", "reply": json.dumps({"A": a, "B": b})},
+                              {"pattern": r"Output A:\nCold", "reply": json.dumps({"A": _scores(cited=5), "B": _scores(cited=2, useful=4)})}])
     cs2 = PDSQIJudge(llm=llm2, position_swap=True).compare(EX, ["Flu"], ["Cold"])
     # un-swapped second call: a = B (cited 2, useful 4), b = A (cited 5, useful 3): cited and useful flip
     assert cs2.swap_agreement == pytest.approx(6 / 8)

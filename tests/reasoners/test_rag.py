@@ -76,12 +76,23 @@ def test_retrieved_covers_gold_with_gold_hops(world, embedder):
         assert set(pred.extra["retrieved_in_prompt"]) <= set(pred.extra["retrieved"]) | set(q.topic_entities)
 
 
-def test_link_failure_is_reported_not_raised(world, embedder):
+def test_link_failure_is_answered_with_the_io_prompt(world, embedder):
+    """Nothing linked: one call, the IO baseline's request (issue 43); the ablation
+    on_empty=abstain keeps the earlier empty answer with no call."""
+    from kgreason.reasoners.io import IO
     from kgreason.types import Example
 
-    rag, llm = _rag(world, embedder)
-    pred = rag.answer(Example(id="x", question="Who?", topic_entities=("No Such Entity",)))
-    assert pred.answers == () and pred.extra["link_failed"] and not llm.calls
+    ex = Example(id="x", question="Who?", topic_entities=("No Such Entity",))
+    retr = ScipyRetriever(world.kg, semantics="within", direction="both", max_paths=0)
+    llm = ScriptedLLM(rules=[{"pattern": r"Reply with only a JSON list", "reply": '["Somebody"]'}])
+    pred = RAG(kg=world.kg, retriever=retr, llm=llm, embedder=embedder).answer(ex)
+    io_llm = ScriptedLLM(rules=[{"pattern": r"Reply with only a JSON list", "reply": '["Somebody"]'}])
+    IO(llm=io_llm).answer(ex)
+    assert llm.calls == io_llm.calls  # the IO row's very request
+    assert pred.answers == ("Somebody",) and pred.extra["link_failed"] and pred.extra["retrieval_empty"] is True
+    rag, llm2 = _rag(world, embedder, on_empty="abstain")
+    pred2 = rag.answer(ex)
+    assert pred2.answers == () and pred2.extra["retrieval_empty"] is True and not llm2.calls
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -41,14 +41,24 @@ def test_pooled_retrieval_reads_every_questions_paragraphs_and_the_corpus_file(e
     assert p.answer == "Paris" and p.extra["retrieved_passages"] == ["Paris"]
 
 
-def test_own_passages_and_an_example_without_any_is_an_error(emb_dir):
-    llm = _llm()
+def test_own_passages_and_an_example_without_any_gets_the_io_prompt(emb_dir):
+    """Nothing to retrieve: the question alone, with the IO baseline's prompt (issue 43); the
+    ablation on_empty=abstain keeps the earlier error row."""
+    from kgreason.reasoners.base import load_prompt, render
+
+    llm = ScriptedLLM(rules=[{"pattern": r"Paris is the capital of France.*Question:", "reply": '{"answer": "Paris"}'},
+                             {"pattern": r"Reply with only a JSON list", "reply": '["Lyon"]'}], default="unknown")
     r = RagText(llm=llm, top_k=1, passages="own", embedder=Embedder(cache_dir=str(emb_dir)))
     p = r.answer(Example(id="r0", question="What is the capital of France?", answers=("Paris",),
                          corpus=(PARIS, EVEREST, CAT)))
     assert p.answer == "Paris" and "Everest" not in llm.calls[0].messages[-1].content
+    assert p.extra["retrieval_empty"] is False
+    p1 = r.answer(Example(id="r1", question="q"))
+    assert llm.calls[-1].messages[-1].content == render(load_prompt("io", "answer"), question="q")
+    assert p1.answers == ("Lyon",) and p1.extra["retrieval_empty"] is True
+    r2 = RagText(llm=llm, top_k=1, passages="own", on_empty="abstain", embedder=Embedder(cache_dir=str(emb_dir)))
     with pytest.raises(ValueError, match="r1 has no passages"):
-        r.answer(Example(id="r1", question="q"))
+        r2.answer(Example(id="r1", question="q"))
 
 
 def test_a_real_dataset_never_falls_back_to_the_embedded_world():

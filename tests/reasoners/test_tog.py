@@ -12,7 +12,7 @@ from kgreason.llm.scripted import ScriptedLLM
 from kgreason.reasoners.tog import ToG, top_w
 
 
-def _llm(decide="No", prune=""):
+def _llm(decide="{No}", prune=""):
     return ScriptedLLM(rules=[
         {"pattern": r"^TASK: score", "reply": prune},
         {"pattern": r"^TASK: decide", "reply": decide},
@@ -41,7 +41,7 @@ def _purposes(pred):
 @pytest.mark.parametrize("prune", ["llm", "bm25", "embedding"])
 @pytest.mark.parametrize("width", [1, 2, 3])
 def test_beam_never_exceeds_width(world, prune, width):
-    llm = _llm(decide="No", prune="film.film.starring (backward): 0.9\nfilm.film.starring: 0.8\n"
+    llm = _llm(decide="{No}", prune="film.film.starring (backward): 0.9\nfilm.film.starring: 0.8\n"
                                   "people.person.place_of_birth (backward): 0.7")
     r = ToG(kg=world.kg, llm=llm, width=width, depth=3, prune=prune)
     pred = r.answer(_wide_question(world))
@@ -51,23 +51,24 @@ def test_beam_never_exceeds_width(world, prune, width):
     assert any(s.data["candidates"] > width for s in rel_steps)  # pruning actually pruned
     if prune == "llm":  # the scripted scores lead to films and their casts: many entities
         assert any(s.data["candidates"] > width for s in beam_steps)
-    assert all(len(s.data["kept"]) <= width for s in rel_steps + beam_steps)
-    assert len(llm.calls) == pred.extra["llm_calls"] == sum(pred.extra["calls_per_depth"]) + (
-        0 if _purposes(pred)[-1] == "answer" and len(pred.extra["calls_per_depth"]) == pred.extra["depth_reached"]
-        and pred.extra["beam_sizes"][-1] else 1)
+    assert all(len(s.data["kept"]) <= width for s in beam_steps)
+    if prune != "llm":  # the release's bm25 / embedding pruning keeps W relations; llm: every one listed
+        assert all(len(s.data["kept"]) <= width for s in rel_steps)
+    # per-depth calls, then one final answer call unless the {Yes} reply answered
+    assert len(llm.calls) == pred.extra["llm_calls"] == sum(pred.extra["calls_per_depth"]) + (pred.extra["end"] != "yes")
     # one relation-pruning step per beam entity (ToG's relation_search_prune), per depth
     entering = [1] + pred.extra["beam_sizes"][:-1]
     per_depth = [sum(1 for s in rel_steps if s.data["depth"] == d) for d in range(1, pred.extra["depth_reached"] + 1)]
     assert per_depth == entering[: len(per_depth)]
     if prune != "llm":  # lexical / embedding pruning: only reasoning and answer calls
-        assert set(_purposes(pred)) <= {"reason", "answer"}
+        assert set(_purposes(pred)) <= {"reason", "answer", "answer_without_knowledge"}
 
 
 def test_llm_calls_follow_tog_one_prune_per_entity_one_score_per_entity_relation(world):
     """ToG (main_freebase.py): relation_search_prune per beam entity, entity_score per kept
     (entity, relation) with two or more neighbours, one reasoning call per depth."""
-    llm = _llm(decide="No", prune=DESCENDING)
-    pred = ToG(kg=world.kg, llm=llm, width=3, depth=2, prune="llm").answer(_wide_question(world))
+    llm = _llm(decide="{No}", prune=DESCENDING)
+    pred = ToG(kg=world.kg, llm=llm, width=3, depth=2, prune="llm", cap_relations=True).answer(_wide_question(world))
     purposes = _purposes(pred)
     rel_steps = [s for s in pred.trace if s.kind == "prune"]
     assert purposes.count("prune_relations") == len(rel_steps) == 1 + pred.extra["beam_sizes"][0]
@@ -76,10 +77,11 @@ def test_llm_calls_follow_tog_one_prune_per_entity_one_score_per_entity_relation
         assert 1 <= len(s.data["kept"]) <= 3
         multi += sum(1 for name in s.data["kept"] if _n_neighbours(world.kg, s.data["entity"], name) >= 2)
     assert purposes.count("prune_entities") == multi
-    assert purposes.count("reason") == 2 and purposes[-1] == "answer"
+    # {No} at depth D: the release answers without knowledge (main_freebase.py, `if not flag_printed`)
+    assert purposes.count("reason") == 2 and purposes[-1] == "answer_without_knowledge"
     # exploration at ToG's temperature, reasoning at 0
     temps = {s.name: s.data["temperature"] for s in pred.trace if s.kind == "llm"}
-    assert temps == {"prune_relations": 0.4, "prune_entities": 0.4, "reason": 0.0, "answer": 0.0}
+    assert temps == {"prune_relations": 0.4, "prune_entities": 0.4, "reason": 0.0, "answer_without_knowledge": 0.0}
 
 
 def _n_neighbours(kg, entity_label, rel_name):
@@ -97,7 +99,8 @@ def test_calls_per_question_grow_with_width(world):
     qs = [q for q in world.questions if q.hops == 2][:6]
 
     def calls(width):
-        return [ToG(kg=world.kg, llm=_llm(decide="No", prune=DESCENDING), width=width, depth=3).answer(q).extra["llm_calls"]
+        return [ToG(kg=world.kg, llm=_llm(decide="{No}", prune=DESCENDING), width=width, depth=3,
+                    cap_relations=True).answer(q).extra["llm_calls"]
                 for q in qs]
 
     c1, c3, c5 = calls(1), calls(3), calls(5)
@@ -136,20 +139,24 @@ def test_llm_pruning_follows_the_scores_to_the_answer(world):
     llm = ScriptedLLM(rules=[
         {"pattern": r"^TASK: score relations", "reply": "film.film.directed_by: 0.9\nfilm.film.genre: 0.1"},
         {"pattern": r"^TASK: score entities", "reply": f"{gold}: 1.0"},
-        {"pattern": r"^TASK: decide", "reply": "Yes"},
-        {"pattern": r"^TASK: answer.*?-\[film\.film\.directed_by\]-> ([^\n]+)", "reply": "Answer: {0}"},
+        {"pattern": r"^TASK: decide.*?\| film\.film\.directed_by \| ([^\n]+)", "reply": "{{Yes}}. So the answer is {{{0}}}."},
     ])
     pred = ToG(kg=world.kg, llm=llm, width=1, depth=3, prune="llm").answer(q)
     assert pred.answers == (gold,)
     assert pred.extra["beam_sizes"] == [1] and gold in pred.extra["retrieved"]
-    # 1 relation pruning + (1 entity scoring when the film has 2+ directors) + reason + answer
-    assert len(llm.calls) == 3 + (len(q.answers) > 1)
+    # 1 relation pruning + (1 entity scoring when the film has 2+ directors) + reason; the {Yes}
+    # reply is the answer (no answer call)
+    purposes = _purposes(pred)
+    assert purposes[0] == "prune_relations" and purposes[-1] == "reason" and purposes.count("reason") == 1
+    assert "answer" not in purposes and pred.extra["end"] == "yes"
+    # both listed relations are kept (the release keeps every relation the reply lists)
+    assert [s for s in pred.trace if s.kind == "prune"][0].data["kept"] == ["film.film.directed_by", "film.film.genre"]
 
 
 @pytest.mark.parametrize("prune", ["bm25", "embedding"])
 def test_lexical_and_embedding_pruning_pick_the_asked_relation(world, prune):
     q = next(q for q in world.questions if q.gold_paths[0] == ("film.film.directed_by",))
-    pred = ToG(kg=world.kg, llm=_llm(decide="Yes"), width=1, depth=1, prune=prune).answer(q)
+    pred = ToG(kg=world.kg, llm=_llm(decide="{Yes}"), width=1, depth=1, prune=prune).answer(q)
     kept = [s for s in pred.trace if s.kind == "prune"][0].data["kept"]
     assert kept == ["film.film.directed_by"]
     assert set(q.answers) <= set(pred.extra["retrieved"])

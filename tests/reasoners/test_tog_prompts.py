@@ -5,7 +5,8 @@ formerly GasolSun36/ToG), in our own words and with our own worked examples:
   entity, the candidate relations and the scored reply ``n. {relation (Score: s)}: why``;
 * entity scoring (``score_entity_candidates_prompt``): ONE worked example, a question, the
   relation, the candidate entities and the reply ``Score: s1, s2, ...`` in list order;
-* reasoning (``prompt_evaluate``): FIVE few-shot examples, each ``{Yes}`` / ``{No}`` with why;
+* reasoning (``prompt_evaluate``): FIVE few-shot examples over knowledge triplets, each
+  ``{Yes}`` / ``{No}`` with why, a ``{Yes}`` ending on its answer in braces;
 * answer (``answer_prompt``): FIVE few-shot examples on the same questions, each ending with
   our ``Answer:`` line.
 
@@ -23,10 +24,10 @@ import numpy as np
 import pytest
 
 from kgreason.kg.store import KG
-from kgreason.llm.parsing import parse_answers, parse_candidate_scores, parse_yes_no
+from kgreason.llm.parsing import parse_answers, parse_candidate_scores
 from kgreason.llm.scripted import ScriptedLLM
 from kgreason.reasoners.base import load_prompt
-from kgreason.reasoners.tog import ToG, _Path, render_chain
+from kgreason.reasoners.tog import ToG, parse_evaluate_reply
 from kgreason.types import Example
 
 P = "registry.package."
@@ -53,7 +54,6 @@ WORLD = [
 # MetaQA's nine relations (metaqa/kb.txt), pinned so the check runs without the shared data
 METAQA_RELATIONS = {"directed_by", "written_by", "starred_actors", "has_genre", "has_tags", "in_language",
                     "release_year", "has_imdb_rating", "has_imdb_votes"}
-_STEP = re.compile(r" (?:-\[([^\]]+)\]->|<-\[([^\]]+)\]-) ")
 
 
 def _blocks(text: str) -> list[str]:
@@ -169,26 +169,18 @@ def test_the_entity_example_is_what_tog_sends_for_its_question():
 
 def _path_lines(sent: str) -> list[str]:
     lines = sent.splitlines()
-    return lines[lines.index("Knowledge paths:") + 1: -1]
+    return lines[lines.index("Knowledge triplets:") + 1: -1]
 
 
 def _check_paths(kg: KG, lines: list[str]) -> None:
-    """Every example path is a chain of WORLD facts, written exactly as ``render_chain`` does."""
+    """Every example triplet is a WORLD fact, written exactly as ``KG.verbalise`` writes it (what
+    ToG sends: every triplet gathered so far, one per line)."""
     facts = set(WORLD)
+    assert lines
     for line in lines:
-        parts = _STEP.split(line)  # topic, then (forward rel, backward rel, next entity) per step
-        topic = parts[0]
-        steps = [(parts[i] if parts[i] is not None else parts[i + 1], parts[i + 1] is not None, parts[i + 2])
-                 for i in range(1, len(parts), 3)]
-        cur, chain = topic, []
-        for rel, back, nxt in steps:
-            h, t = (nxt, cur) if back else (cur, nxt)
-            assert (h, rel, t) in facts, f"not a fact of the example world: {(h, rel, t)} in {line!r}"
-            chain.append((kg.entity_id(h), kg.relation_names.index(rel), kg.entity_id(t), back))
-            cur = nxt
-        assert steps, f"not a path: {line!r}"
-        p = _Path(kg.entity_id(cur), kg.entity_id(topic), tuple(chain))
-        assert render_chain(kg, p) == line
+        h, rel, t = line.split(" | ")
+        assert (h, rel, t) in facts, f"not a fact of the example world: {line!r}"
+        assert kg.verbalise((kg.entity_id(h), kg.relation_names.index(rel), kg.entity_id(t))) == line
 
 
 def test_reasoning_prompt_has_five_few_shot_yes_no_examples():
@@ -197,15 +189,17 @@ def test_reasoning_prompt_has_five_few_shot_yes_no_examples():
     kg, verdicts = _world(), []
     for block in examples:
         sent, reply = _split(block)
-        assert sent.splitlines()[1] == "Knowledge paths:" and sent.endswith("\nA:")
+        assert sent.splitlines()[1] == "Knowledge triplets:" and sent.endswith("\nA:")
         _check_paths(kg, _path_lines(sent))
         m = re.match(r"\{(Yes|No)\}\. \S", reply)
         assert m, f"an example reply opens with {{Yes}} or {{No}} and says why: {reply!r}"
-        res = parse_yes_no(reply)
-        assert res.ok and res.value == (m.group(1) == "Yes")
+        res = parse_evaluate_reply(reply)
+        assert res.ok and res.value[0] == (m.group(1) == "Yes")
+        if res.value[0]:  # a {Yes} example's reply carries its answer in braces: ToG reads it from there
+            assert res.value[1] and not set(res.value[1]) & {"Yes", "No"}
         verdicts.append(m.group(1))
     assert verdicts == ["No", "Yes", "No", "Yes", "No"]  # ToG's order of verdicts
-    assert query.splitlines() == ["Q: {question}", "Knowledge paths:", "{paths}", "A:"]
+    assert query.splitlines() == ["Q: {question}", "Knowledge triplets:", "{paths}", "A:"]
 
 
 def test_answer_prompt_has_five_few_shot_examples_ending_with_our_answer_line():
@@ -216,25 +210,23 @@ def test_answer_prompt_has_five_few_shot_examples_ending_with_our_answer_line():
     assert [b.splitlines()[0] for b in examples] == reason_qs  # the same questions, as ToG
     for block in examples:
         sent, reply = _split(block)
-        paths = _path_lines(sent)
-        _check_paths(kg, paths)
+        _check_paths(kg, _path_lines(sent))
         assert reply.splitlines()[-1].startswith("Answer: ") and len(reply.splitlines()) >= 2
         res = parse_answers(reply)
         assert res.ok and res.value, reply
-        topic = {p.split(" ")[0] for p in paths}
-        assert not set(res.value) & topic  # the answer is never the topic entity
-    assert query.splitlines() == ["Q: {question}", "Knowledge paths:", "{paths}", "A:"]
+    assert query.splitlines() == ["Q: {question}", "Knowledge triplets:", "{paths}", "A:"]
 
 
 def test_reasoning_and_answer_prompts_are_what_tog_sends():
     kg = _world()
     llm = ScriptedLLM(rules=[{"pattern": r"^TASK: score relations", "reply": "1. {registry.package.maintainer (Score: 1.0)}: x"},
-                             {"pattern": r"^TASK: decide", "reply": "{Yes}. enough"},
-                             {"pattern": r"^TASK: answer", "reply": "Odile Brandt is the maintainer.\nAnswer: Odile Brandt"}])
+                             {"pattern": r"^TASK: decide", "reply": "{No}. not enough"},
+                             {"pattern": r"^TASK: answer the question from", "reply": "Odile Brandt is the maintainer.\nAnswer: Odile Brandt"},
+                             {"pattern": r"^TASK: answer", "reply": "Answer: x"}])
     q = "Who maintains quillmark?"
-    ToG(kg=kg, llm=llm, width=3, depth=1).answer(Example("ex", q, topic_entities=("quillmark",)))
-    want = f"Q: {q}\nKnowledge paths:\nquillmark -[registry.package.maintainer]-> Odile Brandt\nA:"
-    for task in ("TASK: decide", "TASK: answer"):
+    ToG(kg=kg, llm=llm, width=3, depth=1, at_depth_limit="triplets").answer(Example("ex", q, topic_entities=("quillmark",)))
+    want = f"Q: {q}\nKnowledge triplets:\nquillmark | registry.package.maintainer | Odile Brandt\nA:"
+    for task in ("TASK: decide", "TASK: answer the question from"):
         (prompt,) = _sent(llm, task)
         assert _blocks(prompt)[-1] == want
 

@@ -1,0 +1,173 @@
+"""ToG's control flow as the authors' release runs it (IDEA-FinAI/ToG at commit
+``7ccbb92e17579f934bb778386230de47eca0ab67``: ``ToG/main_freebase.py``, ``ToG/freebase_func.py``,
+``ToG/utils.py``), one test per behaviour, on a scripted model over a small invented KG
+(issue 43, item 2). Each test names the release function it follows; docs/reasoners.md names
+the commit.
+"""
+
+from __future__ import annotations
+
+from kgreason.kg.store import KG
+from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.base import load_prompt, render
+from kgreason.reasoners.tog import ToG, parse_evaluate_reply
+from kgreason.types import Example
+
+from conftest import REPO
+
+RELEASE = "7ccbb92e17579f934bb778386230de47eca0ab67"
+P = "registry.package."
+WORLD = [
+    ("quillmark", P + "maintainer", "Odile Brandt"),
+    ("quillmark", P + "published_on", "2021-06-14"),
+    ("quillmark", P + "keyword", "markdown"),
+    ("quillmark", P + "build_backend", "forgeplate"),
+    ("quillmark", P + "source_repository", "odile/quillmark"),
+    ("Odile Brandt", "registry.person.employer", "Larkspur Labs"),
+]
+Q = "Where does the person behind quillmark work?"
+EX = Example("q1", Q, topic_entities=("quillmark",))
+
+
+def _tog(rules, **kw):
+    kw.setdefault("width", 2)
+    kw.setdefault("depth", 2)
+    llm = ScriptedLLM(rules=rules, default="nothing useful")
+    return ToG(kg=KG.from_triples(WORLD), llm=llm, **kw), llm
+
+
+def _quillmark(reply):  # relation pruning for the topic entity (not the prompt's worked example)
+    return {"pattern": r"Q: Where does the person behind quillmark work\?\nTopic entity: quillmark\n", "reply": reply}
+
+
+def _odile(reply):
+    return {"pattern": r"Topic entity: Odile Brandt\n", "reply": reply}
+
+
+TWO = ("1. {registry.package.maintainer (Score: 0.6)}: the person\n"
+       "2. {registry.package.published_on (Score: 0.4)}: a date")
+
+
+def _purposes(pred):
+    return [s.name for s in pred.trace if s.kind == "llm"]
+
+
+def _prompts(llm, task):
+    return [r.messages[-1].content for r in llm.calls if r.messages[-1].content.startswith(task)]
+
+
+def test_the_yes_reply_is_the_answer_with_no_further_call():
+    """utils.reasoning: on {Yes} the evaluate reply is the result; main_freebase saves it."""
+    r, llm = _tog([_quillmark(TWO),
+                   {"pattern": r"^TASK: decide", "reply": "{Yes}. Odile Brandt works at Larkspur Labs. So the answer is {Larkspur Labs}."}])
+    pred = r.answer(EX)
+    assert pred.answers == ("Larkspur Labs",)
+    assert _purposes(pred) == ["prune_relations", "reason"]  # 0 calls after the {Yes}
+    assert len(llm.calls) == 2 and pred.extra["end"] == "yes"
+
+
+def test_half_stop_answers_from_every_triplet_gathered_so_far():
+    """freebase_func.half_stop: no candidate at depth 2 → generate_answer with every depth's
+    triplets (the depth-1 ones the emptied beam no longer holds)."""
+    r, llm = _tog([_quillmark(TWO), _odile("no relation helps"),
+                   {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."},
+                   {"pattern": r"^TASK: answer the question from", "reply": "Answer: Larkspur Labs"}])
+    pred = r.answer(EX)
+    assert pred.extra["end"] == "half_stop" and pred.extra["depth_reached"] == 2
+    (prompt,) = _prompts(llm, "TASK: answer the question from")
+    tail = prompt.split(f"Q: {Q}\n", 1)[1]
+    assert "quillmark | registry.package.maintainer | Odile Brandt" in tail
+    assert "quillmark | registry.package.published_on | 2021-06-14" in tail
+    assert "(no paths found)" not in prompt and pred.answers == ("Larkspur Labs",)
+    assert pred.extra["retrieval_empty"] is False
+
+
+def test_the_reasoning_prompt_accumulates_every_depths_triplets():
+    """main_freebase: cluster_chain_of_entities grows by each depth's kept triplets and
+    utils.reasoning lists them all: the depth-1 date stays in the depth-2 prompt although its
+    path found nothing further."""
+    r, llm = _tog([_quillmark(TWO), _odile("1. {registry.person.employer (Score: 1.0)}: the employer"),
+                   {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."}])
+    pred = r.answer(EX)
+    first, second = _prompts(llm, "TASK: decide")
+    want = ["quillmark | registry.package.maintainer | Odile Brandt",
+            "quillmark | registry.package.published_on | 2021-06-14",
+            "Odile Brandt | registry.person.employer | Larkspur Labs"]
+    assert first.rstrip().endswith("Knowledge triplets:\n" + "\n".join(want[:2]) + "\nA:")
+    assert second.rstrip().endswith("Knowledge triplets:\n" + "\n".join(want) + "\nA:")
+    assert pred.extra["beam_sizes"] == [2, 1]  # the date's path left the beam at depth 2
+
+
+def test_no_topic_entity_gets_the_chain_of_thought_answer_without_knowledge():
+    """main_freebase: len(topic_entity) == 0 → generate_without_explored_paths (cot_prompt)."""
+    r, llm = _tog([{"pattern": r"^TASK: answer", "reply": "Step.\nAnswer: Larkspur Labs"}])
+    ex = Example("q2", "Where does the person behind nowhere-pkg work?", topic_entities=("nowhere-pkg",))
+    pred = r.answer(ex)
+    (req,) = llm.calls
+    assert req.messages[-1].content == render(load_prompt("cot", "answer"), question=ex.question)
+    assert "(no paths found)" not in req.messages[-1].content and "Knowledge" not in req.messages[-1].content
+    assert pred.answers == ("Larkspur Labs",) and pred.extra["end"] == "no_topic"
+    assert pred.extra["retrieval_empty"] is True
+    # the ablation keeps the earlier behaviour's empty answer, with no call at all
+    r2, llm2 = _tog([], on_empty="abstain")
+    pred2 = r2.answer(ex)
+    assert llm2.calls == [] and pred2.answers == () and pred2.extra["retrieval_empty"] is True
+
+
+def test_a_beam_emptied_at_depth_one_is_answered_without_knowledge():
+    r, llm = _tog([_quillmark("no relation helps"), {"pattern": r"^TASK: answer", "reply": "Answer: x"}])
+    pred = r.answer(EX)
+    assert _purposes(pred) == ["prune_relations", "answer_without_knowledge"]
+    assert pred.extra["retrieval_empty"] is True and pred.answers == ("x",)
+
+
+def test_no_at_depth_d_is_answered_without_knowledge_as_the_release_does():
+    """main_freebase: {No} at the last depth leaves flag_printed False → generate_without_explored_paths."""
+    rules = [_quillmark(TWO), _odile("1. {registry.person.employer (Score: 1.0)}: the employer"),
+             {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."},
+             {"pattern": r"^TASK: answer the question step by step", "reply": "Answer: cot"},
+             {"pattern": r"^TASK: answer the question from", "reply": "Answer: triplets"}]
+    r, _ = _tog(rules)
+    pred = r.answer(EX)
+    assert pred.extra["end"] == "depth_limit" and _purposes(pred)[-1] == "answer_without_knowledge"
+    assert pred.answers == ("cot",)
+    r2, _ = _tog(rules, at_depth_limit="triplets")  # ablation tog_depth_limit_triplets
+    assert r2.answer(EX).answers == ("triplets",)
+
+
+def test_every_relation_the_model_lists_is_kept():
+    """freebase_func.clean_relations keeps every {relation (Score: s)} of the reply, more than W."""
+    four = "\n".join(f"{i}. {{{P}{r} (Score: 0.25)}}: x" for i, r in
+                     enumerate(["maintainer", "published_on", "keyword", "build_backend"], 1))
+    rules = [_quillmark(four), {"pattern": r"^TASK: decide", "reply": "{Yes}. So the answer is {y}."}]
+    r, _ = _tog(rules, width=2)
+    kept = [s for s in r.answer(EX).trace if s.kind == "prune"][0].data["kept"]
+    assert len(kept) == 4
+    r2, _ = _tog(rules, width=2, cap_relations=True)  # ablation tog_relation_cap_w
+    assert len([s for s in r2.answer(EX).trace if s.kind == "prune"][0].data["kept"]) == 2
+
+
+def test_the_evaluate_reply_is_read_as_the_release_reads_it():
+    assert parse_evaluate_reply("{Yes}. So the answer is {Kenyan shilling}.").value == (True, ["Kenyan shilling"])
+    assert parse_evaluate_reply("{No}. Not enough; maybe {X}.").value == (False, [])
+    assert parse_evaluate_reply("{Yes}. It is Aarhus.\nAnswer: Aarhus").value == (True, ["Aarhus"])
+    assert not parse_evaluate_reply("Yes, it is Aarhus.").ok  # no braces: the release reads No
+
+
+def test_docs_name_the_release_commit_followed():
+    text = (REPO / "docs" / "reasoners.md").read_text(encoding="utf-8")
+    assert RELEASE in text
+
+
+def test_the_composed_defaults_are_the_releases_and_the_ablations_the_earlier_behaviour(tmp_path):
+    from conftest import compose_cfg
+
+    cfg = compose_cfg(["reasoner=tog"], tmp_path)
+    assert (cfg.reasoner.cap_relations, cfg.reasoner.at_depth_limit, cfg.reasoner.on_empty) == (
+        False, "without_knowledge", "answer")
+    for abl, field, value in [("tog_relation_cap_w", "cap_relations", True),
+                              ("tog_depth_limit_triplets", "at_depth_limit", "triplets"),
+                              ("on_empty_abstain", "on_empty", "abstain")]:
+        assert compose_cfg(["reasoner=tog", f"ablation={abl}"], tmp_path / abl).reasoner[field] == value
+    for r in ("rag", "rag_text", "reknos", "sgr"):
+        assert compose_cfg([f"reasoner={r}"], tmp_path / r).reasoner.on_empty == "answer"
