@@ -93,7 +93,9 @@ def ablation_problems(cfg: DictConfig | Mapping[str, Any], ablation: str | None,
     except FileNotFoundError:
         return []  # Hydra itself refuses an unknown option
     problems: list[str] = []
-    node = cfg.get("reasoner") if hasattr(cfg, "get") else None
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.create(dict(cfg))
+    node = cfg.get("reasoner")
     target = str((node or {}).get("_target_", "") or "")
     accepted = _accepted(target) if target else None
     given = {_override_key(o): o for o in overrides}
@@ -103,8 +105,7 @@ def ablation_problems(cfg: DictConfig | Mapping[str, Any], ablation: str | None,
             problems.append(f"ablation={ablation} sets {key}, which reasoner={reasoner or target} does not take "
                             f"(it is an ablation of another method): pick that method's reasoner or another ablation")
             continue
-        got = OmegaConf.select(cfg, key, default=_MISSING) if isinstance(cfg, DictConfig) else _MISSING
-        got = _plain(got)
+        got = _plain(OmegaConf.select(cfg, key, default=_MISSING))
         if got is _MISSING or got != want:
             swept = (source or {}).get(key)
             by = swept or (f"the override {given[key]}" if key in given else "another setting")
@@ -209,6 +210,7 @@ def _leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
 def job_problems(cfg: DictConfig, job: Sequence[str], sources: Mapping[str, str] | None = None) -> list[str]:
     """Why one composed job of a sweep cannot start: the ablation rule, the single run's settings
     checks (kgreason.run._start_checks), and missing input files."""
+    from kgreason.callstore import StoreCorrupt
     from kgreason.preflight import PreflightError
 
     ch = cfg.hydra.runtime.choices
@@ -222,11 +224,7 @@ def job_problems(cfg: DictConfig, job: Sequence[str], sources: Mapping[str, str]
         msg = str(e)
         head = "the run cannot start:\n  - "
         problems += msg[len(head):].split("\n  - ") if msg.startswith(head) else [msg]
-    except Exception as e:  # noqa: BLE001 - a damaged cache etc.: the job would stop on it too
-        from kgreason.app import is_user_error
-
-        if not is_user_error(e):
-            raise
+    except StoreCorrupt as e:  # a damaged call cache: every job would stop on it
         problems.append(str(e).splitlines()[0])
     return problems
 
@@ -314,13 +312,9 @@ class SweepCheck(Callback):
             return  # a search sweeper (optuna, ...) picks its own values: each job checks itself
         from hydra.core.global_hydra import GlobalHydra
 
-        from kgreason.app import debug
-
         lines = check_sweep(config, GlobalHydra.instance().config_loader())
         if lines:
             print("kgreason: error: " + "\n".join(lines), file=sys.stderr)
-            if debug():
-                raise SystemExit(2)
             sys.exit(2)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
