@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
