@@ -120,8 +120,6 @@ CASES: dict[str, dict] = {
     "on_empty_abstain": _TOG, "tog_depth_limit_triplets": _TOG_REL, "tog_relation_cap_w": _TOG_REL,
 }
 
-#: ablations being made to act on another branch (`subqrag`): identical to none here
-
 
 @pytest.fixture(scope="module")
 def small_world(world):
