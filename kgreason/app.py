@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from kgreason.compose import check_run, failed_marker
 from kgreason.paths import config_dir, explain_missing, inside
 
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -159,6 +160,7 @@ def main(cfg: DictConfig) -> float | None:
         inside(hc.sweep.dir, out_dir, f"hydra.sweep.subdir (here {hc.sweep.subdir!r}, made from the overrides)")
     try:
         _refuse_resume_without_run(hc.overrides.task, out_dir)
+        check_run(cfg)  # an ablation a sweep axis or override would cancel: refused (kgreason/compose.py)
         result = run(cfg, out_dir)
     except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would
         raise SystemExit(128 + e.signum) from None
@@ -179,6 +181,16 @@ def main(cfg: DictConfig) -> float | None:
             print(f"kgreason: error: {err}" + ("" if kept else "\n(nothing was run; no run dir kept)"),
                   file=sys.stderr)
             sys.exit(2)
+        if not single and not debug() and is_user_error(e):
+            # a sweep's job that could not run: marked failed (failed.json, read by tables/report); the
+            # sweep goes on with its other jobs and ends with exit status 2 (compose.SweepCheck)
+            from kgreason.preflight import PreflightError
+
+            reason = " ".join(_unwrap(e).split())
+            stage = "startup" if isinstance(e, PreflightError) or not (out_dir / "predictions.jsonl").exists() else "run"
+            failed_marker(out_dir, reason, stage)
+            print(f"kgreason: error: job #{hc.job.num}: {reason}", file=sys.stderr)
+            return None
         if hint:
             raise err from e
         raise

@@ -109,7 +109,9 @@ def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> li
     calls = sum(m["llm/calls"] for m in ms)
     hits = sum(m["llm/cache_hits"] for m in ms)
     probes = [r for r in srv.requests if r["messages"][-1]["content"] == "ping" and r.get("max_tokens") == 1]
-    assert len(probes) == 4  # one preflight probe per job (never cached, never counted as a call)
+    # one preflight probe per job, and one per endpoint when the sweep is checked before its first job
+    # (kgreason/compose.py); probes are never cached, never counted as a call
+    assert len(probes) == 4 + 1
     assert calls == len(srv.requests) - len(probes)  # every other server request is accounted to one run
     assert calls + hits == 4 * LIMIT
     assert 2 * LIMIT <= calls  # each distinct call reached the server at least once...
@@ -134,7 +136,7 @@ def test_llm_sweep_rerun_makes_no_server_calls(tmp_path):
         _check_first_sweep(srv, jobs, cache)
         n_before = len(srv.requests)
         jobs2 = _llm_sweep(srv, tmp_path / "sweep2", cache)
-        assert len(srv.requests) == n_before + 4  # zero server calls but the four jobs' probes
+        assert len(srv.requests) == n_before + 4 + 1  # zero server calls but the probes (4 jobs + the sweep check)
         for m in (_metrics(j) for j in jobs2):
             assert m["llm/calls"] == 0 and m["llm/cache_hits"] == LIMIT and m["llm/cost_usd"] == 0
 

@@ -680,10 +680,12 @@ def test_no_sampled_calls_shows_no_seed_spread(tmp_path):
     for s in (0, 1):
         _metrics(_run(root, s, "io", s, [1, 0, 0, s]), llm__sampled_calls=0)
         _metrics(_run(root, 2 + s, "tog", s, [1, s, 0, 1]), llm__sampled_calls=12)
+        _metrics(_run(root, 4 + s, "cot", s, [1, 0, 0, 1]), llm__sampled_calls=0)  # seeds give the same values
     md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
-    assert "±" not in _row(md, "| io |") and "±" in _row(md, "| tog |")
-    assert "no sampled calls: seeds change nothing" in md and "reasoner=io" in md
-    assert "yet its seeds' values differ" in md  # io's seeds differ although nothing was sampled: said, not hidden
+    assert "±" not in _row(md, "| cot |") and "±" in _row(md, "| tog |")
+    assert "no sampled calls: seeds change nothing" in md and "reasoner=cot" in md
+    # io's seeds differ although no LLM call was sampled (a seeded draw inside a method): said, and the ± shown
+    assert "yet its seeds' values differ" in md and "±" in _row(md, "| io |")
 
 
 def test_cell_whose_runs_answered_different_questions_is_flagged(tmp_path):

@@ -105,7 +105,8 @@ def mark_notes(wide: pd.DataFrame, rows: Sequence[str], cols: Sequence[str], dig
                 if not pd.isna(std) and std > 0 and "yet" not in notes[key]:
                     metric = dict(zip(cols, c if isinstance(c, tuple) else (c,))).get("metric", "")
                     notes[key] += (f", yet its seeds' values differ ({str(metric).removeprefix('metric/')} spread "
-                                   f"{std:.{digits}f}): something other than sampling varies between them")
+                                   f"{std:.{digits}f}, shown): a seeded draw inside the method (ToG's neighbour "
+                                   "sample, ReKnoS's k-means) or something else varies between them")
     return list(notes.values())
 
 

@@ -55,8 +55,8 @@ def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
         parts.append("(≠ questions): the cell's runs answered different question ids, so its seed spread mixes the "
                      "question draw with the method's own variance.")
     if "unsampled" in marks:
-        parts.append("A cell whose runs made no sampled calls (llm/sampled_calls = 0) shows no ±: no sampled calls: "
-                     "seeds change nothing.")
+        parts.append("A cell whose runs made no sampled LLM calls (llm/sampled_calls = 0) and whose seeds gave the "
+                     "same value shows no ±: no sampled calls: seeds change nothing there.")
     return " ".join(parts)
 
 
@@ -131,7 +131,10 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
         for c in means.columns:
             n = ns.loc[idx, c]
             lo, hi = (wide["lo"].loc[idx, c], wide["hi"].loc[idx, c]) if has_ci else (math.nan, math.nan)
-            spread = seed_spread and not _mark(wide, "unsampled", idx, c)
+            # no sampled LLM call: nothing to spread, unless the seeds' values differ anyway (a seeded
+            # draw inside the method: ToG's neighbour sample, ReKnoS's k-means), which is then shown
+            std = wide["std"].loc[idx, c] if "std" in set(wide.columns.get_level_values(0)) else math.nan
+            spread = seed_spread and (not _mark(wide, "unsampled", idx, c) or (not pd.isna(std) and std > 0))
             cell = _fmt(means.loc[idx, c], stds.loc[idx, c], 0 if pd.isna(n) else int(n), digits, lo, hi, spread)
             if mask.loc[idx, c] and cell != "–":
                 cell = f"{bold[0]}{cell}{bold[1]}"
