@@ -462,3 +462,49 @@ def test_parsing_rules():
     assert classify(Command("x", 1, "cd <repo> && export KGREASON_DATA=../shared/data")) == ("state", "")
     assert classify(Command("x", 1, "python -m kgreason.score p.jsonl")) == ("tool", "score")
     assert classify(Command("x", 1, "make run")) == ("skip", "set-up (make)")
+
+
+# --------------------------------------------------------------------------- LLM lines (issue 45)
+
+#: reasoners that call the LLM (retrieval_only and kg_dx do not)
+LLM_REASONERS = {"io", "cot", "rag", "rag_text", "tog", "reknos", "sgr", "subqrag", "logoskg_dx"}
+#: a stated time: "about 3 min", "≈ 15 s per question", "2 h"
+_TIME = re.compile(r"\b\d[\d,.]*\s*(?:s|sec|seconds?|min|minutes?|h|hours?)\b")
+#: markers of a line whose speed is another machine's: it says so ("time set by the endpoint") or gives a time
+_ELSEWHERE = {"key", "network", "server", "gpu", "slurm", "file"}
+
+
+def _preset_uses_llm(name: str) -> bool:
+    text = (REPO / "conf" / "experiment" / f"{name}.yaml").read_text()
+    return any(re.search(rf"\b{r}\b", text) for r in LLM_REASONERS)
+
+
+def _llm_line(text: str) -> bool:
+    words = text.split()
+    reasoners = {r for w in words if w.startswith("reasoner=") for r in w.split("=", 1)[1].split(",")}
+    presets = [w.split("=", 1)[1] for w in words if w.startswith("experiment=")]
+    llms = {v for w in words if w.startswith("llm=") for v in w.split("=", 1)[1].split(",")}
+    if llms == {"scripted"}:
+        return False
+    return bool(reasoners & LLM_REASONERS) or any(map(_preset_uses_llm, presets)) or "judge=pdsqi" in words
+
+
+def test_every_llm_line_states_its_time_and_a_model_that_can_read():
+    """Every example line that calls an LLM (README.md, docs/*.md) states how long it takes (a time
+    in its comment, or "time set by ..." where the speed is an endpoint's, a GPU's or a cluster's,
+    marked `# needs:`), and uses a model that can read: never the bundled SmolLM2 (`llm=local`,
+    also the default when a line names no `llm=` and no preset)."""
+    problems = []
+    for b in BLOCKS:
+        for c in b.commands:
+            if classify(c)[0] != "app" or not _llm_line(c.text):
+                continue
+            needs, _ = c.marker()
+            words = c.text.split()
+            if not (_TIME.search(c.comment) or (needs & _ELSEWHERE and "time set by" in c.comment)):
+                problems.append(f"{c.where}: states no time: {c.text}")
+            named = [w for w in words if w.startswith(("llm=", "experiment="))]
+            smol = "llm=local" in words and not any(w.startswith(("llm.model=", "llm.gguf_path=")) for w in words)
+            if smol or not named:
+                problems.append(f"{c.where}: runs SmolLM2 (llm=local, the default), which cannot read: {c.text}")
+    assert not problems, "\n".join(problems)

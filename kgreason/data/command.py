@@ -212,6 +212,38 @@ def _report(src: Source, written: list[Path], full: bool) -> None:
         print(f"  use:  kgreason ... {recipe.use}")
 
 
+def fetchable() -> list[str]:
+    """The entries ``kgreason data fetch`` with no name gets: public, with a download recipe."""
+    return [n for n, s in SOURCES.items() if s.access == "public" and s.sample is not None]
+
+
+def fetch_all(root: Path, *, full: bool = False, verify: bool = True) -> int:
+    """Fetch every :func:`fetchable` entry into ``root``, one after another: one that fails is
+    reported and the others still come; then say what needs the user's hand. Exit 1 if any failed."""
+    from kgreason.data.fetch import FetchError, fetch
+
+    names, failed = fetchable(), []
+    print(f"fetching {len(names)} entries into {root}: {', '.join(names)}")
+    for i, name in enumerate(names, 1):
+        src = lookup(name)
+        print(f"[{i}/{len(names)}] {name}")
+        try:
+            _report(src, fetch(src, root, full=full, verify=verify), full)
+        except (FetchError, OSError, ImportError) as e:
+            failed.append(name)
+            print(f"  error: {e}", file=sys.stderr)
+    by_hand = [f"{n} ({s.access}: {how_to_get(s)})" for n, s in SOURCES.items()
+               if s.access in ("manual", "licensed", "credentialed", "server", "export")]
+    if by_hand:
+        print("not fetched (need your hand; docs/data.md):\n  " + "\n  ".join(by_hand))
+    if failed:
+        print(f"kgreason data fetch: {len(failed)} of {len(names)} failed: {', '.join(failed)} "
+              f"(again: kgreason data fetch {' '.join(failed)})", file=sys.stderr)
+        return 1
+    print(f"fetched {len(names)} entries into {root}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kgreason data",
                                  description="list the datasets and KGs; download (fetch) or convert (prepare) them "
@@ -221,9 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_list = sub.add_parser("list", help="each dataset and KG option: source, licence, size, files, presence")
     p_list.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p_fetch = sub.add_parser("fetch", help="download NAME from its upstream source and convert it")
-    p_fetch.add_argument("names", nargs="+", metavar="NAME", help="entries of `kgreason data list` ("
-                         + ", ".join(n for n, s in SOURCES.items() if s.sample or s.full) + ")")
+    p_fetch = sub.add_parser("fetch", help="download NAME from its upstream source and convert it; no NAME: "
+                             "every dataset and KG that needs no browser, licence or server")
+    p_fetch.add_argument("names", nargs="*", metavar="NAME", help="entries of `kgreason data list` ("
+                         + ", ".join(n for n, s in SOURCES.items() if s.sample or s.full) + "); none: "
+                         + ", ".join(fetchable()))
     p_fetch.add_argument("--full", action="store_true",
                          help="the whole official release instead of the sample the default config reads")
     p_fetch.add_argument("--no-verify", action="store_true", help="accept a downloaded file whose size, SHA-256 or content check fails")
@@ -250,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         if args.cmd == "fetch":
+            if not args.names:
+                return fetch_all(root, full=args.full, verify=not args.no_verify)
             for name in args.names:
                 src = lookup(name)
                 written = fetch(src, root, full=args.full, verify=not args.no_verify)

@@ -591,3 +591,26 @@ def test_fetch_fb15k237_unpacks_the_release_zip_with_the_pinned_names(root, tmp_
     cfg = OmegaConf.create({"paths": {"data": str(root), "cache": str(tmp_path / "cache")}, "kg": cfg})
     kg = instantiate(cfg.kg)
     assert kg.entity_names and kg.find_entity("Dominican Republic") is not None and len(kg.triples) == 4
+
+
+def test_fetch_with_no_name_gets_every_public_entry_and_names_what_needs_a_hand(root, monkeypatch, capsys):
+    """`kgreason data fetch` alone: every public entry with a download recipe, one after another (one
+    failure does not stop the others, and the exit status says so); then what needs the user's hand."""
+    got = []
+
+    def fake_fetch(src, dest, full=False, verify=True):
+        got.append(src.name)
+        if src.name == "grailqa":
+            raise fetch_mod.FetchError("grailqa: the server said 503")
+        return []
+
+    monkeypatch.setattr(fetch_mod, "fetch", fake_fetch)
+    rc = command.main(["fetch"])
+    out, err = capsys.readouterr()
+    public = [n for n, s in SOURCES.items() if s.access == "public" and s.sample is not None]
+    assert got == public and {"cwq", "hotpotqa", "fb15k237"} <= set(got)
+    assert rc == 1 and "1 of" in err and "kgreason data fetch grailqa" in err
+    for name in ("metaqa", "umls", "probsum"):
+        assert f"\n  {name} (" in out, out
+    monkeypatch.setattr(fetch_mod, "fetch", lambda src, dest, full=False, verify=True: [])
+    assert command.main(["fetch"]) == 0
