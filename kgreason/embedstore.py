@@ -5,10 +5,15 @@ A **store** holds one unit vector per id of one *text form* of one KG, as a memo
 
 * ``triple`` – ``KG.verbalise`` of triple ``i`` (``"head label | relation | tail label"``): rag's
   fact ranking (sgr.txt Eq. 4), SGR's subgraph scores;
-* ``relation_words`` – relation ``i``'s name with ``.``/``_`` as spaces: ToG's embedding pruner,
-  ReKnoS's super-relation clustering;
+* ``relation_words`` – relation ``i``'s name with ``.``/``_`` as spaces: ReKnoS's super-relation
+  clustering;
 * ``entity_label`` – ``KG.entity_label(i)``: the embedding entity linker's label matrix;
-* ``entity_label_words`` – the label with ``.``/``_`` as spaces: ToG's entity pruning.
+* ``tog_relation``, ``tog_entity`` – the texts ToG's embedding pruner scores (a relation's
+  property words; ``"relation neighbour-label"``), distinct texts looked up by text.
+
+Rankers that hold ids gather rows (:meth:`KGStore.triple_rows`, :meth:`KGStore.scores`); rankers
+that hold texts call ``Embedder.encode``, which reads any text an open store holds from it
+(:meth:`KGStore.text_row`) and embeds only the rest (the question).
 
 A store lives in ``<store_dir>/kg/<key>/`` (``vectors.npy`` + ``meta.json``); the key hashes the
 form, every text in id order (so a changed KG, or one ordered differently, is another store), the
@@ -53,11 +58,22 @@ def _triple_texts(kg) -> list[str]:
                                                                          kg.tails.tolist())]
 
 
+def _tog_entity_texts(kg) -> list[str]:
+    labels = [kg.entity_label(i) for i in range(kg.n_entities)]
+    rels = list(kg.relation_names)
+    out = dict.fromkeys(_words(f"{rels[r]} {labels[t]}") for r, t in zip(kg.rels.tolist(), kg.tails.tolist()))
+    out.update(dict.fromkeys(_words(f"{rels[r]} {labels[h]}") for h, r in zip(kg.heads.tolist(), kg.rels.tolist())))
+    return list(out)
+
+
 FORMS: dict[str, Callable[[object], list[str]]] = {
     "triple": _triple_texts,
     "relation_words": lambda kg: [_words(r) for r in kg.relation_names],
     "entity_label": lambda kg: [kg.entity_label(i) for i in range(kg.n_entities)],
-    "entity_label_words": lambda kg: [_words(kg.entity_label(i)) for i in range(kg.n_entities)],
+    # ToG's embedding pruner (kgreason/reasoners/tog.py): a relation's property words, and
+    # "relation neighbour-label" (either direction; distinct texts, looked up by text)
+    "tog_relation": lambda kg: list(dict.fromkeys(_words(r.rsplit(".", 1)[-1]) for r in kg.relation_names)),
+    "tog_entity": _tog_entity_texts,
 }
 DTYPES = ("float32", "float16")
 
@@ -233,7 +249,8 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
     if dtype not in DTYPES:
         raise ValueError(f"embedder.kg_store={dtype!r}: expected float32, float16 or null")
     texts = form_texts(kg, form)
-    key = store_key(form, texts_digest(texts), embedder.fingerprint(), dtype)
+    key_texts = texts_digest(texts)
+    key = store_key(form, key_texts, embedder.fingerprint(), dtype)
     t0 = time.perf_counter()
     desc = f"embedding store {getattr(kg, 'name', 'kg')}/{form}"
     if root is None:
@@ -258,7 +275,14 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
         tmp.mkdir()
         dim = embedder.dim
         out = np.lib.format.open_memmap(tmp / "vectors.npy", mode="w+", dtype=dtype, shape=(len(texts), dim))
-        _embed_into(out, texts, embedder._forward_build, embedder.build_batch_size, desc)
+        wide = None
+        if dtype != "float32":  # the float32 store's vectors, rounded, when the machine has it
+            k32 = store_key(form, key_texts, embedder.fingerprint(), "float32")
+            wide = _read(base / k32[:32], k32, form) if (base / k32[:32]).exists() else None
+        if wide is not None:
+            out[:] = wide.astype(dtype)
+        else:
+            _embed_into(out, texts, embedder._forward_build, embedder.build_batch_size, desc)
         out.flush()
         del out
         meta = {"format": FORMAT, "key": key, "form": form, "kg": getattr(kg, "name", None), "rows": len(texts),
@@ -281,6 +305,37 @@ def forms_of(reasoner) -> tuple[str, ...]:
     if forms is None:
         forms = getattr(getattr(reasoner, "pruner", None), "embed_forms", ())
     return tuple(forms or ())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``kgreason index kg [--forms triple ...] [overrides...]``: build (or check) the KG embedding
+    stores of the configured KG and embedder before any run, e.g.
+    ``kgreason index kg kg=freebase_slice`` or ``... embedder.kg_store=float16 embedder.device=cuda``."""
+    import argparse
+
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from kgreason.paths import config_dir
+
+    ap = argparse.ArgumentParser(prog="kgreason index kg", description=main.__doc__.split("\n")[0])
+    ap.add_argument("--forms", nargs="+", default=["triple", "relation_words", "entity_label"],
+                    help=f"text forms to build (of {', '.join(FORMS)})")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/config.yaml, e.g. kg=freebase_slice")
+    a = ap.parse_args(argv)
+    bad = [f for f in a.forms if f not in FORMS]
+    if bad:
+        ap.error(f"--forms: unknown {bad}; expected some of {', '.join(FORMS)}")
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=list(a.overrides))
+    kg = instantiate(cfg.kg)
+    emb = instantiate(cfg.embedder)
+    if emb.kg_store_dtype is None:
+        ap.error("embedder.kg_store is null: no store to build")
+    for form in a.forms:
+        st = emb.kg_store(kg, form)
+        print(json.dumps(st.stats()))
+    return 0
 
 
 __all__ = ["FORMS", "DTYPES", "KGStore", "open_store", "top_k", "form_texts", "texts_digest", "forms_of",
