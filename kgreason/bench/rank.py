@@ -100,7 +100,7 @@ def _compare(a: list, b: list, tol: float = 1e-5) -> dict:
     same_set = {t for t, _ in a} == {t for t, _ in b}
     order_ok = len(a) == len(b) and all(ta == tb or abs(sa - sb) < tol for (ta, sa), (tb, sb) in zip(a, b))
     return {"same_topk": same_set, "same_order_where_untied": order_ok,
-            "overlap": len({t for t, _ in a} & {t for t, _ in b}) / max(len(a), 1)}
+            "overlap": len({t for t, _ in a} & {t for t, _ in b}) / max(len({t for t, _ in a}), 1)}
 
 
 def bench_dataset(name: str, data: Path, work: Path, n: int, n_before: int, model) -> dict:
