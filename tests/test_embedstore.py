@@ -17,6 +17,21 @@ from kgreason.reasoners.rag import RAG
 from kgreason.retrieval.scipy_engine import ScipyRetriever
 
 
+@pytest.fixture(scope="module")
+def model():
+    return Embedder()._load()
+
+
+@pytest.fixture
+def E(model):
+    """Embedders sharing one loaded model (loading it is not what these tests measure)."""
+    def make(**kw):
+        e = Embedder(**kw)
+        e._model = model
+        return e
+    return make
+
+
 def test_top_k_is_the_stable_sort_prefix():
     rng = np.random.default_rng(0)
     for n in (1, 5, 50, 1000):
@@ -54,12 +69,12 @@ def _kept(pred):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_rankings_with_the_store_equal_per_text_encoding(small_world, tmp_path, dtype):
+def test_rankings_with_the_store_equal_per_text_encoding(small_world, tmp_path, dtype, E):
     """float32: the same top-k facts in the same order (a swap only where the two scores tie to
     1e-5); float16: the top-k overlap misses at most one fact on these questions."""
     kg, qs = small_world
-    old = _rag(kg, Embedder(kg_store=None))
-    new = _rag(kg, Embedder(cache_dir=str(tmp_path), kg_store=dtype))
+    old = _rag(kg, E(kg_store=None))
+    new = _rag(kg, E(cache_dir=str(tmp_path), kg_store=dtype))
     new.prepare(qs)
     assert new._store is not None and new._store.n == kg.n_triples and new._store.dtype == dtype
     for q in qs:
@@ -73,12 +88,12 @@ def test_rankings_with_the_store_equal_per_text_encoding(small_world, tmp_path, 
             assert len({t for t, _ in a} & {t for t, _ in b}) >= len(a) - 1
 
 
-def test_second_run_builds_nothing_and_embeds_only_its_questions(small_world, tmp_path):
+def test_second_run_builds_nothing_and_embeds_only_its_questions(small_world, tmp_path, E):
     kg, qs = small_world
-    first = Embedder(cache_dir=str(tmp_path / "c1"), store_dir=str(tmp_path / "stores"))
+    first = E(cache_dir=str(tmp_path / "c1"), store_dir=str(tmp_path / "stores"))
     _rag(kg, first).prepare(qs)
     assert first.timing()["stores"][0]["built_here"] is True
-    second = Embedder(cache_dir=str(tmp_path / "c2"), store_dir=str(tmp_path / "stores"))
+    second = E(cache_dir=str(tmp_path / "c2"), store_dir=str(tmp_path / "stores"))
     rag = _rag(kg, second)
     rag.prepare(qs)
     for q in qs:
@@ -90,8 +105,8 @@ def test_second_run_builds_nothing_and_embeds_only_its_questions(small_world, tm
     assert len(list((tmp_path / "stores" / "kg").glob("*/vectors.npy"))) == 1  # one file, not one per text
 
 
-def test_changed_kg_or_dtype_is_another_store_and_damage_is_named_and_rebuilt(tiny_kg, tmp_path, caplog):
-    emb = Embedder(cache_dir=str(tmp_path))
+def test_changed_kg_or_dtype_is_another_store_and_damage_is_named_and_rebuilt(tiny_kg, tmp_path, caplog, E):
+    emb = E(cache_dir=str(tmp_path))
     a = open_store(tiny_kg, "triple", emb, tmp_path, "float32")
     assert a.built_here and a.n == tiny_kg.n_triples
     ref = np.asarray(a.matrix).copy()
@@ -111,8 +126,8 @@ def test_changed_kg_or_dtype_is_another_store_and_damage_is_named_and_rebuilt(ti
     assert json.loads((a.path / "meta.json").read_text())["rows"] == tiny_kg.n_triples
 
 
-def test_triple_rows_finds_kg_triples_and_marks_others(tiny_kg):
-    emb = Embedder()
+def test_triple_rows_finds_kg_triples_and_marks_others(tiny_kg, E):
+    emb = E()
     st = open_store(tiny_kg, "relation_words", emb, None)
     assert st.text_row("r") == 0 and st.text_row("nope") == -1
     tri = open_store(tiny_kg, "triple", emb, None)
@@ -120,11 +135,11 @@ def test_triple_rows_finds_kg_triples_and_marks_others(tiny_kg):
     assert got.tolist() == [0, 3, -1]
 
 
-def test_text_cache_is_one_sqlite_file(tmp_path):
-    emb = Embedder(cache_dir=str(tmp_path))
+def test_text_cache_is_one_sqlite_file(tmp_path, E):
+    emb = E(cache_dir=str(tmp_path))
     v = emb.encode(["a question", "another one", "a question"])
     assert [p.suffix for p in tmp_path.iterdir() if p.is_file() and not p.name.endswith(("-wal", "-shm"))] == [".sqlite"]
-    again = Embedder(cache_dir=str(tmp_path))
+    again = E(cache_dir=str(tmp_path))
     assert np.array_equal(again.encode(["another one", "a question"]), v[[1, 0]])
     assert again.counts["texts_forward"] == 0 and again.counts["texts_from_cache"] == 2
 
