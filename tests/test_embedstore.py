@@ -178,3 +178,26 @@ def test_cwq_rankings_on_the_freebase_slice_equal_per_text_encoding(shared_data,
         a, b = _kept(before.answer(q)), _kept(after.answer(q))
         c = _compare(a, b)
         assert len(a) >= 30 and c["same_topk"] and c["same_order_where_untied"], q.id
+
+
+@pytest.mark.slow
+def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path):
+    """Two rag runs (kgreason.run) on one machine: the first builds the embedded world's triple
+    store before its first example; the second (another run dir and text cache) opens it and
+    embeds only its questions (timing.json ``embedding``)."""
+    from conftest import compose_cfg
+
+    from kgreason.run import run
+
+    stores = tmp_path / "stores"
+    timings = []
+    for i in (1, 2):
+        out = tmp_path / f"run{i}"
+        cfg = compose_cfg(["reasoner=rag", "llm=scripted", "dataset.limit=2", "tracking=none",
+                           f"embedder.cache_dir={tmp_path / f'emb{i}'}", f"embedder.store_dir={stores}"], out)
+        assert run(cfg, out).metrics["run/error_rate"] == 0.0
+        timings.append(json.loads((out / "timing.json").read_text())["embedding"])
+    first, second = timings
+    assert [s["form"] for s in first["stores"]] == ["triple"] and first["stores"][0]["built_here"]
+    assert not second["stores"][0]["built_here"] and second["stores"][0]["rows"] == first["stores"][0]["rows"]
+    assert second["texts_forward"] <= 2 and second["rank_calls"] >= 1  # the questions, nothing else
