@@ -323,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"text forms to build (of {', '.join(FORMS)})")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/config.yaml, e.g. kg=freebase_slice")
     a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # progress lines off a terminal
     bad = [f for f in a.forms if f not in FORMS]
     if bad:
         ap.error(f"--forms: unknown {bad}; expected some of {', '.join(FORMS)}")
