@@ -175,7 +175,7 @@ class Embedder:
         """The :class:`~kgreason.embedstore.KGStore` of ``form`` for ``kg`` (opened, or built once
         with a progress bar), or ``None`` when ``kg_store`` is null or ``kg`` is not in memory.
         Once opened, :meth:`encode` reads the texts it holds from it."""
-        if self.kg_store_dtype is None or not hasattr(kg, "heads"):
+        if self.kg_store_dtype is None or not hasattr(kg, "heads") or getattr(kg, "remote", False):  # a SPARQL source grows
             return None
         k = (id(kg), form)
         st = self._stores.get(k)

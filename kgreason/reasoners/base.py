@@ -224,7 +224,7 @@ def _key_ranks(kg) -> tuple[np.ndarray, np.ndarray] | None:
     """Per in-memory KG (up to 2M entities), computed once: each entity's position in
     :func:`entity_key` order and each relation's in name order, so :func:`canonical_triples` is
     one ``np.lexsort``. ``None`` for other KGs (a SPARQL source grows as it is read)."""
-    if not hasattr(kg, "heads") or kg.n_entities > 2_000_000:
+    if not hasattr(kg, "heads") or getattr(kg, "remote", False) or kg.n_entities > 2_000_000:
         return None
     hit = _KEY_RANKS.get(id(kg))
     if hit is not None and hit[0] is kg and hit[1] == kg.n_entities:
