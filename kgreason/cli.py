@@ -41,6 +41,13 @@ def _module_main(module: str) -> Callable[[list[str]], int]:
     return run
 
 
+def _index(argv: list[str]) -> int:
+    """``kgreason index kg ...``: the KG embedding stores (kgreason/embedstore.py); otherwise SubQRAG's index."""
+    if argv and argv[0] == "kg":
+        return _module_main("kgreason.embedstore")(argv[1:])
+    return _module_main("kgreason.reasoners.subqrag_index")(argv)
+
+
 def _bench(argv: list[str]) -> int:
     """A named sub-bench (``kgreason bench scale ...``) or the retrieval bench (Hydra overrides)."""
     from kgreason.bench import __main__ as bench
@@ -115,9 +122,10 @@ TOOLS: dict[str, Tool] = {
     "bench": Tool("benchmarks: the retrieval bench (Hydra overrides) or a named sub-bench",
                   "kgreason bench kg=embedded 'backends=[scipy,numba]' 'hops=[1,2]'     |     kgreason bench scale --help",
                   _bench),
-    "index": Tool("build a SubQRAG triple index for a corpus with an LLM backend",
-                  "kgreason index corpus.jsonl .cache/kgreason/subqrag_index llm=openai llm.model=gpt-4o-mini",
-                  _module_main("kgreason.reasoners.subqrag_index")),
+    "index": Tool("build a SubQRAG triple index for a corpus with an LLM backend, or (index kg) a KG's embedding stores",
+                  "kgreason index corpus.jsonl .cache/kgreason/subqrag_index llm=openai llm.model=gpt-4o-mini     |     "
+                  "kgreason index kg kg=freebase_slice",
+                  _index),
     "serve": Tool("serve a local model (llm=local, llm=qwen_coder_1_5b) on an OpenAI-compatible endpoint (llama.cpp)",
                   "kgreason serve llm=qwen_coder_1_5b --port 8000 --parallel 2     (prints the llm=openai overrides to use)",
                   _module_main("kgreason.llm.serve")),

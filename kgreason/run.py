@@ -243,10 +243,22 @@ def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path)
     if kept is None:
         return Ledger.from_json(json.loads(path.read_text())) if path.exists() else Ledger()
     with example_ledger(payer=(c.run_id, PREPARE_ID) if c.run_id else None) as led:
+        _open_embedding_stores(c)
         c.reasoner.prepare(c.dataset, done=kept)
     if led.by_purpose:
         write_json(path, led.to_json())
     return led
+
+
+def _open_embedding_stores(c: Components) -> None:
+    """Before the first example: the KG embedding stores the reasoner ranks with, opened or built
+    once per machine (kgreason/embedstore.py); timing.json's ``embedding`` says which were built."""
+    from kgreason.embedstore import forms_of
+
+    if c.embedder is None or c.kg is None or not hasattr(c.embedder, "kg_store"):
+        return
+    for form in forms_of(c.reasoner):
+        c.embedder.kg_store(c.kg, form)
 
 
 def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int,
@@ -692,6 +704,8 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
         endpoint = getattr(c.kg, "endpoint", None)  # a SPARQL source: requests, cache hits, retries, rechecks
         if isinstance(getattr(endpoint, "stats", None), dict):
             timing["kg_endpoint"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in endpoint.stats.items()}
+        if hasattr(c.embedder, "timing"):  # store builds, texts embedded, ranking time per question
+            timing["embedding"] = c.embedder.timing()
         write_json(out_dir / "timing.json", timing)
         _log_to_tracker(c.tracker, metrics, reports, rows, out_dir,
                         hop_title=f"{getattr(c.dataset, 'name', '?')} on KG {getattr(c.kg, 'name', '?')}")

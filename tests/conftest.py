@@ -48,9 +48,17 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_gpu)
 
 
+@pytest.fixture(scope="session")
+def _embed_store_dir(tmp_path_factory):
+    """One KG embedding store directory for the session: stores are keyed by their content
+    (kgreason/embedstore.py), so sharing them is what a machine does, and a KG is embedded once."""
+    return tmp_path_factory.mktemp("embed_stores")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path, monkeypatch):
+def _isolated_env(tmp_path, monkeypatch, _embed_store_dir):
     monkeypatch.setenv("KGREASON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KGREASON_EMBED_STORE_DIR", str(_embed_store_dir))
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -28,8 +28,9 @@ class LinkResult:
 class EmbeddingLinker:
     """Nearest KG entity label by all-MiniLM-L6-v2 cosine (exact search, one matrix product).
 
-    Label embeddings are computed once per linker, on first use (and cached on disk by the
-    :class:`~kgreason.embed.Embedder` when it has a ``cache_dir``).
+    Label embeddings are read from the KG's ``entity_label`` embedding store (built once per
+    machine, kgreason/embedstore.py) on first use; with ``embedder.kg_store: null`` they are
+    embedded by the linker.
 
     Args:
         kg: the KG whose labels (``KG.entity_label``) are the candidates.
@@ -53,8 +54,13 @@ class EmbeddingLinker:
     def matrix(self) -> np.ndarray:
         """``(len(candidates), 384)`` float32 unit label embeddings (computed on first use)."""
         if self._matrix is None:
-            labels = [self.kg.entity_label(int(i)) for i in self.candidates]
-            self._matrix = self.embedder.encode(labels)
+            fn = getattr(self.embedder, "kg_store", None)
+            store = fn(self.kg, "entity_label") if fn is not None else None  # built once per machine
+            if store is not None:
+                self._matrix = np.asarray(store.matrix[self.candidates], dtype=np.float32)
+            else:
+                labels = [self.kg.entity_label(int(i)) for i in self.candidates]
+                self._matrix = self.embedder.encode(labels)
         return self._matrix
 
     def nearest(self, mentions: Sequence[str]) -> list[tuple[int, float]]:

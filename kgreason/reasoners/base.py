@@ -217,11 +217,40 @@ def entity_ranks(kg, ids) -> np.ndarray:
     return ranks
 
 
+_KEY_RANKS: dict[int, tuple[object, int, np.ndarray, np.ndarray]] = {}
+
+
+def _key_ranks(kg) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per in-memory KG (up to 2M entities), computed once: each entity's position in
+    :func:`entity_key` order and each relation's in name order, so :func:`canonical_triples` is
+    one ``np.lexsort``. ``None`` for other KGs (a SPARQL source grows as it is read)."""
+    if not hasattr(kg, "heads") or getattr(kg, "remote", False) or kg.n_entities > 2_000_000:
+        return None
+    hit = _KEY_RANKS.get(id(kg))
+    if hit is not None and hit[0] is kg and hit[1] == kg.n_entities:
+        return hit[2], hit[3]
+    n = kg.n_entities
+    er = np.empty(n, dtype=np.int64)
+    er[np.asarray(sorted(range(n), key=lambda e: entity_key(kg, e)), dtype=np.int64)] = np.arange(n)
+    names = [str(r) for r in kg.relation_names]
+    rr = np.empty(len(names), dtype=np.int64)
+    rr[np.asarray(sorted(range(len(names)), key=names.__getitem__), dtype=np.int64)] = np.arange(len(names))
+    if len(_KEY_RANKS) > 8:
+        _KEY_RANKS.clear()
+    _KEY_RANKS[id(kg)] = (kg, n, er, rr)
+    return er, rr
+
+
 def canonical_triples(kg, triples: np.ndarray) -> np.ndarray:
     """``(m, 3)`` (head, relation, tail) id rows sorted by (head key, relation name, tail key)."""
     triples = np.asarray(triples)
     if len(triples) < 2:
         return triples
+    ranks = _key_ranks(kg)
+    if ranks is not None:  # the same order as the sort below (entity names are unique; lexsort is stable)
+        er, rr = ranks
+        t = triples.reshape(-1, 3).astype(np.int64, copy=False)
+        return triples[np.lexsort((er[t[:, 2]], rr[t[:, 1]], er[t[:, 0]]))]
     rows = triples.tolist()
     order = sorted(range(len(rows)), key=lambda i: (entity_key(kg, rows[i][0]), str(kg.relation_names[rows[i][1]]),
                                                   entity_key(kg, rows[i][2])))

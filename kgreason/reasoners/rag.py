@@ -24,8 +24,11 @@ scored), ``kept`` (triples in the prompt).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from kgreason.embedstore import top_k
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answers
@@ -53,6 +56,7 @@ class RAG(BaseReasoner):
     """
 
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+    embed_forms = ("triple",)  # the KG embedding store its ranking reads (kgreason/embedstore.py)
 
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
                  gold_hops: bool = False, top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,
@@ -68,6 +72,12 @@ class RAG(BaseReasoner):
         self.template = load_prompt(prompts_dir, "answer")
         self.embedder = embedder if embedder is not None else Embedder()
         self.reask = ReaskPolicy(max_reasks)
+
+    def prepare(self, examples, done=()) -> None:
+        """Before the first question: open (or build once) the KG's triple embedding store, which
+        :meth:`rank_triples` then reads (``embedder.kg_store: null``: none, texts are embedded)."""
+        fn = getattr(self.embedder, "kg_store", None)
+        self._store = fn(self.kg, "triple") if fn is not None else None
 
     # ------------------------------------------------------------------ retrieval (no LLM)
     def retrieve(self, example: Example) -> tuple[LinkResult, Subgraph | None, int]:
@@ -110,6 +120,30 @@ class RAG(BaseReasoner):
             order = order[sims[order] >= self.tau]
         return order, sims[order]
 
+    def rank_triples(self, question: str, triples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Eq. 4–6 over ``(m, 3)`` candidate triples: ``(kept indices, cosines)``, best first, ties
+        to the lower index. With the KG's triple store, a gather of the candidates' rows and one
+        matrix-vector product against the question (the only text embedded); without it, or for
+        a triple the store lacks, or before :meth:`prepare`, :meth:`rank` over the verbalised texts."""
+        t0 = time.perf_counter()
+        store = getattr(self, "_store", None)
+        if store is None or len(triples) == 0:
+            order, scores = self.rank(question, [self.kg.verbalise(tr) for tr in triples])
+        else:
+            rows = store.triple_rows(self.kg, triples)
+            q = self.embedder.encode([question])[0]
+            miss = rows < 0
+            sims = np.empty(len(rows), dtype=np.float32)
+            sims[~miss] = store.scores(q, rows[~miss])
+            if miss.any():  # not one of the KG's triples: embedded (and text-cached) here
+                sims[miss] = self.embedder.encode([self.kg.verbalise(tr) for tr in triples[miss]]) @ q
+            order = top_k(sims, self.top_k, self.tau)
+            scores = sims[order]
+        note = getattr(self.embedder, "note_rank", None)
+        if note is not None:
+            note(time.perf_counter() - t0, len(triples))
+        return order, scores
+
     # ------------------------------------------------------------------ answer
     def answer(self, example: Example) -> Prediction:
         t = Trace()
@@ -121,10 +155,9 @@ class RAG(BaseReasoner):
                             retrieval_empty=True, llm_calls=sum(1 for st in t.steps if st.kind == "llm"))
         t.retrieval("khop", sub, self.kg)
         triples, cut = self.candidate_triples(sub)
-        texts = [self.kg.verbalise(tr) for tr in triples]
-        order, scores = self.rank(example.question, texts)
-        kept = [texts[i] for i in order]
-        t.add("rank", "cosine_filter", top_k=self.top_k, tau=self.tau, candidates=len(texts),
+        order, scores = self.rank_triples(example.question, triples)
+        kept = [self.kg.verbalise(triples[i]) for i in order]
+        t.add("rank", "cosine_filter", top_k=self.top_k, tau=self.tau, candidates=len(triples),
               candidates_truncated=cut, kept=[(x, round(float(s), 4)) for x, s in zip(kept, scores)])
         if kept:
             req = ChatRequest.of(render(self.template, question=example.question, facts="\n".join(kept)),
@@ -138,6 +171,6 @@ class RAG(BaseReasoner):
             example, answers,
             retrieved=[self.kg.entity_label(int(e)) for e in reached],
             retrieved_in_prompt=[self.kg.entity_label(e) for e in in_prompt],
-            search_space=int(len(texts)), kept=len(kept), hops_used=k,
+            search_space=int(len(triples)), kept=len(kept), hops_used=k,
             llm_calls=sum(1 for st in t.steps if st.kind == "llm"), retrieval_empty=not kept,
         )

@@ -155,6 +155,7 @@ class SGR(BaseReasoner):
     """
 
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+    embed_forms = ("triple",)  # Eq. 4 / Eq. 24 read the KG's triple embedding store (kgreason/embedstore.py)
 
     # no per-question state lives on the reasoner, and GraphDB.run_read serialises the database's
     # reads, so concurrent examples may share it (tests/reasoners/test_sgr.py)

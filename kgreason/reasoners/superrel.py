@@ -178,8 +178,11 @@ def cluster_superrelations(kg: KG, n_clusters: int = 8, seed: int = 0, embedder=
     from kgreason.embed import Embedder
 
     emb = embedder if embedder is not None else Embedder()
-    texts = [r.replace(".", " ").replace("_", " ") for r in kg.relation_names]
-    x = emb.encode(texts).astype(np.float64)
+    store = emb.kg_store(kg, "relation_words") if hasattr(emb, "kg_store") else None  # built once per machine
+    if store is not None:
+        x = np.asarray(store.matrix, dtype=np.float64)
+    else:
+        x = emb.encode([r.replace(".", " ").replace("_", " ") for r in kg.relation_names]).astype(np.float64)
     labels, cent = kmeans(x, n_clusters, seed=seed)
     names = []
     for j in range(len(cent)):

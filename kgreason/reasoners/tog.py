@@ -134,6 +134,12 @@ class Pruner:
         self.max_tokens, self.temperature = max_tokens, temperature
         self.reask = ReaskPolicy()
 
+    @property
+    def embed_forms(self) -> tuple[str, ...]:
+        """The KG embedding stores the ``embedding`` backend reads its candidate texts from
+        (kgreason/embedstore.py; opened before the first example): only the question is embedded."""
+        return ("tog_relation", "tog_entity") if self.backend == "embedding" else ()
+
     def scores(self, question: str, names: list[str], texts: list[str], t: Trace, what: str,
                context: str = "", keep: int = 0) -> np.ndarray | None:
         """``(len(names),)`` float64 scores (higher = keep); None when the LLM's reply did not

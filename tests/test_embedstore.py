@@ -1,0 +1,203 @@
+"""KG embedding stores (kgreason/embedstore.py, issue 42): built once per machine, read at
+question time; rankings equal to embedding every fact on the fly (float32)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from kgreason.embed import Embedder
+from kgreason.embedstore import form_texts, open_store, top_k
+from kgreason.kg.store import KG
+from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.rag import RAG
+from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Embedder()._load()
+
+
+@pytest.fixture
+def E(model):
+    """Embedders sharing one loaded model (loading it is not what these tests measure)."""
+    def make(**kw):
+        e = Embedder(**kw)
+        e._model = model
+        return e
+    return make
+
+
+def test_top_k_is_the_stable_sort_prefix():
+    rng = np.random.default_rng(0)
+    for n in (1, 5, 50, 1000):
+        sims = rng.integers(0, 7, size=n).astype(np.float32) / 7  # many ties
+        for k in (1, 3, 10, n, None):
+            ref = np.argsort(-sims, kind="stable")[:k]
+            assert top_k(sims, k).tolist() == ref.tolist()
+            assert top_k(sims, k, tau=0.5).tolist() == ref[sims[ref] >= 0.5].tolist()
+    assert top_k(np.zeros(0), 5).tolist() == []
+
+
+@pytest.fixture(scope="module")
+def small_world(world):
+    """The embedded world cut to the 1-hop facts of a few questions (a cheap store to build)."""
+    kg = world.kg
+    deg = kg.degree()
+    one = [q for q in world.questions if q.hops == 1]
+    qs = sorted(one, key=lambda q: -int(deg[kg.entity_id(q.topic_entities[0])]))[:3]  # the most facts to rank
+    ids = [kg.entity_id(e) for q in qs for e in q.topic_entities]
+    tids = np.unique(np.concatenate([np.concatenate([kg.out_triples(i), kg.in_triples(i)]) for i in ids]))
+    rows = [(kg.entity_names[h], kg.relation_names[r], kg.entity_names[t])
+            for h, r, t in kg.triples[tids].tolist()]
+    labels = {kg.entity_names[i]: kg.entity_label(i) for i in range(kg.n_entities)}
+    return KG.from_triples(rows, labels=labels, name="small_world"), qs
+
+
+def _rag(kg, emb):
+    retr = ScipyRetriever(kg, semantics="within", direction="both", max_paths=0)
+    llm = ScriptedLLM(rules=[{"pattern": r"^TASK: answer", "reply": "Answer: x"}])
+    return RAG(kg=kg, retriever=retr, llm=llm, embedder=emb, top_k=10, hops=1)
+
+
+def _kept(pred):
+    return next(s for s in pred.trace if s.kind == "rank").data["kept"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rankings_with_the_store_equal_per_text_encoding(small_world, tmp_path, dtype, E):
+    """float32: the same top-k facts in the same order (a swap only where the two scores tie to
+    1e-5); float16: the top-k overlap misses at most one fact on these questions."""
+    kg, qs = small_world
+    old = _rag(kg, E(kg_store=None))
+    new = _rag(kg, E(cache_dir=str(tmp_path), kg_store=dtype))
+    new.prepare(qs)
+    assert new._store is not None and new._store.n == kg.n_triples and new._store.dtype == dtype
+    for q in qs:
+        a, b = _kept(old.answer(q)), _kept(new.answer(q))
+        assert len(a) == len(b) == 10
+        if dtype == "float32":
+            for (ta, sa), (tb, sb) in zip(a, b):
+                assert ta == tb or abs(sa - sb) < 1e-5, (ta, sa, tb, sb)
+            assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-5)
+        else:
+            assert len({t for t, _ in a} & {t for t, _ in b}) >= len(a) - 1
+
+
+def test_second_run_builds_nothing_and_embeds_only_its_questions(small_world, tmp_path, E):
+    kg, qs = small_world
+    first = E(cache_dir=str(tmp_path / "c1"), store_dir=str(tmp_path / "stores"))
+    _rag(kg, first).prepare(qs)
+    assert first.timing()["stores"][0]["built_here"] is True
+    second = E(cache_dir=str(tmp_path / "c2"), store_dir=str(tmp_path / "stores"))
+    rag = _rag(kg, second)
+    rag.prepare(qs)
+    for q in qs:
+        rag.answer(q)
+    t = second.timing()
+    assert t["stores"][0]["built_here"] is False and t["stores"][0]["rows"] == kg.n_triples
+    assert t["texts_forward"] == len({q.question for q in qs})  # the questions, nothing else
+    assert t["rank_calls"] == len(qs) and t["rank_ms_per_call"] is not None
+    assert len(list((tmp_path / "stores" / "kg").glob("*/vectors.npy"))) == 1  # one file, not one per text
+
+
+def test_changed_kg_or_dtype_is_another_store_and_damage_is_named_and_rebuilt(tiny_kg, tmp_path, caplog, E):
+    emb = E(cache_dir=str(tmp_path))
+    a = open_store(tiny_kg, "triple", emb, tmp_path, "float32")
+    assert a.built_here and a.n == tiny_kg.n_triples
+    ref = np.asarray(a.matrix).copy()
+    assert np.allclose(ref, emb.encode(form_texts(tiny_kg, "triple")), atol=1e-5)
+    assert not open_store(tiny_kg, "triple", emb, tmp_path, "float32").built_here
+    assert open_store(tiny_kg, "triple", emb, tmp_path, "float16").key != a.key
+    other = KG.from_triples([("A", "r", "B"), ("A", "s", "C")], name="tiny")
+    assert open_store(other, "triple", emb, tmp_path, "float32").key != a.key
+    vec = a.path / "vectors.npy"
+    data = bytearray(vec.read_bytes())
+    data[-4:] = b"\x00\x00\x80\x7f"
+    vec.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="kgreason.embedstore"):
+        b = open_store(tiny_kg, "triple", emb, tmp_path, "float32")
+    assert b.built_here and str(vec) in caplog.text and "damaged" in caplog.text
+    assert np.array_equal(np.asarray(b.matrix), ref)
+    assert json.loads((a.path / "meta.json").read_text())["rows"] == tiny_kg.n_triples
+
+
+def test_triple_rows_finds_kg_triples_and_marks_others(tiny_kg, E):
+    emb = E()
+    st = open_store(tiny_kg, "relation_words", emb, None)
+    assert st.text_row("r") == 0 and st.text_row("nope") == -1
+    tri = open_store(tiny_kg, "triple", emb, None)
+    got = tri.triple_rows(tiny_kg, np.array([[0, 0, 1], tiny_kg.triples[3], [1, 0, 0]]))
+    assert got.tolist() == [0, 3, -1]
+
+
+def test_text_cache_is_one_sqlite_file(tmp_path, E):
+    emb = E(cache_dir=str(tmp_path))
+    v = emb.encode(["a question", "another one", "a question"])
+    assert [p.suffix for p in tmp_path.iterdir() if p.is_file() and not p.name.endswith(("-wal", "-shm"))] == [".sqlite"]
+    again = E(cache_dir=str(tmp_path))
+    assert np.array_equal(again.encode(["another one", "a question"]), v[[1, 0]])
+    assert again.counts["texts_forward"] == 0 and again.counts["texts_from_cache"] == 2
+
+
+def test_bad_kg_store_setting_is_refused():
+    with pytest.raises(ValueError, match="kg_store"):
+        Embedder(kg_store="int8")
+
+
+@pytest.mark.slow
+def test_cwq_rankings_on_the_freebase_slice_equal_per_text_encoding(shared_data, tmp_path):
+    """Real questions (CWQ over the FB15k-237 Freebase slice): rag's top-30 with the float32
+    store = per-text encoding, same order where the scores do not tie to 1e-5. The store is
+    built (open_store) over the KG cut to the questions' topic entities' facts: every 1-hop fact
+    of a topic is in the cut, so 1-hop retrieval gives the same candidates as on the whole KG."""
+    from kgreason.bench.rank import _compare, _cut, _kg_and_questions, _kept, _rag
+    from kgreason.kg.linking import link_example
+
+    kg, linked, _ = _kg_and_questions("cwq", shared_data, tmp_path, 30)
+    picked, tids = [], []
+    for q in linked:
+        ids = link_example(kg, q).ids
+        t = np.unique(np.concatenate([np.concatenate([kg.out_triples(i), kg.in_triples(i)]) for i in ids]))
+        if 40 <= len(t) <= 400:  # enough facts to rank, cheap to embed
+            picked.append(q)
+            tids.append(t)
+        if len(picked) == 3:
+            break
+    assert len(picked) == 3
+    cut = _cut(kg, np.unique(np.concatenate(tids)))
+    before = _rag(cut, Embedder(kg_store=None), 1)
+    after = _rag(cut, Embedder(cache_dir=str(tmp_path / "e"), kg_store="float32"), 1)
+    after.prepare(picked)
+    assert after._store.built_here and after._store.n == cut.n_triples
+    for q in picked:
+        a, b = _kept(before.answer(q)), _kept(after.answer(q))
+        c = _compare(a, b)
+        assert len(a) >= 30 and c["same_topk"] and c["same_order_where_untied"], q.id
+
+
+@pytest.mark.slow
+def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path):
+    """Two rag runs (kgreason.run) on one machine: the first builds the embedded world's triple
+    store before its first example; the second (another run dir and text cache) opens it and
+    embeds only its questions (timing.json ``embedding``)."""
+    from conftest import compose_cfg
+
+    from kgreason.run import run
+
+    stores = tmp_path / "stores"
+    timings = []
+    for i in (1, 2):
+        out = tmp_path / f"run{i}"
+        cfg = compose_cfg(["reasoner=rag", "llm=scripted", "dataset.limit=2", "tracking=none",
+                           f"embedder.cache_dir={tmp_path / f'emb{i}'}", f"embedder.store_dir={stores}"], out)
+        assert run(cfg, out).metrics["run/error_rate"] == 0.0
+        timings.append(json.loads((out / "timing.json").read_text())["embedding"])
+    first, second = timings
+    assert [s["form"] for s in first["stores"]] == ["triple"] and first["stores"][0]["built_here"]
+    assert not second["stores"][0]["built_here"] and second["stores"][0]["rows"] == first["stores"][0]["rows"]
+    assert second["texts_forward"] <= 2 and second["rank_calls"] >= 1  # the questions, nothing else
