@@ -77,7 +77,8 @@ def test_cwq_on_the_freebase_slice_rag_calls_once_on_every_question(tmp_path, sh
     cfg = compose_cfg(["dataset=cwq", "kg=freebase_slice", "reasoner=rag", "llm=scripted",
                        "llm.default='[\"Paris\"]'", "dataset.limit=30", "preflight.min_link_rate=0",
                        "reasoner.hops=1", "reasoner.max_candidates=100", "tracking=none",
-                       "reports.hop_distribution=false"], tmp_path)
+                       "reports.hop_distribution=false",
+                       "embedder.kg_store=null"], tmp_path)  # not the slice's 310k-fact store: calls are counted
     res = run(cfg, tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 30 and res.metrics["run/error_rate"] == 0.0
