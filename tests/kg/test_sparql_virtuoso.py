@@ -27,7 +27,7 @@ N_QUESTIONS = 40
 # llm_cache off: the second run must not count the first run's calls as cache hits
 # embedder.kg_store=null: the slice's full triple store (310k facts, ~30 min on 2 cores) is not what
 # this test compares, and a SPARQL source has no store: both sides rank by per-text encoding
-COMMON = ["dataset=cwq", f"dataset.sample={N_QUESTIONS}", "seed=7", "tracking=none", "llm=scripted",
+COMMON = ["dataset=cwq", f"dataset.sample={N_QUESTIONS}", "dataset.sample_seed=7", "tracking=none", "llm=scripted",
           "llm_cache.mode=off", "preflight.min_link_rate=0",  # the two KG sources are compared; the slice links some
           "embedder.kg_store=null"]
 REASONERS = {
