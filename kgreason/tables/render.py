@@ -11,6 +11,20 @@ from kgreason.metrics import higher_is_better
 from kgreason.tables.cells import CIOptions
 from kgreason.tables.labels import _header
 
+#: the caption's sentence for each cell mark present in a table (kgreason/tables/marks.py)
+MARK_NOTES = {
+    "errors": "(k errored): the cell's runs include k errored examples in all (metrics.json run/errors, summed "
+              "over its runs), counted in the metric as docs/metrics.md says.",
+    "partial": "(partial): a run of the cell stopped before its last example (run/partial, or run/n_examples < "
+               "run/n_expected); its mean is over the examples it answered.",
+    "failed": "(failed): a run of the cell wrote its metrics and then failed (failed.json; its reason is "
+              "listed below the table).",
+    "qdiff": "(≠ questions): the cell's runs answered different question ids, so its seed spread mixes the "
+             "question draw with the method's own variance.",
+    "unsampled": "A cell whose runs made no sampled LLM calls (llm/sampled_calls = 0) and whose seeds gave the "
+                 "same value shows no ±: no sampled calls: seeds change nothing there.",
+}
+
 
 def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
             seed_spread: bool = True) -> str:
@@ -42,21 +56,7 @@ def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
             parts.append("Cells without [lo, hi]: see \"No interval\" below for why (metric/* columns), or the column "
                          "is a run-level figure with no per-question values.")
     marks = set(wide.columns.get_level_values(0))
-    if "errors" in marks:
-        parts.append("(k errored): the cell's runs include k errored examples in all (metrics.json run/errors, summed "
-                     "over its runs), counted in the metric as docs/metrics.md says.")
-    if "partial" in marks:
-        parts.append("(partial): a run of the cell stopped before its last example (run/partial, or run/n_examples < "
-                     "run/n_expected); its mean is over the examples it answered.")
-    if "failed" in marks:
-        parts.append("(failed): a run of the cell wrote its metrics and then failed (failed.json; its reason is "
-                     "listed below the table).")
-    if "qdiff" in marks:
-        parts.append("(≠ questions): the cell's runs answered different question ids, so its seed spread mixes the "
-                     "question draw with the method's own variance.")
-    if "unsampled" in marks:
-        parts.append("A cell whose runs made no sampled LLM calls (llm/sampled_calls = 0) and whose seeds gave the "
-                     "same value shows no ±: no sampled calls: seeds change nothing there.")
+    parts += [text for mark, text in MARK_NOTES.items() if mark in marks]
     return " ".join(parts)
 
 
