@@ -288,7 +288,7 @@ def test_sweep_without_data_stops_before_any_job(tmp_path):
     assert not sweep.exists()
 
 
-def test_sweep_refused_for_an_ablation_a_sweep_axis_cancels(tmp_path):
+def test_sweep_refused_for_an_ablation_a_sweep_axis_cancels(tmp_path, shared_data):  # its preset reads DDXPlus
     sweep = tmp_path / "sweep"
     r = _kgreason(["experiment=logoskg_dx_hops_ddxplus_kg", "ablation=dx_round1_only", f"hydra.sweep.dir={sweep}"],
                   tmp_path, OPENAI_API_KEY="x")
@@ -299,7 +299,7 @@ def test_sweep_refused_for_an_ablation_a_sweep_axis_cancels(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_job_that_fails_at_startup_is_marked_and_the_sweep_exits_2(tmp_path):
+def test_a_job_that_fails_at_startup_is_marked_and_the_sweep_exits_2(tmp_path, shared_data):  # needs the shared samples
     """A start-up check that needs the built components (here the link rate of CWQ on the embedded
     KG) fails in the job: the job dir gets failed.json (INTERFACE: status, reason, stage), the
     sweep's other jobs still run, and the sweep ends with exit status 2 naming it."""
