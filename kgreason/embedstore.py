@@ -76,6 +76,7 @@ FORMS: dict[str, Callable[[object], list[str]]] = {
     "tog_entity": _tog_entity_texts,
 }
 DTYPES = ("float32", "float16")
+BUILD_PRECISIONS = ("float32", "bfloat16")  # a build's forward-pass arithmetic (Embedder.build_precision)
 
 
 def form_texts(kg, form: str) -> list[str]:
@@ -128,8 +129,9 @@ class KGStore:
     embedder has no directory), with the figures of how it was obtained."""
 
     def __init__(self, form: str, matrix: np.ndarray, key: str, path: Path | None, *, built_here: bool,
-                 build_s: float, texts: list[str] | None = None) -> None:
+                 build_s: float, texts: list[str] | None = None, precision: str = "float32") -> None:
         self.form, self.matrix, self.key, self.path = form, matrix, key, path
+        self.precision = precision
         self.built_here, self.build_s = built_here, build_s
         self._texts = texts
         self._text_rows: dict[str, int] | None = None
@@ -149,7 +151,8 @@ class KGStore:
 
     def stats(self) -> dict:
         return {"form": self.form, "rows": self.n, "dim": int(self.matrix.shape[1]), "dtype": self.dtype,
-                "bytes": self.nbytes, "built_here": self.built_here, "build_s": round(self.build_s, 3),
+                "build_precision": self.precision, "bytes": self.nbytes, "built_here": self.built_here,
+                "build_s": round(self.build_s, 3),
                 "key": self.key[:16], "path": str(self.path) if self.path else None}
 
     # ------------------------------------------------------------------ lookups
@@ -250,13 +253,15 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
         raise ValueError(f"embedder.kg_store={dtype!r}: expected float32, float16 or null")
     texts = form_texts(kg, form)
     key_texts = texts_digest(texts)
-    key = store_key(form, key_texts, embedder.fingerprint(), dtype)
+    key = store_key(form, key_texts, embedder.store_fingerprint(), dtype)
     t0 = time.perf_counter()
-    desc = f"embedding store {getattr(kg, 'name', 'kg')}/{form}"
+    precision = getattr(embedder, "build_precision", "float32")
+    desc = f"embedding store {getattr(kg, 'name', 'kg')}/{form}" + ("" if precision == "float32" else f" ({precision})")
     if root is None:
         mat = np.zeros((len(texts), embedder.dim), dtype=dtype)
         _embed_into(mat, texts, embedder._forward_build, embedder.build_batch_size, desc)
-        return KGStore(form, mat, key, None, built_here=True, build_s=time.perf_counter() - t0, texts=texts)
+        return KGStore(form, mat, key, None, built_here=True, build_s=time.perf_counter() - t0, texts=texts,
+                       precision=precision)
     import fcntl
 
     base = Path(root) / "kg"
@@ -264,12 +269,12 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
     path = base / key[:32]
     mat = _read(path, key, form) if path.exists() else None
     if mat is not None:
-        return KGStore(form, mat, key, path, built_here=False, build_s=0.0, texts=texts)
+        return KGStore(form, mat, key, path, built_here=False, build_s=0.0, texts=texts, precision=precision)
     with open(base / f"{key[:32]}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per store on the machine; the others wait, then read
         mat = _read(path, key, form) if path.exists() else None
         if mat is not None:
-            return KGStore(form, mat, key, path, built_here=False, build_s=0.0, texts=texts)
+            return KGStore(form, mat, key, path, built_here=False, build_s=0.0, texts=texts, precision=precision)
         tmp = base / f"{key[:32]}.tmp.{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -277,7 +282,7 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
         out = np.lib.format.open_memmap(tmp / "vectors.npy", mode="w+", dtype=dtype, shape=(len(texts), dim))
         wide = None
         if dtype != "float32":  # the float32 store's vectors, rounded, when the machine has it
-            k32 = store_key(form, key_texts, embedder.fingerprint(), "float32")
+            k32 = store_key(form, key_texts, embedder.store_fingerprint(), "float32")
             wide = _read(base / k32[:32], k32, form) if (base / k32[:32]).exists() else None
         if wide is not None:
             out[:] = wide.astype(dtype)
@@ -286,7 +291,8 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
         out.flush()
         del out
         meta = {"format": FORMAT, "key": key, "form": form, "kg": getattr(kg, "name", None), "rows": len(texts),
-                "dim": dim, "dtype": dtype, "model": embedder.model_name, "sha256": _file_sha256(tmp / "vectors.npy"),
+                "dim": dim, "dtype": dtype, "build_precision": precision, "model": embedder.model_name,
+                "sha256": _file_sha256(tmp / "vectors.npy"),
                 "build_s": round(time.perf_counter() - t0, 3)}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         if path.exists():
@@ -296,7 +302,7 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
     build_s = time.perf_counter() - t0
     log.info("embedding store %s: %d rows (%s, %.1f MB) built in %.1f s", path, len(texts), dtype,
              mat.nbytes / 1e6, build_s)
-    return KGStore(form, mat, key, path, built_here=True, build_s=build_s, texts=texts)
+    return KGStore(form, mat, key, path, built_here=True, build_s=build_s, texts=texts, precision=precision)
 
 
 def forms_of(reasoner) -> tuple[str, ...]:
@@ -312,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stores of the configured KG and embedder before any run, e.g.
     ``kgreason index kg kg=freebase_slice`` or ``... embedder.kg_store=float16 embedder.device=cuda``."""
     import argparse
+    import sys
 
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
@@ -322,7 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--forms", nargs="+", default=["triple", "relation_words", "entity_label"],
                     help=f"text forms to build (of {', '.join(FORMS)})")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/config.yaml, e.g. kg=freebase_slice")
-    a = ap.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # key=value words are Hydra overrides wherever they stand (``--forms triple kg=x`` included)
+    over = [t for t in argv if "=" in t and not t.startswith("-")]
+    a = ap.parse_args([t for t in argv if t not in over])
+    a.overrides = [*a.overrides, *over]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # progress lines off a terminal
     bad = [f for f in a.forms if f not in FORMS]
     if bad:
@@ -339,5 +350,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["FORMS", "DTYPES", "KGStore", "open_store", "top_k", "form_texts", "texts_digest", "forms_of",
+__all__ = ["FORMS", "DTYPES", "BUILD_PRECISIONS", "KGStore", "open_store", "top_k", "form_texts", "texts_digest", "forms_of",
            "model_fingerprint", "store_key"]

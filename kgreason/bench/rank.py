@@ -17,7 +17,8 @@ For each dataset (CWQ over the Freebase slice; MetaQA 2-hop over its KB), with a
 * **the store build**: the full KG's store size (exact) and build time, extrapolated from the
   measured build throughput (``kgreason index kg kg=freebase_slice`` measures it outright).
 * **throughput of the forward pass**: texts/s for question-time batches (64, in the order the
-  candidates come) and build batches (``build_batch_size``, length-sorted), token lengths (the
+  candidates come) and build batches (``build_batch_size``, length-sorted) in float32 and in
+  bfloat16 (``embedder.build_precision``: the speed-up and the cosine to the float32 vectors), token lengths (the
   batch pads to its longest text, not to 256), torch's thread count, and the per-text cost of the
   former one-``.npy``-file-per-text cache against the SQLite text cache.
 * **ranking time against the number of candidates** (10^2 … 10^6): gather + matrix-vector
@@ -202,15 +203,24 @@ def throughput(kg_name: str, data: Path, work: Path, model, n: int) -> dict:
     lens = np.array([len(x) for x in tok])
     out = {"torch_threads": torch.get_num_threads(), "texts": n,
            "tokens_mean": round(float(lens.mean()), 1), "tokens_max": int(lens.max())}
-    for label, bs, srt in (("question_time_batch64_unsorted_chunks", 64, False), ("build_batch256_length_sorted", 256, True)):
-        xs = sorted(sample, key=len) if srt else sample
+    t = time.perf_counter()
+    for s in range(0, n, 100):  # sentence-transformers sorts within one call; per-question calls of ~100 texts
+        model.encode(sample[s:s + 100], batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+    out["question_time_batch64_unsorted_chunks_texts_per_s"] = round(n / (time.perf_counter() - t), 1)
+    # the store build's own forward pass, length-sorted, in each build precision (side by side)
+    xs = sorted(sample, key=len)
+    vecs = {}
+    for precision in ("float32", "bfloat16"):
+        e = Embedder(build_precision=precision)
+        e._model = model
+        out["build_batch_size"] = e.build_batch_size
         t = time.perf_counter()
-        if srt:
-            model.encode(xs, batch_size=bs, normalize_embeddings=True, show_progress_bar=False)
-        else:  # sentence-transformers sorts within one call; per-question calls of ~100 texts
-            for s in range(0, len(xs), 100):
-                model.encode(xs[s:s + 100], batch_size=bs, normalize_embeddings=True, show_progress_bar=False)
-        out[f"{label}_texts_per_s"] = round(n / (time.perf_counter() - t), 1)
+        vecs[precision] = e._forward_build(xs)
+        out[f"build_{precision}_length_sorted_texts_per_s"] = round(n / (time.perf_counter() - t), 1)
+    cos = (vecs["float32"] * vecs["bfloat16"]).sum(axis=1)
+    out["bfloat16_build_cosine_to_float32"] = {"min": round(float(cos.min()), 6), "mean": round(float(cos.mean()), 6)}
+    out["bfloat16_build_speedup"] = round(out["build_bfloat16_length_sorted_texts_per_s"]
+                                          / out["build_float32_length_sorted_texts_per_s"], 2)
     # the former cache: one .npy per text (write + os.replace, then read back) vs one SQLite file
     vecs = np.random.default_rng(1).standard_normal((n, 384)).astype(np.float32)
     d = Path(tempfile.mkdtemp(dir=work))
@@ -239,6 +249,40 @@ def throughput(kg_name: str, data: Path, work: Path, model, n: int) -> dict:
     out["npy_per_text_read_ms"] = round(1000 * r / n, 4)
     out["sqlite_per_text_write_ms"] = round(1000 * sw / n, 4)
     out["sqlite_per_text_read_ms"] = round(1000 * sr / n, 4)
+    return out
+
+
+def precision_overlap(name: str, data: Path, work: Path, n: int, model, store_dir: Path) -> dict:
+    """rag's top-30 over the whole KG's store built in float32 against the one built in bfloat16
+    (``embedder.build_precision``), on ``n`` linked questions; both stores are opened from
+    ``store_dir`` (built there first if absent: the full KG, so minutes). Also the whole-KG top-30
+    of each question (every triple ranked), the stricter comparison."""
+    from kgreason.embed import Embedder
+    from kgreason.embedstore import open_store
+
+    kg, qs, hops = _kg_and_questions(name, data, work, n)
+    out: dict = {"dataset": name, "kg_triples": int(kg.n_triples), "questions_linked": len(qs), "k": 30}
+    rags, mats = {}, {}
+    for precision in ("float32", "bfloat16"):
+        e = Embedder(kg_store="float32", build_precision=precision, cache_dir=str(work / f"texts-{precision}"),
+                     store_dir=str(store_dir))
+        e._model = model
+        st = open_store(kg, "triple", e, store_dir, "float32")
+        out[f"{precision}_store"] = {"built_here": st.built_here, "build_s": round(st.build_s, 1), "key": st.key[:16]}
+        mats[precision] = np.asarray(st.matrix)
+        rags[precision] = _rag(kg, e, hops)
+        rags[precision]._store = st
+    cmp, whole = [], []
+    for q in qs:
+        cmp.append(_compare(_kept(rags["float32"].answer(q)), _kept(rags["bfloat16"].answer(q))))
+        v = rags["float32"].embedder.encode([q.question])[0]
+        a, b = (set(np.argpartition(-(mats[p] @ v), 30)[:30].tolist()) for p in ("float32", "bfloat16"))
+        whole.append(len(a & b) / 30)
+    out["rag_top30"] = {"same_topk": sum(c["same_topk"] for c in cmp), "questions": len(cmp),
+                        "mean_overlap": round(float(np.mean([c["overlap"] for c in cmp])), 4) if cmp else None,
+                        "min_overlap": round(float(min(c["overlap"] for c in cmp)), 4) if cmp else None}
+    out["whole_kg_top30"] = {"mean_overlap": round(float(np.mean(whole)), 4) if whole else None,
+                             "min_overlap": round(float(min(whole)), 4) if whole else None}
     return out
 
 
@@ -282,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throughput-texts", type=int, default=1024)
     ap.add_argument("--sizes", nargs="+", type=int, default=[100, 1000, 10000, 100000, 1000000])
     ap.add_argument("--store-rows", type=int, default=310116, help="rows of the synthetic store (FB15k-237's)")
+    ap.add_argument("--precision-overlap", type=int, default=0, metavar="N",
+                    help="also compare rag's top-30 with the float32-built and the bfloat16-built store of the "
+                         "Freebase slice on N linked CWQ questions (builds a missing store: minutes)")
+    ap.add_argument("--store-dir", default=None, help="where --precision-overlap finds or builds the stores "
+                                                       "(default: the embedder's, paths.cache/embeddings)")
     ap.add_argument("--out", default="outputs/bench/rank.json")
     a = ap.parse_args(argv)
     data = Path(a.data or resolve_path("data"))
@@ -305,9 +354,14 @@ def main(argv: list[str] | None = None) -> int:
         res["throughput"] = throughput("cwq", data, work, model, a.throughput_texts)
         fb = next((d for d in res["datasets"] if d["dataset"] == "cwq"), None)
         if fb:
-            rate = res["throughput"]["build_batch256_length_sorted_texts_per_s"]
-            fb["store_full_kg"]["build_s_extrapolated_from_throughput"] = round(fb["kg_triples"] / rate, 0)
+            for precision in ("float32", "bfloat16"):
+                rate = res["throughput"][f"build_{precision}_length_sorted_texts_per_s"]
+                fb["store_full_kg"][f"build_s_{precision}_extrapolated_from_throughput"] = round(fb["kg_triples"] / rate, 0)
         save("throughput")
+    if a.precision_overlap > 0:
+        store_dir = Path(a.store_dir) if a.store_dir else Path(resolve_path("cache")) / "embeddings"
+        res["precision_overlap"] = precision_overlap("cwq", data, work, a.precision_overlap, model, store_dir)
+        save("precision_overlap")
     res["ranking_curve"] = ranking_curve(a.store_rows, a.sizes)
     save("ranking_curve")
     print(f"wrote {out}")
