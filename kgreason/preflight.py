@@ -198,6 +198,11 @@ def check_questions(cfg: Mapping[str, Any]) -> list[str]:
         v = _get(cfg, key)
         if v is not None and (not _is_int(v) or v < 1):
             out.append(f"{key}={v!r}: expected an integer >= 1" + (" or null" if key.endswith("_n") else ""))
+    skip = _get(cfg, "questions.heldout_skip")
+    if skip not in (None, 0) and (not _is_int(skip) or skip < 0):
+        out.append(f"questions.heldout_skip={skip!r}: expected an integer >= 0")
+    elif skip and split != "heldout":
+        out.append(f"questions.heldout_skip={skip!r} only applies to questions.split=heldout (got {split})")
     return out
 
 

@@ -129,7 +129,8 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         dataset = instantiate(_without(cfg.dataset, "metrics", "reports"))
         q = cfg.get("questions") or {}
         if str(q.get("split", "all")) != "all":  # a named split of the file (dev / heldout)
-            select_split(dataset, str(q.split), int(q.get("dev_size", 20)), q.get("heldout_n"), int(q.get("seed", 0)))
+            select_split(dataset, str(q.split), int(q.get("dev_size", 20)), q.get("heldout_n"), int(q.get("seed", 0)),
+                         int(q.get("heldout_skip") or 0))
         kg = instantiate(cfg.kg)
         retriever = _owned(stack, instantiate(cfg.retriever, kg=kg))
         if int(cfg.get("retrieval_batch") or 0) > 1:
@@ -240,25 +241,34 @@ def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path)
     for before the kill, as an uninterrupted run did; the ledger is kept in
     ``prepare_usage.json`` for a re-invocation that has nothing left to answer."""
     path = out_dir / "prepare_usage.json"
+    earlier = Ledger.from_json(json.loads(path.read_text())) if path.exists() else Ledger()
     if kept is None:
-        return Ledger.from_json(json.loads(path.read_text())) if path.exists() else Ledger()
+        return earlier
     with example_ledger(payer=(c.run_id, PREPARE_ID) if c.run_id else None) as led:
-        _open_embedding_stores(c)
+        built = _open_embedding_stores(c)
         c.reasoner.prepare(c.dataset, done=kept)
-    if led.by_purpose:
+    # a store this run dir's earlier attempt built is counted again on resume, as its LLM calls are
+    led.stores_built = [*earlier.stores_built, *(b for b in built if b["key"] not in {e["key"] for e in earlier.stores_built})]
+    if led.by_purpose or led.stores_built:
         write_json(path, led.to_json())
     return led
 
 
-def _open_embedding_stores(c: Components) -> None:
+def _open_embedding_stores(c: Components) -> list[dict[str, Any]]:
     """Before the first example: the KG embedding stores the reasoner ranks with, opened or built
-    once per machine (kgreason/embedstore.py); timing.json's ``embedding`` says which were built."""
+    once per machine (kgreason/embedstore.py). Returns the stores built here (their stats), which
+    ``prepare_usage.json`` and the ``prepare/*`` metrics count; timing.json's ``embedding`` lists all."""
     from kgreason.embedstore import forms_of
 
     if c.embedder is None or c.kg is None or not hasattr(c.embedder, "kg_store"):
-        return
+        return []
+    built = []
     for form in forms_of(c.reasoner):
-        c.embedder.kg_store(c.kg, form)
+        st = c.embedder.kg_store(c.kg, form)
+        if st is not None and st.built_here:
+            s = st.stats()
+            built.append({k: s[k] for k in ("form", "rows", "dtype", "build_precision", "build_s", "key")})
+    return built
 
 
 def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int,
@@ -285,6 +295,10 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     ledgers = [Ledger.from_json(r["llm_usage"]) if "llm_usage" in r else Ledger.from_json({"answer": r.get("usage", {})})
                for r in rows]
     out.update(ledger_metrics(ledgers, len(rows), outside))
+    stores = list(getattr(outside, "stores_built", None) or ())
+    out["prepare/embedding_stores_built"] = len(stores)  # before the first example; docs/retrieval.md
+    out["prepare/embedding_rows_built"] = sum(int(b.get("rows", 0)) for b in stores)
+    out["prepare/embedding_build_s"] = round(sum(float(b.get("build_s", 0.0)) for b in stores), 3)
     out["llm/parse_failures"] = usage.parse_failures
     out["llm/reasks"] = usage.reasks
     n = max(len(rows), 1)

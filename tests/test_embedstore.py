@@ -147,6 +147,31 @@ def test_text_cache_is_one_sqlite_file(tmp_path, E):
 def test_bad_kg_store_setting_is_refused():
     with pytest.raises(ValueError, match="kg_store"):
         Embedder(kg_store="int8")
+    with pytest.raises(ValueError, match="build_precision='int8': expected one of float32, bfloat16"):
+        Embedder(build_precision="int8")
+
+
+def test_a_bfloat16_build_is_another_store_close_to_the_float32_one(small_world, tmp_path, E):
+    """``embedder.build_precision=bfloat16`` (the fast build, docs/retrieval.md): keyed apart from
+    the float32 store (which stays the exact one), recorded in meta.json and the stats, unit
+    vectors within 1e-3 cosine of the float32 ones, and rag's top-10 nearly the same."""
+    kg, qs = small_world
+    exact = open_store(kg, "triple", E(), tmp_path, "float32")
+    fast = open_store(kg, "triple", E(build_precision="bfloat16"), tmp_path, "float32")
+    assert fast.built_here and fast.key != exact.key and fast.path != exact.path
+    assert json.loads((fast.path / "meta.json").read_text())["build_precision"] == "bfloat16"
+    assert fast.stats()["build_precision"] == "bfloat16" and exact.stats()["build_precision"] == "float32"
+    a, b = np.asarray(exact.matrix), np.asarray(fast.matrix)
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    cos = (a * b).sum(axis=1)
+    assert cos.min() > 0.999 and not np.array_equal(a, b)  # close, and really computed another way
+    assert not open_store(kg, "triple", E(build_precision="bfloat16"), tmp_path, "float32").built_here
+    r32 = _rag(kg, E(cache_dir=str(tmp_path / "c32"), store_dir=str(tmp_path)))
+    r16 = _rag(kg, E(cache_dir=str(tmp_path / "cbf"), store_dir=str(tmp_path), build_precision="bfloat16"))
+    r32.prepare(qs)
+    r16.prepare(qs)
+    overlap = [len({t for t, _ in _kept(r32.answer(q))} & {t for t, _ in _kept(r16.answer(q))}) for q in qs]
+    assert min(overlap) >= 9, overlap
 
 
 @pytest.mark.slow
@@ -198,6 +223,28 @@ def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path
         assert run(cfg, out).metrics["run/error_rate"] == 0.0
         timings.append(json.loads((out / "timing.json").read_text())["embedding"])
     first, second = timings
+    m1, m2 = (json.loads((tmp_path / f"run{i}" / "metrics.json").read_text()) for i in (1, 2))
+    assert m1["prepare/embedding_stores_built"] == 1 and m1["prepare/embedding_rows_built"] == first["stores"][0]["rows"]
+    assert m1["prepare/embedding_build_s"] > 0
+    kept = json.loads((tmp_path / "run1" / "prepare_usage.json").read_text())["embedding_stores"]
+    assert [(b["form"], b["build_precision"]) for b in kept] == [("triple", "float32")]
+    assert m2["prepare/embedding_stores_built"] == 0 and m2["prepare/embedding_build_s"] == 0
     assert [s["form"] for s in first["stores"]] == ["triple"] and first["stores"][0]["built_here"]
     assert not second["stores"][0]["built_here"] and second["stores"][0]["rows"] == first["stores"][0]["rows"]
     assert second["texts_forward"] <= 2 and second["rank_calls"] >= 1  # the questions, nothing else
+
+
+def test_the_prepare_ledger_keeps_store_builds_beside_llm_calls():
+    """prepare_usage.json lists the stores a run built (``embedding_stores``) beside its LLM
+    calls by purpose; a file written before the key existed still reads."""
+    from kgreason.llm.accounting import STORES_KEY, Ledger, Usage
+
+    led = Ledger()
+    led.add("index", Usage(calls=3, prompt_tokens=30))
+    led.stores_built = [{"form": "triple", "rows": 10, "dtype": "float32", "build_precision": "float32",
+                         "build_s": 1.5, "key": "abc"}]
+    back = Ledger.from_json(json.loads(json.dumps(led.to_json())))
+    assert back.stores_built == led.stores_built and back.by_purpose["index"].calls == 3
+    assert STORES_KEY not in back.by_purpose
+    old = Ledger.from_json({"index": {"calls": 2}})
+    assert old.stores_built == [] and STORES_KEY not in old.to_json()

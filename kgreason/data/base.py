@@ -81,13 +81,16 @@ SPLITS = ("all", "dev", "heldout")
 
 
 def select_split(ds: ExampleSet, split: str = "all", dev_size: int = 20, n: int | None = None,
-                 seed: int = 0) -> ExampleSet:
+                 seed: int = 0, skip: int = 0) -> ExampleSet:
     """Keep one named split of ``ds``'s questions, in file order (in place; returns ``ds``):
 
     * ``dev``: the first ``dev_size`` questions: the only ones prompts and settings are chosen on;
     * ``heldout``: ``n`` questions drawn with ``seed`` from the rest (all of them when ``n`` is
       None). The draw is a seeded permutation cut at ``n``, so a larger ``n`` keeps every
-      question of a smaller one: a held-out row can grow over several sittings;
+      question of a smaller one: a held-out row can grow over several sittings. ``skip``
+      starts the cut ``skip`` places into the permutation: a fresh draw disjoint from the
+      earlier draw of ``skip`` questions (with the same seed), for re-measuring a row whose
+      first draw was looked at;
     * ``all``: every question (no split).
     """
     if split not in SPLITS:
@@ -100,7 +103,8 @@ def select_split(ds: ExampleSet, split: str = "all", dev_size: int = 20, n: int 
     else:
         rest = items[int(dev_size):]
         order = np.random.default_rng(int(seed)).permutation(len(rest))
-        chosen = sorted(order[: len(rest) if n is None else min(int(n), len(rest))].tolist())
+        start = min(int(skip), len(rest))
+        chosen = sorted(order[start: len(rest) if n is None else min(start + int(n), len(rest))].tolist())
         keep = [rest[i] for i in chosen]
     ds.examples = keep
     ds.split = split

@@ -127,6 +127,10 @@ PURPOSES = ("answer", "score", "index", "judge")
 of candidates), ``index`` (offline indexing, e.g. SubQRAG §2.1 triple extraction, marked with
 ``with llm_purpose("index")``), ``judge`` (the LLM judge's calls)."""
 
+STORES_KEY = "embedding_stores"
+"""The key of ``prepare_usage.json`` that lists the KG embedding stores a run built before its
+first example (form, rows, dtype, build_precision, build_s): counted as ``prepare/*`` metrics."""
+
 _LEDGER: ContextVar["Ledger | None"] = ContextVar("kgreason_llm_ledger", default=None)
 _PURPOSE: ContextVar[str | None] = ContextVar("kgreason_llm_purpose", default=None)
 _SCORE_HIT: ContextVar[list | None] = ContextVar("kgreason_score_hit", default=None)
@@ -150,6 +154,7 @@ class Ledger:
         self.example_id = str(example_id) if example_id is not None else (self.payer[1] if self.payer else None)
         self._claimed: set[str] = set()
         self._sampled: dict[str, int] = {}
+        self.stores_built: list[dict[str, Any]] = []  # a prepare ledger's KG embedding-store builds (no LLM calls)
 
     def next_samples(self, purpose: str, n: int) -> int:
         """Reserve the next ``n`` sampled-request numbers of ``purpose`` in this example; returns
@@ -174,13 +179,19 @@ class Ledger:
     def total(self) -> Usage:
         return Usage.total(self.by_purpose.values())
 
-    def to_json(self) -> dict[str, dict[str, Any]]:
-        return {p: to_jsonable(u) for p, u in sorted(self.by_purpose.items())}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {p: to_jsonable(u) for p, u in sorted(self.by_purpose.items())}
+        if self.stores_built:
+            out[STORES_KEY] = list(self.stores_built)
+        return out
 
     @staticmethod
     def from_json(d: Mapping[str, Any] | None) -> "Ledger":
         led = Ledger()
         for p, u in (d or {}).items():
+            if p == STORES_KEY:
+                led.stores_built = [dict(x) for x in u or ()]
+                continue
             led.add(p, Usage(**{k: v for k, v in u.items() if k in Usage.__slots__}))
         return led
 

@@ -47,3 +47,21 @@ def test_a_split_is_refused_beside_a_limit_or_sample_and_unknown_names_are_refus
     assert "all, dev or heldout" in msg
     with pytest.raises(ValueError, match="questions.split"):
         select_split(_ds(), "test")
+
+
+def test_heldout_skip_is_a_fresh_draw_disjoint_from_the_first():
+    """``questions.heldout_skip=30``: the next questions of the same seeded order, none of the
+    first 30 held-out questions and none of dev; together they are the first 60."""
+    first = ids(select_split(_ds(), "heldout", dev_size=20, n=30, seed=7))
+    fresh = ids(select_split(_ds(), "heldout", dev_size=20, n=30, seed=7, skip=30))
+    dev = ids(select_split(_ds(), "dev", dev_size=20))
+    assert len(fresh) == 30 and not set(fresh) & set(first) and not set(fresh) & set(dev)
+    assert set(first) | set(fresh) == set(ids(select_split(_ds(), "heldout", dev_size=20, n=60, seed=7)))
+    assert len(select_split(_ds(), "heldout", dev_size=20, n=30, seed=7, skip=170)) == 10  # what is left
+    cfg = OmegaConf.create({"questions": {"split": "heldout", "dev_size": 20, "heldout_n": 30, "seed": 0,
+                                          "heldout_skip": -1}, "dataset": {"limit": None, "sample": None}})
+    (msg,) = [p for p in preflight.check_settings(cfg) if "heldout_skip" in p]
+    assert "expected an integer >= 0" in msg
+    cfg.questions.heldout_skip, cfg.questions.split = 30, "dev"
+    (msg,) = [p for p in preflight.check_settings(cfg) if "heldout_skip" in p]
+    assert "only applies to questions.split=heldout" in msg
