@@ -232,3 +232,37 @@ def test_the_method_table_takes_each_method_from_its_held_out_row():
     for reasoner, _, row, _, metric, label in mod.METHODS:
         line = next(ln for ln in table.splitlines() if ln.startswith(f"| `{reasoner}` |"))
         assert f"{label} {rows[row]['metrics'][metric]:.2f}" in line, line
+
+
+def test_a_fresh_heldout_draw_files_apart_and_pairs_only_within_itself(tmp_path, monkeypatch):
+    """``--heldout-skip 30`` (issue 41 item 8: a row re-measured on questions disjoint from its first
+    draw): the run skips the first 30 of the seeded order, its run dirs and table are
+    ``heldout_n<N>_skip30``, a dev split refuses it, and its rows never pair with a table of the
+    first draw (no shared question)."""
+    import pytest
+
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    cmd = mod.command("hotpotqa_subqrag", 30, str(tmp_path), route="llamacpp", split="heldout", skip=30)
+    assert "questions.heldout_skip=30" in cmd
+    assert "hydra.run.dir=outputs/validation/heldout_n30_skip30_llamacpp/hotpotqa_subqrag" in cmd
+    assert not any("heldout_skip" in c for c in mod.command("hotpotqa_subqrag", 30, str(tmp_path), split="heldout"))
+    with pytest.raises(SystemExit):
+        mod.main(["--n", "5", "--heldout-skip", "30", "--rows", "hotpotqa_io", "--cache", str(tmp_path / "c")])
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(
+        {"hotpotqa_io": {"metrics": {"em": 0.1}, "per_question": {"1": {"em": 1.0}}}}))
+    assert mod.base_values("hotpotqa_io", "heldout_n30_skip30_llamacpp", "llamacpp", {}) is None
+    assert mod.base_values("hotpotqa_io", "heldout_n20_llamacpp", "llamacpp", {}) is not None
+
+
+def test_the_papers_kgqa_rows_report_their_ceiling_and_run_below_the_link_rate(tmp_path, monkeypatch):
+    """Issue 43 item 5: CWQ and WebQSP rows on the Freebase slice, each KG row beside the slice's
+    coverage ceiling (``*_retrieval_only``, no LLM call, paired with nothing); CWQ links under
+    half its questions there, so its rows lower the link-rate preflight on purpose."""
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    for ds in ("cwq", "webqsp"):
+        assert {f"{ds}_{r}" for r in ("retrieval_only", "io", "rag", "reknos", "tog", "sgr")} <= set(mod.ROWS)
+        assert mod.baseline_of(f"{ds}_retrieval_only") is None and mod.baseline_of(f"{ds}_rag") == f"{ds}_io"
+        assert "kg=freebase_slice" in mod.command(f"{ds}_rag", 20, str(tmp_path))
+    assert "preflight.min_link_rate=0" in mod.command("cwq_rag", 20, str(tmp_path))
+    for ds in ("musique", "twowiki"):
+        assert {f"{ds}_{r}" for r in ("io", "rag_text", "subqrag")} <= set(mod.ROWS) and ds in mod.KEY_METRICS
