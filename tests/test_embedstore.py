@@ -225,10 +225,11 @@ def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path
     first, second = timings
     m1, m2 = (json.loads((tmp_path / f"run{i}" / "metrics.json").read_text()) for i in (1, 2))
     assert m1["prepare/embedding_stores_built"] == 1 and m1["prepare/embedding_rows_built"] == first["stores"][0]["rows"]
-    assert m1["prepare/embedding_build_s"] > 0
+    assert json.loads((tmp_path / "run1" / "timing.json").read_text())["embedding"]["prepare_build_s"] > 0
     kept = json.loads((tmp_path / "run1" / "prepare_usage.json").read_text())["embedding_stores"]
     assert [(b["form"], b["build_precision"]) for b in kept] == [("triple", "float32")]
-    assert m2["prepare/embedding_stores_built"] == 0 and m2["prepare/embedding_build_s"] == 0
+    assert m2["prepare/embedding_stores_built"] == 0 and m2["prepare/embedding_rows_built"] == 0
+    assert "prepare_builds" not in second
     assert [s["form"] for s in first["stores"]] == ["triple"] and first["stores"][0]["built_here"]
     assert not second["stores"][0]["built_here"] and second["stores"][0]["rows"] == first["stores"][0]["rows"]
     assert second["texts_forward"] <= 2 and second["rank_calls"] >= 1  # the questions, nothing else
