@@ -249,3 +249,15 @@ def test_the_prepare_ledger_keeps_store_builds_beside_llm_calls():
     assert STORES_KEY not in back.by_purpose
     old = Ledger.from_json({"index": {"calls": 2}})
     assert old.stores_built == [] and STORES_KEY not in old.to_json()
+
+
+def test_index_kg_reads_overrides_after_forms(tmp_path, capsys):
+    """``kgreason index kg --forms relation_words kg=embedded embedder.store_dir=…``: the key=value
+    words after ``--forms`` are Hydra overrides, not form names (argparse's nargs took them)."""
+    from kgreason.embedstore import main
+
+    assert main(["--forms", "relation_words", "kg=embedded", f"embedder.cache_dir={tmp_path}",
+                 f"embedder.store_dir={tmp_path}", "embedder.build_precision=bfloat16"]) == 0
+    (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert line["form"] == "relation_words" and line["build_precision"] == "bfloat16" and line["built_here"]
+    assert line["path"].startswith(str(tmp_path))
