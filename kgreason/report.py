@@ -219,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ci", choices=("bootstrap", "none"), default="bootstrap")
     ap.add_argument("--boot", type=boot_count, default=stats.DEFAULT_B)
     ap.add_argument("--ci-level", type=float, default=stats.DEFAULT_LEVEL)
+    ap.add_argument("--ci-seed", type=int, default=stats.DEFAULT_SEED, help="seed of the resampling (default 0)")
     ap.add_argument("--baseline", default=None, help="AXIS=VALUE, e.g. reasoner=io: paired comparisons")
     ap.add_argument("--paper", nargs="?", const=True, default=None, metavar="PRESET")
     ap.add_argument("--out", default=None, help="output dir (default: the given dir)")
@@ -233,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         safe_component(args.name, "--name")  # <name>.md/.html are written into --out, never beside it
         md, page = build_report(args.dir, split(args.rows), split(args.cols),
                                 split(args.metrics) if args.metrics else None,
-                                CIOptions(args.ci, args.boot, args.ci_level), args.baseline, args.paper,
+                                CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline, args.paper,
                                 allow_partial=args.allow_partial)
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)

@@ -103,3 +103,19 @@ def test_non_finite_metrics_and_failed_runs_are_named(tmp_path):
     assert f"{d.name}/metrics.json: metric/hits_at_1 is inf" in md
     assert "- 2_reasoner=tog: failed (startup): no API key" in md
     assert "1 failed" in md.splitlines()[2]
+
+
+def test_report_takes_the_resampling_seed_like_tables(tmp_path):
+    """``report --ci-seed`` reaches the bootstrap, as ``tables --ci-seed`` does: the same seed
+    gives the same page, another seed other interval ends (the means stay)."""
+    from kgreason.report import main
+
+    root = _sweep(tmp_path)
+    pages = {}
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        assert main([str(root), "--metrics", "hits_at_1", "--boot", "200", "--ci-seed", str(seed),
+                     "--name", name]) == 0
+        pages[name] = (root / f"{name}.md").read_text().split("## Figures")[0]
+    assert pages["a"] == pages["b"]
+    assert pages["a"] != pages["c"]
+    assert "0.333" in pages["c"] and "0.667" in pages["c"]
