@@ -244,12 +244,19 @@ def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path)
     earlier = Ledger.from_json(json.loads(path.read_text())) if path.exists() else Ledger()
     if kept is None:
         return earlier
+    seen = {e["key"] for e in earlier.stores_built}
     with example_ledger(payer=(c.run_id, PREPARE_ID) if c.run_id else None) as led:
         built = _open_embedding_stores(c)
+        # a store this run dir's earlier attempt built is counted again on resume, as its LLM calls
+        # are; kept on disk before the reasoner's own set-up (SubQRAG's index can take hours), so a
+        # kill there does not lose the build: the resumed attempt finds the store built
+        stores = [*earlier.stores_built, *(b for b in built if b["key"] not in seen)]
+        if len(stores) > len(earlier.stores_built):
+            interim = Ledger.from_json(earlier.to_json())
+            interim.stores_built = stores
+            write_json(path, interim.to_json())
         c.reasoner.prepare(c.dataset, done=kept)
-    # a store this run dir's earlier attempt built is counted again on resume, as its LLM calls are
-    seen = {e["key"] for e in earlier.stores_built}
-    led.stores_built = [*earlier.stores_built, *(b for b in built if b["key"] not in seen)]
+    led.stores_built = stores
     if led.by_purpose or led.stores_built:
         write_json(path, led.to_json())
     return led

@@ -235,6 +235,34 @@ def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path
     assert second["texts_forward"] <= 2 and second["rank_calls"] >= 1  # the questions, nothing else
 
 
+
+@pytest.mark.slow
+def test_a_run_killed_after_its_store_build_still_counts_the_build_on_resume(tmp_path, monkeypatch):
+    """The store is built before the reasoner's own set-up (SubQRAG's index: hours). A run killed
+    in that set-up, then resumed, built the store in its first attempt: the resumed run counts
+    it, so ``prepare/embedding_*`` are those of an uninterrupted run (never resume-dependent)."""
+    from conftest import compose_cfg
+
+    from kgreason.reasoners.rag import RAG
+    from kgreason.run import run
+
+    out = tmp_path / "run"
+    cfg = compose_cfg(["reasoner=rag", "llm=scripted", "dataset.limit=2", "tracking=none",
+                       f"embedder.cache_dir={tmp_path / 'emb'}", f"embedder.store_dir={tmp_path / 'stores'}"], out)
+    real_prepare = RAG.prepare
+
+    def killed(self, *a, **k):
+        raise KeyboardInterrupt  # the kill, after the store was built
+
+    monkeypatch.setattr(RAG, "prepare", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, out)
+    monkeypatch.setattr(RAG, "prepare", real_prepare)
+    assert run(cfg, out).metrics["run/error_rate"] == 0.0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["prepare/embedding_stores_built"] == 1 and m["prepare/embedding_rows_built"] > 0
+
+
 def test_the_prepare_ledger_keeps_store_builds_beside_llm_calls():
     """prepare_usage.json lists the stores a run built (``embedding_stores``) beside its LLM
     calls by purpose; a file written before the key existed still reads."""
