@@ -264,5 +264,11 @@ def test_the_papers_kgqa_rows_report_their_ceiling_and_run_below_the_link_rate(t
         assert mod.baseline_of(f"{ds}_retrieval_only") is None and mod.baseline_of(f"{ds}_rag") == f"{ds}_io"
         assert "kg=freebase_slice" in mod.command(f"{ds}_rag", 20, str(tmp_path))
     assert "preflight.min_link_rate=0" in mod.command("cwq_rag", 20, str(tmp_path))
+    # SGR's Cypher prompt on Freebase outgrows the route's 4,096-token context (8,198 tokens seen)
+    for ds in ("cwq", "webqsp"):
+        ctx = [x for x in mod.command(f"{ds}_sgr", 30, str(tmp_path), route="llamacpp") if x.startswith("llm.n_ctx=")]
+        assert ctx == ["llm.n_ctx=32768"], ctx
+    assert [x for x in mod.command("webqsp_rag", 30, str(tmp_path), route="llamacpp")
+            if x.startswith("llm.n_ctx=")] == ["llm.n_ctx=4096"]
     for ds in ("musique", "twowiki"):
         assert {f"{ds}_{r}" for r in ("io", "rag_text", "subqrag")} <= set(mod.ROWS) and ds in mod.KEY_METRICS
