@@ -272,3 +272,35 @@ def test_the_papers_kgqa_rows_report_their_ceiling_and_run_below_the_link_rate(t
             if x.startswith("llm.n_ctx=")] == ["llm.n_ctx=4096"]
     for ds in ("musique", "twowiki"):
         assert {f"{ds}_{r}" for r in ("io", "rag_text", "subqrag")} <= set(mod.ROWS) and ds in mod.KEY_METRICS
+
+
+def test_a_subqrag_row_reports_its_fallbacks_and_the_triples_its_update_wrote(tmp_path, monkeypatch):
+    """Issue 41: a SubQRAG row says where Eq. 4's update could write (the sub-questions that fell
+    back to the passages, from the traces) and how many triples it wrote; w/o Update writes none."""
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    runs = tmp_path / "outputs" / "validation" / "heldout_n3"
+
+    def sub(source):
+        return {"kind": "subquestion", "name": "q1", "data": {"source": source}}
+
+    for row, written in (("hotpotqa_subqrag", [4, 0, 3]), ("hotpotqa_subqrag_no_update", [0, 0, 0])):
+        d = runs / row
+        d.mkdir(parents=True)
+        traces = [[sub("passages"), sub("triples")], [sub("triples")], [sub("passages"), sub("passages")]]
+        rows = [{"id": str(i), "metrics": {"em": 1.0, "triples_written": w}, "trace": tr}
+                for i, (w, tr) in enumerate(zip(written, traces))]
+        (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (d / "metrics.json").write_text(json.dumps({"run/n_examples": 3, "metric/em": 1.0,
+                                                    "metric/triples_written": sum(written) / 3,
+                                                    "metric/triples_written_total": sum(written)}))
+    _fake_run(runs / "hotpotqa_io", [0.0, 0.0, 1.0], metric="em")
+    assert mod.main(["--n", "3", "--split", "heldout", "--collect",
+                     "--rows", "hotpotqa_io,hotpotqa_subqrag,hotpotqa_subqrag_no_update"]) == 0
+    table = json.loads((tmp_path / "validation_heldout_n3.json").read_text())
+    full, ablated = table["hotpotqa_subqrag"], table["hotpotqa_subqrag_no_update"]
+    assert (full["fallbacks"], full["questions_with_fallback"], full["triples_written"]) == (3, 2, 7)
+    assert full["per_question"]["2"]["triples_written"] == 3.0  # per question, in the row
+    assert (ablated["fallbacks"], ablated["triples_written"]) == (3, 0)
+    assert "fallbacks" not in table["hotpotqa_io"]
+    md = mod.markdown()
+    assert "fallbacks 3 on 2 questions, triples written 7" in md and "triples written 0" in md

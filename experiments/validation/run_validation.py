@@ -175,6 +175,21 @@ def per_question(run_dir: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def fallbacks(run_dir: Path) -> dict[str, int] | None:
+    """SubQRAG's corpus fallbacks (§2.3: a sub-question the retrieved triples did not answer, read
+    from the passages, where Eq. 4's update writes): ``{question id: fallbacks}`` from the traces'
+    ``subquestion`` steps, or None for a run whose traces have none (not SubQRAG)."""
+    from kgreason.runs import last_rows
+
+    rows = last_rows(json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines() if line.strip())
+    out, seen = {}, False
+    for r in rows:
+        steps = [st for st in (r.get("trace") or []) if isinstance(st, dict) and st.get("kind") == "subquestion"]
+        seen = seen or bool(steps)
+        out[str(r["id"])] = sum(1 for st in steps if (st.get("data") or {}).get("source") == "passages")
+    return out if seen else None
+
+
 def intervals(values: dict[str, dict[str, float]], keys: list[str]) -> dict[str, list[float]]:
     """95% percentile-bootstrap intervals over questions (kgreason.stats, B = 2,000, seeded)."""
     from kgreason.stats import bootstrap_ci
@@ -255,6 +270,11 @@ def summarise(run_dir: Path) -> dict:
         # the share of questions answered on the "nothing linked / nothing retrieved" path (issue 43)
         **({"empty_rate": m["retrieval/empty_rate"]} if m.get("retrieval/empty_rate") is not None else {}),
         **({"partial": True} if m.get("run/partial") else {}),
+        # SubQRAG: the sub-questions that fell back to the passages, and the triples Eq. 4 wrote
+        **({"fallbacks": sum(fb.values()), "questions_with_fallback": sum(1 for v in fb.values() if v)}
+           if (fb := fallbacks(run_dir)) is not None else {}),
+        **({"triples_written": m["metric/triples_written_total"]}
+           if m.get("metric/triples_written_total") is not None else {}),
     }
 
 
@@ -264,6 +284,9 @@ KEY_METRICS = {"metaqa": ["hits_at_1", "answer_set_f1", "answer_coverage"], "hot
                "musique": ["em", "f1"], "twowiki": ["em", "f1"],
                "ddxplus": ["hits_at_1", "dx_f1", "dx_baseline_f1", "dx_round1_f1", "dx_round2_f1"]}
 
+
+#: per-question counts kept in a row beside its key metrics (not scores: no interval, no pairing)
+COUNTS_PER_QUESTION = ["triples_written"]
 
 #: metrics of one row compared question by question (later stage − earlier stage): LogosKG-Dx's
 #: rounds against its no-KG baseline and against each other (logoskg.txt Table 5's comparison)
@@ -316,6 +339,9 @@ def markdown() -> str:
             # beside a KG row: the retrieved set's mean size and the share answered with nothing retrieved
             ms += "".join(f", {label} {e[k]:.2f}" for k, label in (("retrieved_size", "retrieved size"),
                                                                     ("empty_rate", "empty_rate")) if k in e)
+            if "fallbacks" in e:  # SubQRAG: where Eq. 4's update can write, and what it wrote
+                ms += (f", fallbacks {e['fallbacks']} on {e['questions_with_fallback']} questions"
+                       + (f", triples written {e['triples_written']:.0f}" if "triples_written" in e else ""))
             pd = e.get("paired") or {}
             pair = "; ".join(f"{pd['against']}: {k} {v['diff']:+.3f} [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
                              + (f" McNemar p {_p(v['mcnemar_p'])}" if v.get("mcnemar_p") is not None else "")
@@ -557,7 +583,9 @@ def main(argv: list[str] | None = None) -> int:
             keys = KEY_METRICS[row.split("_")[0]]
             entry["ci95"] = intervals(values, keys)
             # each question's key metrics, committed, so a later pairing needs no run dir of this machine
-            entry["per_question"] = {qid: {k: values[k][qid] for k in keys if qid in values.get(k, {})}
+            # (and SubQRAG's triples written by Eq. 4's update, per question)
+            kept = keys + [k for k in COUNTS_PER_QUESTION if k in values]
+            entry["per_question"] = {qid: {k: values[k][qid] for k in kept if qid in values.get(k, {})}
                                      for qid in sorted({q for k in keys for q in values.get(k, {})})}
             base = baseline_of(row)
             found = base_values(base, name, args.route, table) if base else None
