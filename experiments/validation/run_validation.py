@@ -570,13 +570,14 @@ def main(argv: list[str] | None = None) -> int:
             prev = table.get(row, {})
             if entry["backend_calls"] == 0 and entry.get("cache_hits"):  # a replay: its wall time is not the method's cost
                 entry["wall_s"], entry["replayed_from_cache"] = prev.get("wall_s"), True
-                if prev.get("wall_note"):
-                    entry["wall_note"] = prev["wall_note"]
+                for k in ("wall_note", "seconds_per_question"):
+                    if prev.get(k):
+                        entry[k] = prev[k]
             elif (args.collect or (run_dir / "predictions.jsonl").stat().st_mtime < t0) and prev.get("wall_s") is not None:
                 # a resume that found every question answered (e.g. to recompute the statistics):
                 # the earlier sitting's wall time stands
                 entry["wall_s"], entry["no_new_rows"] = prev["wall_s"], True
-                for k in ("wall_note", "replayed_from_cache"):
+                for k in ("wall_note", "replayed_from_cache", "seconds_per_question"):
                     if prev.get(k):
                         entry[k] = prev[k]
             values = per_question(run_dir)
