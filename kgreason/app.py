@@ -23,7 +23,6 @@ from omegaconf import DictConfig
 from kgreason.compose import check_run, failed_marker
 from kgreason.paths import config_dir, explain_missing, inside
 
-os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 #: Hub variables the user set before starting kgreason: these always win over set_hub_mode
 _USER_HUB_ENV = {v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if v in os.environ}

@@ -138,3 +138,22 @@ def test_group_from_sweep_dir():
     assert group_from_sweep_dir("outputs/multirun/2026-11-23/06-45-00") == "2026-11-23_06-45-00"
     assert group_from_sweep_dir("/tmp/sweep") == "tmp_sweep"
     assert _default_group() is None  # not inside a Hydra multirun
+
+
+def test_wandb_is_offline_by_default_and_nothing_claims_it_without_tracking(tmp_path, monkeypatch):
+    """The offline default is the tracking config's (``mode: ${oc.env:WANDB_MODE,offline}``), not
+    a process-wide variable: a run with ``tracking=none`` sets no ``WANDB_MODE``, which made
+    transformers print "Running in WANDB offline mode" on runs that track nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from omegaconf import OmegaConf
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    cfg = compose_cfg(["tracking=wandb"], tmp_path)
+    assert OmegaConf.select(cfg, "tracking.mode") == "offline"
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    out = subprocess.run([sys.executable, "-c", "import os, kgreason.app; print(os.environ.get('WANDB_MODE'))"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "None", out.stderr
