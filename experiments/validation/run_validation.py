@@ -47,11 +47,11 @@ WEBQSP = ["dataset=webqsp", "kg=freebase_slice"]
 MUSIQUE = ["dataset=musique", "kg=embedded"]
 TWOWIKI = ["dataset=twowiki", "kg=embedded"]
 
-# row name -> (dataset overrides, reasoner, extra overrides). Order = the order rows run in
-# (cheap single-call rows first, so a short sitting still fills most of the table).
 # the llama.cpp context of rows whose prompts outgrow the route's default (ROUTES)
 FULL_WINDOW = "llm.n_ctx=32768"
 
+# row name -> (dataset overrides, reasoner, extra overrides). Order = the order rows run in
+# (cheap single-call rows first, so a short sitting still fills most of the table).
 ROWS: dict[str, tuple[list[str], str, list[str]]] = {
     "metaqa_io": (METAQA, "io", []),
     "metaqa_rag": (METAQA, "rag", []),
