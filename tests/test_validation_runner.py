@@ -304,3 +304,32 @@ def test_a_subqrag_row_reports_its_fallbacks_and_the_triples_its_update_wrote(tm
     assert "fallbacks" not in table["hotpotqa_io"]
     md = mod.markdown()
     assert "fallbacks 3 on 2 questions, triples written 7" in md and "triples written 0" in md
+
+
+def test_a_sitting_stopped_by_hand_is_committed_as_a_partial_row_not_a_failure(tmp_path, monkeypatch):
+    """A row stopped with SIGTERM (exit 143) after its run summed up what it answered is a partial
+    row with its own N, at once; an older metrics.json left from an earlier sitting does not count,
+    and a plain failure is still a failure."""
+    runs = tmp_path / "outputs" / "validation" / "heldout_n6"
+
+    def stopped(cmd, cwd=None):  # the run answers 3 of 6, gets SIGTERM, writes run/partial, exits 143
+        _fake_run(runs / "cwq_sgr", [1.0, 0.0, 1.0])
+        m = json.loads((runs / "cwq_sgr" / "metrics.json").read_text())
+        (runs / "cwq_sgr" / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
+        return 143
+
+    mod = _runner(tmp_path, monkeypatch, rc=143)
+    monkeypatch.setattr(mod.subprocess, "call", stopped)
+    assert mod.main(["--n", "6", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["cwq_sgr"]
+    assert e["partial"] is True and e["n_examples"] == 3 and "status" not in e and "last_sitting" not in e
+
+    # killed before it wrote anything new: the earlier partial metrics are not this sitting's
+    import os
+
+    old = runs / "cwq_sgr" / "metrics.json"
+    os.utime(old, (0, 0))
+    mod2 = _runner(tmp_path, monkeypatch, rc=143)
+    assert mod2.main(["--n", "6", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["cwq_sgr"]
+    assert e["last_sitting"] == "failed (exit 143)" and e["partial"] is True

@@ -14,7 +14,9 @@ stopped) and every LLM call goes through one call cache (``--cache``, default
 ``~/.cache/kgreason/validation``), so re-running a finished row costs no model call; the table can
 be built over several sittings. The row's ``wall_s`` is the run's own ``timing.json`` wall time
 (model load included) of the sitting that made the model calls; a later sitting that only
-replayed the cache (``backend_calls`` 0, ``replayed_from_cache``) keeps that figure.
+replayed the cache (``backend_calls`` 0, ``replayed_from_cache``) keeps that figure. A row
+stopped by hand (Ctrl-C, or ``kill`` of its ``python -m kgreason`` process) writes its partial
+metrics and is committed with ``partial: true`` and its own N, as ``--collect`` would.
 
 Results are merged into ``experiments/validation/validation_n<N>.json`` (one entry per row: the
 command, N, the dataset's metrics, unparseable replies, LLM calls per question, wall time).
@@ -498,6 +500,17 @@ def shown_command(cmd: list[str], cache: str) -> str:
     return "KGREASON_DATA=../shared/data python " + text
 
 
+def stopped_by_hand(rc: int, metrics: Path, since: float) -> bool:
+    """A sitting ended by Ctrl-C or SIGTERM (exit 130 / 143, or the negative signal number) whose
+    run wrote its partial metrics during this sitting (an older metrics.json does not count)."""
+    if rc not in (130, 143, -2, -15) or not metrics.exists() or metrics.stat().st_mtime < since:
+        return False
+    try:
+        return bool(json.loads(metrics.read_text()).get("run/partial"))
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20, help="questions per row (dev: the first N <= 20; heldout: N)")
@@ -558,6 +571,11 @@ def main(argv: list[str] | None = None) -> int:
                   "writing it; stop it with Ctrl-C or `kill <pid>` (SIGTERM) for a partial row); the table is left as it was",
                   file=sys.stderr, flush=True)
             continue
+        if rc != 0 and stopped_by_hand(rc, run_dir / "metrics.json", t0):
+            # Ctrl-C or SIGTERM: the run summed up what it answered (run/partial) before it exited,
+            # so this sitting is a partial row with its own N, not a failure
+            print(f"row {row}: stopped by a signal (exit {rc}); committed as partial", file=sys.stderr, flush=True)
+            rc = 0
         if rc != 0 or not (run_dir / "metrics.json").exists():
             print(f"row {row}: exit status {rc}, no metrics (see {run_dir}/run.log)", file=sys.stderr, flush=True)
             prev = table.get(row, {})
