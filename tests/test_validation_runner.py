@@ -314,6 +314,9 @@ def test_a_sitting_stopped_by_hand_is_committed_as_a_partial_row_not_a_failure(t
 
     def stopped(cmd, cwd=None):  # the run answers 3 of 6, gets SIGTERM, writes run/partial, exits 143
         _fake_run(runs / "cwq_sgr", [1.0, 0.0, 1.0])
+        preds = runs / "cwq_sgr" / "predictions.jsonl"
+        rows = [{**json.loads(x), "usage": {"latency_s": s}} for x, s in zip(preds.read_text().splitlines(), (30, 60, 90))]
+        preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
         m = json.loads((runs / "cwq_sgr" / "metrics.json").read_text())
         (runs / "cwq_sgr" / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
         return 143
@@ -323,6 +326,10 @@ def test_a_sitting_stopped_by_hand_is_committed_as_a_partial_row_not_a_failure(t
     assert mod.main(["--n", "6", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
     e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["cwq_sgr"]
     assert e["partial"] is True and e["n_examples"] == 3 and "status" not in e and "last_sitting" not in e
+    # no end-of-run timing.json: the cost shown is the model's own time, read from the rows
+    assert e["wall_s"] is None and e["llm_seconds_per_question"] == 60.0
+    assert "| 3 of 6 (partial) |" in mod.markdown()
+    assert "– (LLM 60 s/q)" in mod.markdown()
 
     # killed before it wrote anything new: the earlier partial metrics are not this sitting's
     import os
@@ -333,3 +340,18 @@ def test_a_sitting_stopped_by_hand_is_committed_as_a_partial_row_not_a_failure(t
     assert mod2.main(["--n", "6", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
     e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["cwq_sgr"]
     assert e["last_sitting"] == "failed (exit 143)" and e["partial"] is True
+
+
+def test_stop_after_sends_the_row_sigterm_once_its_budget_is_spent(tmp_path, monkeypatch):
+    """``--stop-after S``: a real child process that would run far longer gets SIGTERM after S
+    seconds, and its exit status (a terminated process's) comes back to be committed as partial."""
+    import sys
+    import time
+
+    mod = _real_runner()
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    t0 = time.monotonic()
+    rc = mod.run_row([sys.executable, "-c", "import time; time.sleep(60)"], stop_after=0.5)
+    assert rc == -15 and time.monotonic() - t0 < 30
+    assert mod.run_row([sys.executable, "-c", "raise SystemExit(3)"], stop_after=30) == 3
+    assert mod.stopped_by_hand(-15, tmp_path / "metrics.json", 0) is False  # nothing written: not a partial row

@@ -29,6 +29,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -177,6 +178,18 @@ def per_question(run_dir: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def llm_seconds_per_question(run_dir: Path) -> float | None:
+    """The mean over questions of the model's own time (each row's ``usage.latency_s``: the calls the
+    backend answered, cache hits count 0). Recorded per row, so it survives a stop and a resume,
+    where ``timing.json`` (written at a run's end) does not; retrieval and ranking time are not in it."""
+    from kgreason.runs import last_rows
+
+    rows = last_rows(json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines() if line.strip())
+    lat = [(r.get("usage") or {}).get("latency_s") for r in rows]
+    lat = [float(x) for x in lat if isinstance(x, (int, float))]
+    return round(sum(lat) / len(lat), 1) if lat else None
+
+
 def fallbacks(run_dir: Path) -> dict[str, int] | None:
     """SubQRAG's corpus fallbacks (§2.3: a sub-question the retrieved triples did not answer, read
     from the passages, where Eq. 4's update writes): ``{question id: fallbacks}`` from the traces'
@@ -267,6 +280,7 @@ def summarise(run_dir: Path) -> dict:
         "cache_hits": m.get("llm/cache_hits"),
         "errors": m.get("run/errors"),
         "wall_s": t.get("wall_s"),
+        **({"llm_seconds_per_question": ls} if (ls := llm_seconds_per_question(run_dir)) is not None else {}),
         # the mean size of the set answer_coverage is measured over (recorded since issue 41)
         **({"retrieved_size": m["retrieval/retrieved_size"]} if "retrieval/retrieved_size" in m else {}),
         # the share of questions answered on the "nothing linked / nothing retrieved" path (issue 43)
@@ -353,6 +367,8 @@ def markdown() -> str:
             tok, wall = e.get("tokens_per_question"), e.get("wall_s")
             tok = "–" if not isinstance(tok, (int, float)) else f"{tok:.0f}"
             wall = "–" if not isinstance(wall, (int, float)) else f"{wall:.0f}"
+            if wall == "–" and isinstance(e.get("llm_seconds_per_question"), (int, float)):
+                wall = f"– (LLM {e['llm_seconds_per_question']:.0f} s/q)"  # a partial row: no end-of-run timing
             n_shown = f"{e['n_examples']} of {e['n']} (partial)" if e.get("partial") else e["n_examples"]
             out.append(f"| {row} | {n_shown} | {ms} | {pair} | {e['unparseable_replies']} | "
                        f"{_fmt(e.get('llm_calls_per_question'))} | {tok} | {wall} |")
@@ -500,6 +516,23 @@ def shown_command(cmd: list[str], cache: str) -> str:
     return "KGREASON_DATA=../shared/data python " + text
 
 
+def run_row(cmd: list[str], stop_after: float | None = None) -> int:
+    """Run one row's ``python -m kgreason``; with ``stop_after``, send it SIGTERM once that many
+    seconds have passed (the run sums up what it answered, as on a ``kill``) and return its exit."""
+    if stop_after is None:
+        return subprocess.call(cmd, cwd=ROOT)
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    try:
+        return proc.wait(timeout=stop_after)
+    except subprocess.TimeoutExpired:
+        print(f"--stop-after {stop_after:g}: stopping the row's run (SIGTERM)", file=sys.stderr, flush=True)
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait()
+    except BaseException:  # Ctrl-C of the runner: the run gets it too (same process group); wait for its summary
+        proc.wait()
+        raise
+
+
 def stopped_by_hand(rc: int, metrics: Path, since: float) -> bool:
     """A sitting ended by Ctrl-C or SIGTERM (exit 130 / 143, or the negative signal number) whose
     run wrote its partial metrics during this sitting (an older metrics.json does not count)."""
@@ -532,6 +565,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true", help="print the committed rows as markdown and exit")
     ap.add_argument("--write-docs", action="store_true",
                     help="rewrite the generated tables in README.md and docs/validation.md from the JSON and exit")
+    ap.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
+                    help="a sitting with a time budget: each row's run gets SIGTERM after SECONDS, writes "
+                         "what it answered, and is committed as a partial row (resume it with the same "
+                         "command); a row that finishes sooner is a full row")
     ap.add_argument("--collect", action="store_true",
                     help="run nothing: summarise each row's run dir as it stands (a row stopped early is "
                          "committed with partial: true and its own N; pairings are taken again)")
@@ -563,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fresh and run_dir.exists():
             shutil.rmtree(run_dir)
         t0 = time.time()
-        rc = 0 if args.collect else subprocess.call(cmd, cwd=ROOT)
+        rc = 0 if args.collect else run_row(cmd, args.stop_after)
         table = json.loads(out.read_text()) if out.exists() else {}  # re-read: other sittings may have written
         if args.collect and not (run_dir / "metrics.json").exists():
             # still running, or killed before the run wrote its metrics: nothing to summarise yet
