@@ -355,3 +355,26 @@ def test_stop_after_sends_the_row_sigterm_once_its_budget_is_spent(tmp_path, mon
     assert rc == -15 and time.monotonic() - t0 < 30
     assert mod.run_row([sys.executable, "-c", "raise SystemExit(3)"], stop_after=30) == 3
     assert mod.stopped_by_hand(-15, tmp_path / "metrics.json", 0) is False  # nothing written: not a partial row
+
+
+def test_a_row_finished_over_several_sittings_costs_the_sum_of_its_sittings(tmp_path, monkeypatch):
+    """A partial row resumed to the end: its timing.json holds the last sitting only, so the row's
+    seconds per question is the sum of the runner's sitting times over its N, with a note."""
+    runs = tmp_path / "outputs" / "validation" / "heldout_n4"
+    first = {"command": "…", "split": "heldout", "n": 4, "n_examples": 2, "metrics": {"hits_at_1": 0.5},
+             "partial": True, "sitting_s": 300.0}
+    (tmp_path / "validation_heldout_n4.json").write_text(json.dumps({"cwq_reknos": first}))
+
+    def finish(cmd, cwd=None):
+        _fake_run(runs / "cwq_reknos", [1.0, 0.0, 1.0, 0.0])
+        (runs / "cwq_reknos" / "timing.json").write_text(json.dumps({"wall_s": 90.0}))
+        return 0
+
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    monkeypatch.setattr(mod.subprocess, "call", finish)
+    times = iter([1000.0, 1100.0])
+    monkeypatch.setattr(mod.time, "time", lambda: next(times))
+    assert mod.main(["--n", "4", "--split", "heldout", "--rows", "cwq_reknos", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_reknos"]
+    assert "partial" not in e and e["sittings_s"] == [300.0, 100.0]
+    assert e["seconds_per_question"] == 100.0 and mod.seconds_per_question(e) == 100.0 and "2 sittings" in e["wall_note"]

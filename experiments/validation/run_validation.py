@@ -635,6 +635,18 @@ def main(argv: list[str] | None = None) -> int:
                 for k in ("wall_note", "replayed_from_cache", "seconds_per_question"):
                     if prev.get(k):
                         entry[k] = prev[k]
+            this_sitting = round(time.time() - t0, 1)
+            if (not args.collect and "metrics" in prev and prev.get("partial")
+                    and (run_dir / "predictions.jsonl").stat().st_mtime >= t0
+                    and (prev.get("sittings_s") or (prev.get("sitting_s") and not prev.get("wall_note")))):
+                # a resume of a partial row: timing.json covers this sitting only, so the row's cost is
+                # the sum of its sittings (each one's model load and set-up included)
+                entry["sittings_s"] = list(prev.get("sittings_s") or [prev["sitting_s"]]) + [this_sitting]
+                if not entry.get("partial") and entry.get("n_examples"):
+                    total = sum(entry["sittings_s"])
+                    entry["seconds_per_question"] = round(total / entry["n_examples"], 1)
+                    entry["wall_note"] = (f"{len(entry['sittings_s'])} sittings, {total:.0f} s in all (the runner's "
+                                          "sitting times, model load and set-up included); wall_s is the last one's")
             values = per_question(run_dir)
             keys = KEY_METRICS[row.split("_")[0]]
             entry["ci95"] = intervals(values, keys)
@@ -655,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.collect and prev.get("command"):  # the command that made the run, not this call's flags
                 shown = prev["command"]
             table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
-                          "sitting_s": round(time.time() - t0, 1), "per_question": pq}
+                          "sitting_s": this_sitting, "per_question": pq}
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
     return 0
 
