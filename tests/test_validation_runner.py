@@ -378,3 +378,4 @@ def test_a_row_finished_over_several_sittings_costs_the_sum_of_its_sittings(tmp_
     e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_reknos"]
     assert "partial" not in e and e["sittings_s"] == [300.0, 100.0]
     assert e["seconds_per_question"] == 100.0 and mod.seconds_per_question(e) == 100.0 and "2 sittings" in e["wall_note"]
+    assert "| 400 (2 sittings) |" in mod.markdown()  # the generated table shows the sum, not the last sitting

@@ -367,7 +367,9 @@ def markdown() -> str:
             tok, wall = e.get("tokens_per_question"), e.get("wall_s")
             tok = "–" if not isinstance(tok, (int, float)) else f"{tok:.0f}"
             wall = "–" if not isinstance(wall, (int, float)) else f"{wall:.0f}"
-            if wall == "–" and isinstance(e.get("llm_seconds_per_question"), (int, float)):
+            if e.get("sittings_s") and not e.get("partial"):  # a row finished over several sittings: their sum
+                wall = f"{sum(e['sittings_s']):.0f} ({len(e['sittings_s'])} sittings)"
+            elif wall == "–" and isinstance(e.get("llm_seconds_per_question"), (int, float)):
                 wall = f"– (LLM {e['llm_seconds_per_question']:.0f} s/q)"  # a partial row: no end-of-run timing
             n_shown = f"{e['n_examples']} of {e['n']} (partial)" if e.get("partial") else e["n_examples"]
             out.append(f"| {row} | {n_shown} | {ms} | {pair} | {e['unparseable_replies']} | "
