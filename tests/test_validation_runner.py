@@ -315,7 +315,8 @@ def test_a_sitting_stopped_by_hand_is_committed_as_a_partial_row_not_a_failure(t
     def stopped(cmd, cwd=None):  # the run answers 3 of 6, gets SIGTERM, writes run/partial, exits 143
         _fake_run(runs / "cwq_sgr", [1.0, 0.0, 1.0])
         preds = runs / "cwq_sgr" / "predictions.jsonl"
-        rows = [{**json.loads(x), "usage": {"latency_s": s}} for x, s in zip(preds.read_text().splitlines(), (30, 60, 90))]
+        rows = [{**json.loads(x), "usage": {"calls": 2, "cache_hits": 0, "latency_s": s}}
+                for x, s in zip(preds.read_text().splitlines(), (30, 60, 90))]
         preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
         m = json.loads((runs / "cwq_sgr" / "metrics.json").read_text())
         (runs / "cwq_sgr" / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
@@ -329,7 +330,7 @@ def test_a_sitting_stopped_by_hand_is_committed_as_a_partial_row_not_a_failure(t
     # no end-of-run timing.json: the cost shown is the model's own time, read from the rows
     assert e["wall_s"] is None and e["llm_seconds_per_question"] == 60.0
     assert "| 3 of 6 (partial) |" in mod.markdown()
-    assert "– (LLM 60 s/q)" in mod.markdown()
+    assert "– (LLM 60 s/q over 3)" in mod.markdown()
 
     # killed before it wrote anything new: the earlier partial metrics are not this sitting's
     import os
@@ -379,3 +380,75 @@ def test_a_row_finished_over_several_sittings_costs_the_sum_of_its_sittings(tmp_
     assert "partial" not in e and e["sittings_s"] == [300.0, 100.0]
     assert e["seconds_per_question"] == 100.0 and mod.seconds_per_question(e) == 100.0 and "2 sittings" in e["wall_note"]
     assert "| 400 (2 sittings) |" in mod.markdown()  # the generated table shows the sum, not the last sitting
+
+
+def test_the_model_time_per_question_does_not_depend_on_the_call_cache(tmp_path, monkeypatch):
+    """``llm_seconds_per_question`` averages the questions the backend answered in full (no cache
+    hit), so a question replayed from the cache (latency 0) does not pull it down; a sitting that
+    only replays keeps the earlier figure instead of recording nothing or 0."""
+    runs = tmp_path / "outputs" / "validation" / "heldout_n4"
+    usage = [{"calls": 10, "cache_hits": 0, "latency_s": 600.0},
+             {"calls": 0, "cache_hits": 1, "latency_s": 0.0},  # answered from the cache
+             {"calls": 9, "cache_hits": 1, "latency_s": 330.0},  # partly from the cache
+             {"calls": 10, "cache_hits": 0, "latency_s": 500.0}]
+
+    def stopped(cmd, cwd=None):
+        _fake_run(runs / "cwq_sgr", [1.0, 0.0, 1.0, 0.0])
+        preds = runs / "cwq_sgr" / "predictions.jsonl"
+        rows = [{**json.loads(x), "usage": u} for x, u in zip(preds.read_text().splitlines(), usage)]
+        preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        m = json.loads((runs / "cwq_sgr" / "metrics.json").read_text())
+        (runs / "cwq_sgr" / "metrics.json").write_text(json.dumps({**m, "run/partial": True, "llm/calls": 29,
+                                                                   "llm/cache_hits": 2}))
+        return 143
+
+    mod = _runner(tmp_path, monkeypatch, rc=143)
+    monkeypatch.setattr(mod.subprocess, "call", stopped)
+    assert mod.main(["--n", "4", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_sgr"]
+    assert e["llm_seconds_per_question"] == 550.0 and e["llm_seconds_questions"] == 2
+    assert "– (LLM 550 s/q over 2)" in mod.markdown()
+
+    # a sitting that replays every call from the cache: the earlier figure stands
+    import shutil
+
+    def replay(cmd, cwd=None):
+        shutil.rmtree(runs / "cwq_sgr")
+        _fake_run(runs / "cwq_sgr", [1.0, 0.0, 1.0, 0.0])
+        preds = runs / "cwq_sgr" / "predictions.jsonl"
+        rows = [{**json.loads(x), "usage": {"calls": 0, "cache_hits": 3, "latency_s": 0.0}}
+                for x in preds.read_text().splitlines()]
+        preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        m = json.loads((runs / "cwq_sgr" / "metrics.json").read_text())
+        (runs / "cwq_sgr" / "metrics.json").write_text(json.dumps({**m, "llm/calls": 0, "llm/cache_hits": 12}))
+        return 0
+
+    monkeypatch.setattr(mod.subprocess, "call", replay)
+    assert mod.main(["--n", "4", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_sgr"]
+    assert e["replayed_from_cache"] is True
+    assert e["llm_seconds_per_question"] == 550.0 and e["llm_seconds_questions"] == 2
+
+
+def test_a_partial_row_resumed_and_still_partial_notes_all_its_sittings(tmp_path, monkeypatch):
+    """A partial row resumed and stopped again: the note names every sitting and their sum, so a
+    note from an earlier sitting is not lost."""
+    runs = tmp_path / "outputs" / "validation" / "heldout_n6"
+    first = {"command": "…", "split": "heldout", "n": 6, "n_examples": 2, "metrics": {"hits_at_1": 0.5},
+             "partial": True, "sitting_s": 300.0, "sittings_s": [300.0]}
+    (tmp_path / "validation_heldout_n6.json").write_text(json.dumps({"webqsp_reknos": first}))
+
+    def stopped(cmd, cwd=None):
+        _fake_run(runs / "webqsp_reknos", [1.0, 0.0, 1.0, 0.0])
+        m = json.loads((runs / "webqsp_reknos" / "metrics.json").read_text())
+        (runs / "webqsp_reknos" / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
+        return 143
+
+    mod = _runner(tmp_path, monkeypatch, rc=143)
+    monkeypatch.setattr(mod.subprocess, "call", stopped)
+    times = iter([1000.0, 1200.0])
+    monkeypatch.setattr(mod.time, "time", lambda: next(times))
+    assert mod.main(["--n", "6", "--split", "heldout", "--rows", "webqsp_reknos", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["webqsp_reknos"]
+    assert e["partial"] is True and e["sittings_s"] == [300.0, 200.0]
+    assert "2 sittings" in e["wall_note"] and "500 s" in e["wall_note"] and "partial" in e["wall_note"]

@@ -178,16 +178,22 @@ def per_question(run_dir: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def llm_seconds_per_question(run_dir: Path) -> float | None:
-    """The mean over questions of the model's own time (each row's ``usage.latency_s``: the calls the
-    backend answered, cache hits count 0). Recorded per row, so it survives a stop and a resume,
-    where ``timing.json`` (written at a run's end) does not; retrieval and ranking time are not in it."""
+def llm_seconds_per_question(run_dir: Path) -> tuple[float, int] | None:
+    """The model's own time per question (each row's ``usage.latency_s``), averaged over the
+    questions the backend answered in full: a question with any call answered from the call cache
+    (``usage.cache_hits`` > 0, its latency counted 0) is left out, so the figure does not depend on
+    what the cache held. Returns (mean, questions averaged), or None where no question qualifies
+    (a sitting that only replayed). Recorded per row, so it survives a stop and a resume, where
+    ``timing.json`` (written at a run's end) does not; retrieval and ranking time are not in it."""
     from kgreason.runs import last_rows
 
     rows = last_rows(json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines() if line.strip())
-    lat = [(r.get("usage") or {}).get("latency_s") for r in rows]
-    lat = [float(x) for x in lat if isinstance(x, (int, float))]
-    return round(sum(lat) / len(lat), 1) if lat else None
+    lat = []
+    for r in rows:
+        u = r.get("usage") or {}
+        if isinstance(u.get("latency_s"), (int, float)) and (u.get("calls") or 0) > 0 and not u.get("cache_hits"):
+            lat.append(float(u["latency_s"]))
+    return (round(sum(lat) / len(lat), 1), len(lat)) if lat else None
 
 
 def fallbacks(run_dir: Path) -> dict[str, int] | None:
@@ -280,7 +286,8 @@ def summarise(run_dir: Path) -> dict:
         "cache_hits": m.get("llm/cache_hits"),
         "errors": m.get("run/errors"),
         "wall_s": t.get("wall_s"),
-        **({"llm_seconds_per_question": ls} if (ls := llm_seconds_per_question(run_dir)) is not None else {}),
+        **({"llm_seconds_per_question": ls[0], "llm_seconds_questions": ls[1]}
+           if (ls := llm_seconds_per_question(run_dir)) is not None else {}),
         # the mean size of the set answer_coverage is measured over (recorded since issue 41)
         **({"retrieved_size": m["retrieval/retrieved_size"]} if "retrieval/retrieved_size" in m else {}),
         # the share of questions answered on the "nothing linked / nothing retrieved" path (issue 43)
@@ -370,7 +377,9 @@ def markdown() -> str:
             if e.get("sittings_s") and not e.get("partial"):  # a row finished over several sittings: their sum
                 wall = f"{sum(e['sittings_s']):.0f} ({len(e['sittings_s'])} sittings)"
             elif wall == "–" and isinstance(e.get("llm_seconds_per_question"), (int, float)):
-                wall = f"– (LLM {e['llm_seconds_per_question']:.0f} s/q)"  # a partial row: no end-of-run timing
+                # a partial row: no end-of-run timing; the model's time over the questions it answered in full
+                over = f" over {e['llm_seconds_questions']}" if e.get("llm_seconds_questions") else ""
+                wall = f"– (LLM {e['llm_seconds_per_question']:.0f} s/q{over})"
             n_shown = f"{e['n_examples']} of {e['n']} (partial)" if e.get("partial") else e["n_examples"]
             out.append(f"| {row} | {n_shown} | {ms} | {pair} | {e['unparseable_replies']} | "
                        f"{_fmt(e.get('llm_calls_per_question'))} | {tok} | {wall} |")
@@ -637,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
                 for k in ("wall_note", "replayed_from_cache", "seconds_per_question"):
                     if prev.get(k):
                         entry[k] = prev[k]
+            if "llm_seconds_per_question" not in entry and prev.get("llm_seconds_per_question") is not None:
+                # no question answered in full by the backend this sitting (a replay): the earlier figure stands
+                entry["llm_seconds_per_question"] = prev["llm_seconds_per_question"]
+                if prev.get("llm_seconds_questions"):
+                    entry["llm_seconds_questions"] = prev["llm_seconds_questions"]
             this_sitting = round(time.time() - t0, 1)
             if (not args.collect and "metrics" in prev and prev.get("partial")
                     and (run_dir / "predictions.jsonl").stat().st_mtime >= t0
@@ -644,11 +658,15 @@ def main(argv: list[str] | None = None) -> int:
                 # a resume of a partial row: timing.json covers this sitting only, so the row's cost is
                 # the sum of its sittings (each one's model load and set-up included)
                 entry["sittings_s"] = list(prev.get("sittings_s") or [prev["sitting_s"]]) + [this_sitting]
+                total = sum(entry["sittings_s"])
                 if not entry.get("partial") and entry.get("n_examples"):
-                    total = sum(entry["sittings_s"])
                     entry["seconds_per_question"] = round(total / entry["n_examples"], 1)
                     entry["wall_note"] = (f"{len(entry['sittings_s'])} sittings, {total:.0f} s in all (the runner's "
                                           "sitting times, model load and set-up included); wall_s is the last one's")
+                else:  # still partial: the note names every sitting so far, so an earlier note is not lost
+                    entry["wall_note"] = (f"partial: {len(entry['sittings_s'])} sittings, {total:.0f} s in all for "
+                                          f"{entry.get('n_examples')} questions (the runner's sitting times, model "
+                                          "load and set-up included); the run dir and the call cache resume it")
             values = per_question(run_dir)
             keys = KEY_METRICS[row.split("_")[0]]
             entry["ci95"] = intervals(values, keys)
