@@ -94,8 +94,9 @@ TWOWIKI_ZIP_URL = "https://www.dropbox.com/s/ms2m13252h6xubs/data_ids_april7.zip
 DDXPLUS_ZIP_URL = "https://figshare.com/ndownloader/articles/22687585"   # English release, figshare article 22687585
 FB15K237_ZIP_URL = "https://download.microsoft.com/download/8/7/0/8700516A-AB3D-4850-B4BB-805C515AECE1/FB15K-237.2.zip"
 PRIMEKG_CSV_URL = "https://dataverse.harvard.edu/api/access/datafile/6180620"   # kg.csv, doi:10.7910/DVN/IXA7BM
-#: records of PrimeKG's kg.csv (8,100,498 edges, both directions, of the June 2021 release, as
-#: reported downstream; not checked from here): a cut download of the unpinned file fails this count
+#: records of PrimeKG's kg.csv: the 4,050,249 relationships its authors report (Chandak et al.,
+#: Sci. Data 2023; the Zitnik lab's PrimeKG page), each stored in both directions, 2 x 4,050,249.
+#: Not checked against the file from here; a cut download of the unpinned file fails this count
 PRIMEKG_ROWS = 8_100_498
 FREEBASE_DUMP_URL = "https://commondatastorage.googleapis.com/freebase-public/rdf/freebase-rdf-latest.gz"
 
