@@ -358,25 +358,37 @@ def test_stop_after_sends_the_row_sigterm_once_its_budget_is_spent(tmp_path, mon
     assert mod.stopped_by_hand(-15, tmp_path / "metrics.json", 0) is False  # nothing written: not a partial row
 
 
+def _another_sitting(tmp_path, monkeypatch, row, n, earlier, finish_run, sitting_s):
+    """A row committed as partial after an earlier sitting (``earlier`` adds to its entry) is run
+    again: the sitting writes a 4-question run, ``finish_run(run_dir)`` adds to it and returns the
+    exit status, and the runner's clock says the sitting took ``sitting_s``. Returns the runner
+    module and the row's new entry."""
+    runs = tmp_path / "outputs" / "validation" / f"heldout_n{n}"
+    first = {"command": "…", "split": "heldout", "n": n, "n_examples": 2, "metrics": {"hits_at_1": 0.5},
+             "partial": True, **earlier}
+    out = tmp_path / f"validation_heldout_n{n}.json"
+    out.write_text(json.dumps({row: first}))
+
+    def sitting(cmd, cwd=None):
+        _fake_run(runs / row, [1.0, 0.0, 1.0, 0.0])
+        return finish_run(runs / row)
+
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    monkeypatch.setattr(mod.subprocess, "call", sitting)
+    times = iter([1000.0, 1000.0 + sitting_s])
+    monkeypatch.setattr(mod.time, "time", lambda: next(times))
+    assert mod.main(["--n", str(n), "--split", "heldout", "--rows", row, "--cache", str(tmp_path / "c")]) == 0
+    return mod, json.loads(out.read_text())[row]
+
+
 def test_a_row_finished_over_several_sittings_costs_the_sum_of_its_sittings(tmp_path, monkeypatch):
     """A partial row resumed to the end: its timing.json holds the last sitting only, so the row's
     seconds per question is the sum of the runner's sitting times over its N, with a note."""
-    runs = tmp_path / "outputs" / "validation" / "heldout_n4"
-    first = {"command": "…", "split": "heldout", "n": 4, "n_examples": 2, "metrics": {"hits_at_1": 0.5},
-             "partial": True, "sitting_s": 300.0}
-    (tmp_path / "validation_heldout_n4.json").write_text(json.dumps({"cwq_reknos": first}))
-
-    def finish(cmd, cwd=None):
-        _fake_run(runs / "cwq_reknos", [1.0, 0.0, 1.0, 0.0])
-        (runs / "cwq_reknos" / "timing.json").write_text(json.dumps({"wall_s": 90.0}))
+    def finish(run_dir):
+        (run_dir / "timing.json").write_text(json.dumps({"wall_s": 90.0}))
         return 0
 
-    mod = _runner(tmp_path, monkeypatch, rc=0)
-    monkeypatch.setattr(mod.subprocess, "call", finish)
-    times = iter([1000.0, 1100.0])
-    monkeypatch.setattr(mod.time, "time", lambda: next(times))
-    assert mod.main(["--n", "4", "--split", "heldout", "--rows", "cwq_reknos", "--cache", str(tmp_path / "c")]) == 0
-    e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_reknos"]
+    mod, e = _another_sitting(tmp_path, monkeypatch, "cwq_reknos", 4, {"sitting_s": 300.0}, finish, 100.0)
     assert "partial" not in e and e["sittings_s"] == [300.0, 100.0]
     assert e["seconds_per_question"] == 100.0 and mod.seconds_per_question(e) == 100.0 and "2 sittings" in e["wall_note"]
     assert "| 400 (2 sittings) |" in mod.markdown()  # the generated table shows the sum, not the last sitting
@@ -433,22 +445,12 @@ def test_the_model_time_per_question_does_not_depend_on_the_call_cache(tmp_path,
 def test_a_partial_row_resumed_and_still_partial_notes_all_its_sittings(tmp_path, monkeypatch):
     """A partial row resumed and stopped again: the note names every sitting and their sum, so a
     note from an earlier sitting is not lost."""
-    runs = tmp_path / "outputs" / "validation" / "heldout_n6"
-    first = {"command": "…", "split": "heldout", "n": 6, "n_examples": 2, "metrics": {"hits_at_1": 0.5},
-             "partial": True, "sitting_s": 300.0, "sittings_s": [300.0]}
-    (tmp_path / "validation_heldout_n6.json").write_text(json.dumps({"webqsp_reknos": first}))
-
-    def stopped(cmd, cwd=None):
-        _fake_run(runs / "webqsp_reknos", [1.0, 0.0, 1.0, 0.0])
-        m = json.loads((runs / "webqsp_reknos" / "metrics.json").read_text())
-        (runs / "webqsp_reknos" / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
+    def stopped(run_dir):
+        m = json.loads((run_dir / "metrics.json").read_text())
+        (run_dir / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
         return 143
 
-    mod = _runner(tmp_path, monkeypatch, rc=143)
-    monkeypatch.setattr(mod.subprocess, "call", stopped)
-    times = iter([1000.0, 1200.0])
-    monkeypatch.setattr(mod.time, "time", lambda: next(times))
-    assert mod.main(["--n", "6", "--split", "heldout", "--rows", "webqsp_reknos", "--cache", str(tmp_path / "c")]) == 0
-    e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["webqsp_reknos"]
+    _, e = _another_sitting(tmp_path, monkeypatch, "webqsp_reknos", 6,
+                            {"sitting_s": 300.0, "sittings_s": [300.0]}, stopped, 200.0)
     assert e["partial"] is True and e["sittings_s"] == [300.0, 200.0]
     assert "2 sittings" in e["wall_note"] and "500 s" in e["wall_note"] and "partial" in e["wall_note"]
