@@ -150,6 +150,16 @@ def choices() -> dict[str, str]:
         return {}
 
 
+def overrides() -> list[str]:
+    """The launch's command-line overrides (Hydra's ``overrides.task``; empty outside Hydra)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return [str(o) for o in HydraConfig.get().overrides.task]
+    except Exception:  # noqa: BLE001 - run() called without a Hydra app (tests, notebooks)
+        return []
+
+
 def run_record(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """The content of ``run.json`` (call it after the components are built, so the data files
     the KG and dataset loaders read are listed)."""
@@ -157,9 +167,13 @@ def run_record(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     from kgreason.textio import files_read
 
     digest, _ = fingerprint(cfg)
-    return {"config": scrub_secrets(_container(cfg)), "choices": choices(), "git": git_state(),
+    # choices and overrides: this launch's, the one whose rows the dir holds. Hydra rewrites
+    # .hydra/ before kgreason runs, so a launch refused on this dir later (its lock held, another
+    # config) leaves its own there; kgreason tables labels the run from these two
+    return {"config": scrub_secrets(_container(cfg)), "choices": choices(), "overrides": overrides(),
+            "git": git_state(),
             "versions": versions(), "data_files": files_read(), "fingerprint": digest}
 
 
-__all__ = ["ResumeConfigMismatch", "fingerprint", "check_resume", "run_record", "git_state", "versions",
+__all__ = ["ResumeConfigMismatch", "fingerprint", "check_resume", "overrides", "run_record", "git_state", "versions",
            "choices", "flatten", "NOT_FINGERPRINTED"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kgreason.tables import collect, collect_examples, pivot, plot_hops, render_latex, render_markdown, write_tables
+from kgreason.tables import collect, collect_examples, job_info, pivot, plot_hops, render_latex, render_markdown, write_tables
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -787,3 +787,29 @@ def test_marks_render_in_latex(tmp_path):
     _metrics(_run(root, 1, "io", 1, [1, 0, 0, 1], ids=["a", "b", "e", "f"]), run__errors=2)
     tex = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1"])["tex"].read_text()
     assert r"(2 errored) ($\neq$ questions)" in tex and "≠" not in tex
+
+
+def test_a_refused_launch_on_a_run_dir_does_not_relabel_its_rows(tmp_path):
+    """Hydra writes ``.hydra/`` before kgreason runs, so a second launch on a run dir that kgreason
+    refuses (here: another reasoner on io's dir) leaves ``reasoner: cot`` there beside io's rows.
+    The table labels the rows from the record of the launch that wrote them (``run.json``)."""
+    import os
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    args = ["llm=scripted", "tracking=none", "reports.hop_distribution=false", "dataset.limit=3",
+            f"llm_cache.dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}"]
+    r = subprocess.run([sys.executable, "-m", "kgreason", "reasoner=io", "reasoner.top_k=4", *args],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = (run_dir / "predictions.jsonl").read_bytes()
+    r = subprocess.run([sys.executable, "-m", "kgreason", "reasoner=cot", *args],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "was made with another config" in r.stderr
+    assert "reasoner: cot" in (run_dir / ".hydra" / "hydra.yaml").read_text()  # Hydra's, before kgreason ran
+    assert (run_dir / "predictions.jsonl").read_bytes() == rows
+    info = job_info(run_dir)
+    assert info["reasoner"] == "io" and "reasoner.top_k=4" in info["variant"].split(",")
+    r = _cli(str(run_dir), "--rows", "reasoner", "--metrics", "hits_at_1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| io |" in r.stdout and "| cot |" not in r.stdout

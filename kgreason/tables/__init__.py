@@ -13,8 +13,9 @@ Every public name is importable from ``kgreason.tables``.
 
 * :func:`collect` walks the dir for Hydra job dirs (those with ``.hydra/hydra.yaml``) and returns
   a tidy DataFrame, one row per (job, metric): ``job, dataset, reasoner, ablation, llm, kg,
-  retriever, variant, seed, metric, value``. Group choices come from ``hydra.runtime.choices``;
-  ``variant`` is the job's remaining overrides (``.hydra/overrides.yaml`` minus group choices,
+  retriever, variant, seed, metric, value``. Group choices and overrides come from the record
+  of the launch that wrote the rows (``run.json``; ``.hydra/`` only where it has none: see
+  :func:`~kgreason.tables.collect.launch`); ``variant`` is the job's remaining overrides (minus group choices,
   ``seed`` and ``hydra.*``), so ``reasoner.hops=1,2`` sweeps stay apart; ``seed`` from the job's
   config. Job dirs without ``metrics.json`` are returned as *missing* with the reason found in
   ``predictions.jsonl`` / the job log.

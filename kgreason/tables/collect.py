@@ -66,15 +66,44 @@ def _yaml(path: Path, job: Path, kind: type) -> Any:
     return doc
 
 
+def launch(job: Path) -> tuple[dict[str, Any], list[str]]:
+    """The group choices and command-line overrides of the launch whose rows ``job`` holds.
+
+    They come from ``run.json``, which kgreason writes once a launch is accepted on the dir.
+    Hydra writes ``.hydra/`` before any kgreason code runs, so a later launch refused on the dir
+    (its lock held by a running job, or another config: kgreason/record.py) leaves its own
+    choices there, beside rows it never wrote. ``.hydra/`` is read only where ``run.json`` has no
+    record (a job that failed at startup, a dir from before run.json kept overrides)."""
+    rec_path = job / "run.json"
+    rec: dict[str, Any] = {}
+    if rec_path.exists():
+        try:
+            rec = json.loads(rec_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise Malformed(f"{job.name}/run.json: unreadable ({str(e).splitlines()[0]})") from None
+        if not isinstance(rec, dict):
+            raise Malformed(f"{job.name}/run.json: expected a JSON object, got {type(rec).__name__}")
+    choices = rec.get("choices") or None
+    if choices is not None and not isinstance(choices, dict):
+        raise Malformed(f"{job.name}/run.json: choices is not a mapping")
+    if choices is None:
+        hy = job / ".hydra" / "hydra.yaml"
+        choices = _get(_yaml(hy, job, dict), "hydra", "runtime", "choices") if hy.exists() else None
+        choices = {} if choices is None else choices
+        if not isinstance(choices, dict):
+            raise Malformed(f"{job.name}/.hydra/hydra.yaml: hydra.runtime.choices is not a mapping")
+    overrides = rec.get("overrides") if rec.get("choices") else None
+    if overrides is not None and not isinstance(overrides, list):
+        raise Malformed(f"{job.name}/run.json: overrides is not a list")
+    if overrides is None:
+        ov_path = job / ".hydra" / "overrides.yaml"
+        overrides = _yaml(ov_path, job, list) if ov_path.exists() else []
+    return choices, [str(o) for o in overrides]
+
+
 def job_info(job: Path, root: Path | None = None) -> dict[str, Any]:
-    """Group choices, variant, seed of one job dir."""
-    hy = job / ".hydra" / "hydra.yaml"
-    choices = _get(_yaml(hy, job, dict), "hydra", "runtime", "choices") if hy.exists() else None
-    choices = {} if choices is None else choices
-    if not isinstance(choices, dict):
-        raise Malformed(f"{job.name}/.hydra/hydra.yaml: hydra.runtime.choices is not a mapping")
-    ov_path = job / ".hydra" / "overrides.yaml"
-    overrides = [str(o) for o in _yaml(ov_path, job, list)] if ov_path.exists() else []
+    """Group choices, variant, seed of one job dir (the launch that wrote its rows: :func:`launch`)."""
+    choices, overrides = launch(job)
     seed = None
     for name in ("config.yaml", ".hydra/config.yaml"):
         if (job / name).exists():

@@ -10,14 +10,16 @@ import pandas as pd
 
 from kgreason import stats
 from kgreason.tables.cells import CIOptions, _metric_key, cell_questions
-from kgreason.tables.collect import _load_yaml, job_dirs
+from kgreason.tables.collect import Malformed, _load_yaml, job_dirs, launch
 
 
 def _experiment_of(root: Path) -> str | None:
     names = set()
     for job in job_dirs(root):
-        hy = (_load_yaml(job / ".hydra" / "hydra.yaml") or {}).get("hydra", {})
-        exp = ((hy.get("runtime") or {}).get("choices") or {}).get("experiment")
+        try:
+            exp = launch(job)[0].get("experiment")
+        except Malformed:
+            continue  # listed by collect with its reason
         if exp:
             names.add(str(exp))
     return names.pop() if len(names) == 1 else None
@@ -86,11 +88,14 @@ def _setting_str(v: Any) -> str:
 
 
 def _job_setting(root: Path, job: str, key: str):
-    """A config group's option as the job chose it (``judge`` → ``pdsqi``, from
-    ``.hydra/hydra.yaml``), else the value at ``key`` in its config (``reasoner.hops`` → 5)."""
-    hy = root / job / ".hydra" / "hydra.yaml"
-    if "." not in key and hy.exists():
-        choices = (((_load_yaml(hy) or {}).get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+    """A config group's option as the job chose it (``judge`` → ``pdsqi``, from the record of the
+    launch: :func:`~kgreason.tables.collect.launch`), else the value at ``key`` in its config
+    (``reasoner.hops`` → 5)."""
+    if "." not in key:
+        try:
+            choices = launch(root / job)[0]
+        except Malformed:
+            choices = {}
         if choices.get(key) is not None:
             return choices[key]
     return _job_value(root, job, key)
