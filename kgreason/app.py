@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from kgreason.compose import check_run, failed_marker
+from kgreason.compose import check_run, failed_marker, refused_marker
 from kgreason.paths import config_dir, explain_missing, inside
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -186,8 +186,14 @@ def main(cfg: DictConfig) -> float | None:
             from kgreason.preflight import PreflightError
 
             reason = " ".join(_unwrap(e).split())
-            stage = "startup" if isinstance(e, PreflightError) or not (out_dir / "predictions.jsonl").exists() else "run"
-            failed_marker(out_dir, reason, stage)
+            if getattr(e, "kgreason_stage", None) is None:  # stopped before run(): the job dir is marked here
+                stage = "startup" if isinstance(e, PreflightError) or not (out_dir / "predictions.jsonl").exists() else "run"
+                failed_marker(out_dir, reason, stage)
+            elif not (out_dir / "failed.json").exists():
+                # run() refused the dir for what it already holds (another config, resume=false, a
+                # finished run this attempt could not start on) and left it as it was: its rows
+                # are not a failed run's. The sweep still ends with exit status 2 (SweepCheck).
+                refused_marker(Path(hc.sweep.dir), out_dir, reason)
             print(f"kgreason: error: job #{hc.job.num}: {reason}", file=sys.stderr)
             return None
         if hint:

@@ -297,6 +297,20 @@ def failed_marker(out_dir: Path, reason: str, stage: str) -> Path:
     return path
 
 
+#: in a sweep dir: one JSON line per job that kgreason refused to run on its dir because of what the
+#: dir held (it is left as it was, so it gets no failed.json); read by SweepCheck for the exit status
+REFUSED = "refused_jobs.jsonl"
+
+
+def refused_marker(sweep_dir: Path, out_dir: Path, reason: str) -> None:
+    """Note in ``<sweep dir>/refused_jobs.jsonl`` that the job of ``out_dir`` was refused its dir."""
+    import time
+
+    line = json.dumps({"job": out_dir.name, "reason": reason, "time": time.time()}) + "\n"
+    with open(Path(sweep_dir) / REFUSED, "a", encoding="utf-8") as f:  # one short append per job
+        f.write(line)
+
+
 class SweepCheck(Callback):
     """Hydra callback: a multirun is checked whole before its first job (``preflight.sweep``,
     default true), and ends with exit status 2 when any job marked itself failed."""
@@ -321,16 +335,30 @@ class SweepCheck(Callback):
         root = Path(str(config.hydra.sweep.dir))
         t0 = getattr(self, "_t0", 0.0)
         failed = sorted(p for p in root.rglob("failed.json") if p.stat().st_mtime >= t0) if root.is_dir() else []
-        if not failed:
+        refused = []
+        if (root / REFUSED).is_file():
+            for line in (root / REFUSED).read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(r, dict) and float(r.get("time") or 0) >= t0:
+                    refused.append(r)
+        if not failed and not refused:
             return
-        try:
-            reason = json.loads(failed[0].read_text(encoding="utf-8")).get("reason", "?")
-        except (OSError, ValueError):
-            reason = "?"
-        print(f"kgreason: error: {len(failed)} job(s) of the sweep failed (failed.json in each; kgreason tables "
-              f"shows them), first {failed[0].parent.relative_to(root)}: {reason}", file=sys.stderr)
+        if failed:
+            try:
+                reason = json.loads(failed[0].read_text(encoding="utf-8")).get("reason", "?")
+            except (OSError, ValueError):
+                reason = "?"
+            print(f"kgreason: error: {len(failed)} job(s) of the sweep failed (failed.json in each; kgreason tables "
+                  f"shows them), first {failed[0].parent.relative_to(root)}: {reason}", file=sys.stderr)
+        if refused:
+            print(f"kgreason: error: {len(refused)} job(s) of the sweep were refused their dir and did not run; "
+                  f"each dir is as it was (listed in {root / REFUSED}), first {refused[0].get('job')}: "
+                  f"{refused[0].get('reason')}", file=sys.stderr)
         sys.exit(2)
 
 
 __all__ = ["SweepCheck", "ablation_problems", "ablation_settings", "check_run", "check_sweep", "failed_marker",
-           "job_problems", "missing_inputs", "sweep_jobs"]
+           "job_problems", "missing_inputs", "refused_marker", "sweep_jobs"]

@@ -641,6 +641,7 @@ def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
             return _run(cfg, out_dir, stage)
         except Exception as e:
             _write_failed(out_dir, e, stage["name"])
+            e.kgreason_stage = stage["name"]  # the caller (app.py) knows failed.json is decided on
             raise
 
 

@@ -252,6 +252,25 @@ def test_a_refused_resume_writes_no_failed_json(finished):
     assert not (d / "failed.json").exists() and (d / "metrics.json").read_bytes() == reference
 
 
+def test_a_sweep_job_refused_its_finished_dir_leaves_it_unmarked_and_the_sweep_fails(tmp_path):
+    """A sweep launched again into its sweep dir with another config: each job is refused its
+    finished dir (another config), which keeps its rows and gets no failed.json (tables would mark
+    the good run "(failed)"), and the sweep still ends with exit status 2, naming the refusal."""
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "kgreason", "--multirun", *BASE, "dataset.limit=5", f"hydra.sweep.dir={sweep}",
+           "hydra.sweep.subdir=${hydra.job.num}"]
+    first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    reference = (sweep / "0" / "metrics.json").read_bytes()
+    again = subprocess.run([*cmd, "reasoner.max_hops=3"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert "was made with another config" in again.stderr and "refused their dir" in again.stderr
+    assert not (sweep / "0" / "failed.json").exists() and (sweep / "0" / "metrics.json").read_bytes() == reference
+    t = subprocess.run([sys.executable, "-m", "kgreason", "tables", str(sweep), "--metrics", "hits_at_1"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert t.returncode == 0 and "(failed)" not in t.stdout, t.stdout + t.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_a_sweep_meeting_a_locked_job_dir_stops_at_once(tmp_path):
     """A sweep resumed into its own sweep dir while a job of it still runs: the job whose dir
