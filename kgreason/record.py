@@ -171,8 +171,7 @@ def run_record(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     # .hydra/ before kgreason runs, so a launch refused on this dir later (its lock held, another
     # config) leaves its own there; kgreason tables labels the run from these two
     return {"config": scrub_secrets(_container(cfg)), "choices": choices(), "overrides": overrides(),
-            "git": git_state(),
-            "versions": versions(), "data_files": files_read(), "fingerprint": digest}
+            "git": git_state(), "versions": versions(), "data_files": files_read(), "fingerprint": digest}
 
 
 __all__ = ["ResumeConfigMismatch", "fingerprint", "check_resume", "overrides", "run_record", "git_state", "versions",
