@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from kgreason.callbacks import forget_hydra_record, restore_hydra_record
 from kgreason.compose import check_run, failed_marker, refused_marker
 from kgreason.paths import config_dir, explain_missing, inside
 
@@ -164,9 +165,12 @@ def main(cfg: DictConfig) -> float | None:
     except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would
         raise SystemExit(128 + e.signum) from None
     except RunDirLocked as e:  # another run writes this dir (a sweep's job too): stop at once, touch nothing
+        restore_hydra_record(out_dir)  # the running launch's .hydra/, not this one's
         print(f"kgreason: error: {e}", file=sys.stderr)
         sys.exit(2)
     except Exception as e:  # noqa: BLE001 - re-raised, or told in a line or two (a user error)
+        if getattr(e, "kgreason_stage", None) in (None, "startup", "claim"):
+            restore_hydra_record(out_dir)  # this launch answered nothing: the dir's .hydra/ is the earlier one's
         missing = isinstance(e, FileNotFoundError) or "not found" in str(e) or "No such file" in str(e)
         hint = explain_missing(cfg, str(e)) if missing else None
         err = FileNotFoundError(f"{e}\n{hint}") if hint else e
@@ -184,21 +188,25 @@ def main(cfg: DictConfig) -> float | None:
             # a sweep's job that could not run: marked failed (failed.json, read by tables/report); the
             # sweep goes on with its other jobs and ends with exit status 2 (compose.SweepCheck)
             from kgreason.preflight import PreflightError
+            from kgreason.run import complete_run_in
 
             reason = " ".join(_unwrap(e).split())
-            if getattr(e, "kgreason_stage", None) is None:  # stopped before run(): the job dir is marked here
+            if getattr(e, "kgreason_stage", None) is None and not complete_run_in(out_dir):
+                # stopped before run(): the job dir is marked here
                 stage = "startup" if isinstance(e, PreflightError) or not (out_dir / "predictions.jsonl").exists() else "run"
                 failed_marker(out_dir, reason, stage)
             elif not (out_dir / "failed.json").exists():
                 # run() refused the dir for what it already holds (another config, resume=false, a
-                # finished run this attempt could not start on) and left it as it was: its rows
-                # are not a failed run's. The sweep still ends with exit status 2 (SweepCheck).
+                # finished run this attempt could not start on), or a check before run() stopped
+                # the job on a finished run; the dir is as it was, and its rows are not a failed
+                # run's. The sweep still ends with exit status 2 (SweepCheck).
                 refused_marker(Path(hc.sweep.dir), out_dir, reason)
             print(f"kgreason: error: job #{hc.job.num}: {reason}", file=sys.stderr)
             return None
         if hint:
             raise err from e
         raise
+    forget_hydra_record(out_dir)
     print(f"run dir: {out_dir}")
     for k, v in result.metrics.items():
         if k.startswith(("metric/", "run/error_rate", "llm/calls", "judge/pdsqi_average")):

@@ -5,14 +5,20 @@
   a terminated process would. Each job's own run writes its partial metrics on the SIGTERM it gets.
 * At the end of a sweep: the sweep dir and the commands that turn it into tables, since
   ``kgreason tables`` and ``kgreason report`` need that dir and Hydra never prints it.
+* Before a run or a sweep: the ``.hydra/*.yaml`` of every run dir it will write into, as they
+  are (``KeepHydraRecord``). Hydra rewrites them before any kgreason code runs, so a launch that
+  kgreason then refuses the dir (another config, its lock held, a start-up check) would leave its
+  own config beside rows it never wrote; they are put back as they were.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -67,3 +73,88 @@ class SweepCallbacks(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         print(next_steps(config.hydra.sweep.dir))
+
+
+#: run dir (resolved) -> its ``.hydra/*.yaml`` (name -> bytes) before this launch's Hydra rewrote them
+_HYDRA_BEFORE: dict[str, dict[str, bytes]] = {}
+
+
+def _key(run_dir: str | Path) -> str:
+    return str(Path(run_dir).resolve())
+
+
+def keep_hydra_record(run_dir: str | Path) -> bool:
+    """Remember ``<run_dir>/.hydra/*.yaml`` as they are now (a dir an earlier launch made).
+    Returns whether there was anything to keep."""
+    d = Path(run_dir) / ".hydra"
+    try:
+        files = {p.name: p.read_bytes() for p in sorted(d.glob("*.yaml")) if p.is_file()}
+    except OSError:
+        return False
+    if files:
+        _HYDRA_BEFORE[_key(run_dir)] = files
+    return bool(files)
+
+
+def restore_hydra_record(run_dir: str | Path) -> bool:
+    """Put ``<run_dir>/.hydra/*.yaml`` back as :func:`keep_hydra_record` found them, for a launch
+    that did not run (refused the dir, or stopped before its first example). Returns whether
+    anything was put back (False for a dir no earlier launch had made)."""
+    files = _HYDRA_BEFORE.pop(_key(run_dir), None)
+    if not files:
+        return False
+    d = Path(run_dir) / ".hydra"
+    for p in d.glob("*.yaml"):
+        if p.name not in files:  # written by this launch only
+            p.unlink(missing_ok=True)
+    for name, data in files.items():
+        tmp = d / (name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(d / name)
+    return True
+
+
+def forget_hydra_record(run_dir: str | Path) -> None:
+    """The launch runs on the dir: what Hydra wrote for it is the dir's record now."""
+    _HYDRA_BEFORE.pop(_key(run_dir), None)
+
+
+class KeepHydraRecord(Callback):
+    """Keeps each run dir's ``.hydra/`` before Hydra rewrites it (see the module docstring).
+
+    A single run: kept here, put back by ``app.main`` when the launch does not run. A sweep's
+    jobs may run in other processes (the joblib launcher), so each refused job is named in
+    ``<sweep dir>/refused_jobs.jsonl`` (kgreason/compose.py) and put back here at the sweep's end;
+    registered after ``SweepCheck``, this runs before its exit status is decided."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        keep_hydra_record(str(config.hydra.run.dir))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        import time
+
+        self._t0 = time.time() - 1.0
+        root = Path(str(config.hydra.sweep.dir))
+        if root.is_dir():
+            for h in root.rglob(".hydra"):
+                if h.is_dir():
+                    keep_hydra_record(h.parent)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from kgreason.compose import REFUSED
+
+        root = Path(str(config.hydra.sweep.dir))
+        t0 = getattr(self, "_t0", 0.0)
+        try:
+            lines = (root / REFUSED).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r, dict) and float(r.get("time") or 0) >= t0 and r.get("dir"):
+                job = (root / str(r["dir"])).resolve()
+                if job.is_relative_to(root.resolve()):
+                    restore_hydra_record(job)

@@ -306,7 +306,11 @@ def refused_marker(sweep_dir: Path, out_dir: Path, reason: str) -> None:
     """Note in ``<sweep dir>/refused_jobs.jsonl`` that the job of ``out_dir`` was refused its dir."""
     import time
 
-    line = json.dumps({"job": out_dir.name, "reason": reason, "time": time.time()}) + "\n"
+    try:
+        rel = str(Path(out_dir).resolve().relative_to(Path(sweep_dir).resolve()))
+    except ValueError:
+        rel = None
+    line = json.dumps({"job": out_dir.name, "dir": rel, "reason": reason, "time": time.time()}) + "\n"
     with open(Path(sweep_dir) / REFUSED, "a", encoding="utf-8") as f:  # one short append per job
         f.write(line)
 

@@ -660,7 +660,7 @@ def _one_line(e: BaseException) -> str:
     return (text or type(e).__name__)[:1000]
 
 
-def _complete_run_in(out_dir: Path) -> bool:
+def complete_run_in(out_dir: Path) -> bool:
     """The dir holds a finished run that did not fail (its metrics.json is complete)."""
     try:
         m = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
@@ -675,7 +675,7 @@ def _write_failed(out_dir: Path, e: BaseException, stage: str) -> None:
     (docs/metrics.md; ``tables`` and ``report`` print the reason). Not written when the run was
     refused the dir because of what is already in it (``stage`` "claim": another config,
     ``resume=false``), nor over a finished run that a later attempt failed to start on."""
-    if stage == "claim" or (stage == "startup" and _complete_run_in(out_dir)):
+    if stage == "claim" or (stage == "startup" and complete_run_in(out_dir)):
         return
     try:
         write_json(out_dir / FAILED, {"status": "failed", "reason": _one_line(e), "stage": stage})

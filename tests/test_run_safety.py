@@ -262,10 +262,20 @@ def test_a_sweep_job_refused_its_finished_dir_leaves_it_unmarked_and_the_sweep_f
     first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     reference = (sweep / "0" / "metrics.json").read_bytes()
+    record = {p.name: p.read_bytes() for p in (sweep / "0" / ".hydra").iterdir()}
     again = subprocess.run([*cmd, "reasoner.max_hops=3"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2, again.stderr[-3000:]
     assert "was made with another config" in again.stderr and "refused their dir" in again.stderr
     assert not (sweep / "0" / "failed.json").exists() and (sweep / "0" / "metrics.json").read_bytes() == reference
+    # Hydra rewrote the job's .hydra/ for the refused launch before kgreason ran: put back as it was
+    assert {p.name: p.read_bytes() for p in (sweep / "0" / ".hydra").iterdir()} == record
+    # stopped before run() by a check of its own (sweep pre-check off; the default reasoner takes no
+    # on_empty): the finished run is left unmarked too, and the sweep fails naming the job
+    third = subprocess.run([*cmd, "preflight.sweep=false", "ablation=on_empty_abstain"], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert third.returncode == 2 and "refused their dir" in third.stderr, third.stderr[-3000:]
+    assert not (sweep / "0" / "failed.json").exists() and (sweep / "0" / "metrics.json").read_bytes() == reference
+    assert {p.name: p.read_bytes() for p in (sweep / "0" / ".hydra").iterdir()} == record
     t = subprocess.run([sys.executable, "-m", "kgreason", "tables", str(sweep), "--metrics", "hits_at_1"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert t.returncode == 0 and "(failed)" not in t.stdout, t.stdout + t.stderr[-2000:]

@@ -791,9 +791,12 @@ def test_marks_render_in_latex(tmp_path):
 
 def test_a_refused_launch_on_a_run_dir_does_not_relabel_its_rows(tmp_path):
     """Hydra writes ``.hydra/`` before kgreason runs, so a second launch on a run dir that kgreason
-    refuses (here: another reasoner on io's dir) leaves ``reasoner: cot`` there beside io's rows.
-    The table labels the rows from the record of the launch that wrote them (``run.json``)."""
+    refuses (here: another reasoner on io's dir; then a launch while the dir's lock is held) left
+    its own config there beside io's rows. The dir's ``.hydra/`` is put back as it was, and the
+    table labels the rows from the record of the launch that wrote them (``run.json``)."""
     import os
+
+    from kgreason.runs import lock_run_dir
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -803,10 +806,17 @@ def test_a_refused_launch_on_a_run_dir_does_not_relabel_its_rows(tmp_path):
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = (run_dir / "predictions.jsonl").read_bytes()
+    record = {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()}
+    assert "reasoner: io" in record["hydra.yaml"].decode()
     r = subprocess.run([sys.executable, "-m", "kgreason", "reasoner=cot", *args],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "was made with another config" in r.stderr
-    assert "reasoner: cot" in (run_dir / ".hydra" / "hydra.yaml").read_text()  # Hydra's, before kgreason ran
+    assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == record
+    with lock_run_dir(run_dir):  # a run still writing the dir: the launch stops, its .hydra/ undone
+        r = subprocess.run([sys.executable, "-m", "kgreason", "reasoner=io", "reasoner.top_k=5", *args],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "is in use by another run" in r.stderr, r.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir()} == record
     assert (run_dir / "predictions.jsonl").read_bytes() == rows
     info = job_info(run_dir)
     assert info["reasoner"] == "io" and "reasoner.top_k=4" in info["variant"].split(",")
