@@ -86,6 +86,7 @@ def _key(run_dir: str | Path) -> str:
 def keep_hydra_record(run_dir: str | Path) -> bool:
     """Remember ``<run_dir>/.hydra/*.yaml`` as they are now (a dir an earlier launch made).
     Returns whether there was anything to keep."""
+    _HYDRA_BEFORE.pop(_key(run_dir), None)  # never an earlier launch's copy (one process, many runs)
     d = Path(run_dir) / ".hydra"
     try:
         files = {p.name: p.read_bytes() for p in sorted(d.glob("*.yaml")) if p.is_file()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -335,3 +336,27 @@ def test_an_interruption_or_a_crash_after_a_set_aside_keeps_every_row_and_the_re
     assert (d / "metrics.json").read_bytes() == reference and not (d / "failed.json").exists()
     ids = _ids(d)
     assert len(ids) == len(set(ids)) == N
+
+
+def test_a_kept_hydra_record_is_this_launchs_only(tmp_path):
+    """``.hydra/`` kept before a launch is put back once, and never one an earlier launch in the
+    same process kept for a dir that has since been removed (``callbacks.KeepHydraRecord``)."""
+    from kgreason.callbacks import keep_hydra_record, restore_hydra_record
+
+    d = tmp_path / "run"
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "overrides.yaml").write_text("- reasoner=io\n")
+    assert keep_hydra_record(d)
+    (d / ".hydra" / "overrides.yaml").write_text("- reasoner=cot\n")  # what Hydra writes for the next launch
+    (d / ".hydra" / "hydra.yaml").write_text("x: 1\n")
+    assert restore_hydra_record(d)
+    assert sorted(p.name for p in (d / ".hydra").iterdir()) == ["overrides.yaml"]
+    assert (d / ".hydra" / "overrides.yaml").read_text() == "- reasoner=io\n"
+    assert not restore_hydra_record(d)  # once
+    assert keep_hydra_record(d)
+    shutil.rmtree(d)  # the dir removed, then made again by a new launch
+    assert not keep_hydra_record(d)
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "overrides.yaml").write_text("- reasoner=rag\n")
+    assert not restore_hydra_record(d)
+    assert (d / ".hydra" / "overrides.yaml").read_text() == "- reasoner=rag\n"
