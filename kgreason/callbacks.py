@@ -75,6 +75,11 @@ class SweepCallbacks(Callback):
         print(next_steps(config.hydra.sweep.dir))
 
 
+#: in a sweep dir: one JSON line per job that kgreason refused to run on its dir because of what the
+#: dir held (it is left as it was, so it gets no failed.json); read by compose.SweepCheck for the
+#: exit status and by KeepHydraRecord, which puts each such job's .hydra/ back
+REFUSED = "refused_jobs.jsonl"
+
 #: run dir (resolved) -> its ``.hydra/*.yaml`` (name -> bytes) before this launch's Hydra rewrote them
 _HYDRA_BEFORE: dict[str, dict[str, bytes]] = {}
 
@@ -142,8 +147,6 @@ class KeepHydraRecord(Callback):
                     keep_hydra_record(h.parent)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from kgreason.compose import REFUSED
-
         root = Path(str(config.hydra.sweep.dir))
         t0 = getattr(self, "_t0", 0.0)
         try:

@@ -28,6 +28,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from kgreason.callbacks import REFUSED  # <sweep dir>/refused_jobs.jsonl, read by KeepHydraRecord too
+
 _MISSING = object()
 
 
@@ -296,10 +298,6 @@ def failed_marker(out_dir: Path, reason: str, stage: str) -> Path:
     path.write_text(json.dumps({"status": "failed", "reason": reason, "stage": stage}) + "\n", encoding="utf-8")
     return path
 
-
-#: in a sweep dir: one JSON line per job that kgreason refused to run on its dir because of what the
-#: dir held (it is left as it was, so it gets no failed.json); read by SweepCheck for the exit status
-REFUSED = "refused_jobs.jsonl"
 
 
 def refused_marker(sweep_dir: Path, out_dir: Path, reason: str) -> None:
