@@ -34,6 +34,8 @@ _inflight = 0
 _inflight_lock = threading.Lock()
 #: the sweep job this process runs ("job 3: reasoner=rag,seed=1"); prefixes every line in a sweep
 _job = ""
+#: where the last bar left by an exception stood (Ctrl-C, SIGTERM, an error): :func:`stopped_at`
+_stopped: dict[str, Any] | None = None
 
 
 def set_job(label: str) -> None:
@@ -44,6 +46,19 @@ def set_job(label: str) -> None:
 
 def _tag() -> str:
     return f"[{_job}] " if _job else ""
+
+
+def stopped_at() -> dict[str, Any] | None:
+    """The last bar an exception ended in this process: ``{"what", "done", "total", "unit"}``
+    (``SubQRAG indexing``, 812 of 6256 ``passage``), or ``None``. A run stopped before its first
+    example says with it how far its set-up got (kgreason/run.py)."""
+    return dict(_stopped) if _stopped else None
+
+
+def forget_stopped() -> None:
+    """Clear :func:`stopped_at` (a new step begins; an earlier bar's stop is not its own)."""
+    global _stopped
+    _stopped = None
 
 
 def in_flight() -> int:
@@ -161,22 +176,27 @@ class Progress:
                 self._bar.set_postfix({k: _fmt_v(v) for k, v in self._figures().items()}, refresh=False)
                 self._bar.update(n)
 
-    def close(self) -> None:
+    def close(self, stopped: bool = False) -> None:
+        """End the bar; ``stopped``: an exception ended the work, so the last line says
+        "(stopped)", not "(done)", and :func:`stopped_at` keeps where it stood."""
+        global _stopped
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
+            if stopped:
+                _stopped = {"what": self.desc, "done": self.n, "total": self.total, "unit": self.unit}
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
             elif self.mode == "log":
-                log.info(self.line() + " (done)")
+                log.info(self.line() + (" (stopped)" if stopped else " (done)"))
 
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self.close(stopped=exc_type is not None)
 
 
 def bar(total: int | None, desc: str, unit: str = "it", **kw: Any) -> Progress:

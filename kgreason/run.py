@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from kgreason import preflight
+from kgreason import preflight, progress
 from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
@@ -245,6 +245,7 @@ def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path)
     if kept is None:
         return earlier
     seen = {e["key"] for e in earlier.stores_built}
+    progress.forget_stopped()  # a stop reported by this run is this set-up's, not an earlier run's
     with example_ledger(payer=(c.run_id, PREPARE_ID) if c.run_id else None) as led:
         built = _open_embedding_stores(c)
         # a store this run dir's earlier attempt built is counted again on resume, as its LLM calls
@@ -418,8 +419,6 @@ class _ExampleProgress:
     the running headline metric (the dataset's first) and LLM calls in flight."""
 
     def __init__(self, total: int, done_before: int, headline: Metric | None) -> None:
-        from kgreason import progress
-
         self.headline, self.vals, self.errors, self._t = headline, [], 0, 0.0
         self.p = progress.bar(total, "examples", "ex", initial=done_before, show_llm=True)
 
@@ -436,10 +435,10 @@ class _ExampleProgress:
                 figures[self.headline.name] = float(self.headline.aggregate(self.vals))
         self.p.update(1, **figures)
 
-    def close(self) -> None:
+    def close(self, stopped: bool = False) -> None:
         if self.headline is not None and self.vals:
             self.p.postfix[self.headline.name] = float(self.headline.aggregate(self.vals))
-        self.p.close()
+        self.p.close(stopped=stopped)
 
 
 def _reasoner_class(cfg: DictConfig):
@@ -628,6 +627,31 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
                 out_dir / "predictions.jsonl", resume_command(out_dir))
 
 
+#: written when Ctrl-C or SIGTERM stops a run in its set-up (before the examples it has left);
+#: removed once a resume finishes the set-up. ``{"status": "stopped", "stage": "prepare",
+#: "interrupted_by", "examples_done", "n_expected", "progress": {"what", "done", "total", "unit"} | null}``
+PREPARE_STOPPED = "prepare_stopped.json"
+
+
+def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int) -> None:
+    """Say where a run stopped in its set-up (:func:`_prepare`, e.g. SubQRAG's index, hours on a
+    CPU): the log line names how far the set-up's progress bar got and the resume command, and
+    ``prepare_stopped.json`` keeps the same for the tools that sum up sittings. No metrics.json:
+    nothing new was answered, and an earlier sitting's rows keep their own metrics.json."""
+    signame = why.signame if isinstance(why, RunInterrupted) else "SIGINT (Ctrl-C)"
+    where = progress.stopped_at()
+    try:
+        write_json(out_dir / PREPARE_STOPPED, {"status": "stopped", "stage": "prepare",
+                                               "interrupted_by": signame.split()[0], "examples_done": done,
+                                               "n_expected": n, "progress": where})
+    except OSError as e:  # the interruption is what is reported
+        log.error("could not write %s: %s", out_dir / PREPARE_STOPPED, e)
+    got = f" ({where['what']}: {where['done']} of {where['total']} {where['unit']} done)" if where else ""
+    log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; what the set-up "
+                "finished is kept (SubQRAG's index: every extracted passage) and a resume goes on from there. "
+                "Resume with: %s", signame, got, done, n, resume_command(out_dir))
+
+
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
     """Evaluate ``cfg`` into ``out_dir``, holding the run dir's lock throughout (a second run on
     the dir raises :class:`~kgreason.runs.RunDirLocked` before touching anything). A run that
@@ -710,7 +734,12 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
                  len(examples), len(examples) - len(pending), len(pending) - (len(examples) - done_before))
         todo = {ex.id for ex in pending}
         kept = [store.rows[ex.id] for ex in examples if ex.id in store and ex.id not in todo]
-        prepared = _prepare(c, kept if pending else None, out_dir)
+        try:
+            prepared = _prepare(c, kept if pending else None, out_dir)
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM in the set-up: no example is answered yet
+            _write_prepare_stopped(out_dir, e, len(examples) - len(pending), len(examples))
+            raise
+        (out_dir / PREPARE_STOPPED).unlink(missing_ok=True)  # an earlier sitting's stop: the set-up is done now
         stage["name"] = "run"
         try:
             _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
@@ -768,8 +797,12 @@ def _answer_all(cfg: DictConfig, c: Components, pending: list[Example], store: P
                         "retried (retry_errors=true)")
             if hasattr(c.retriever, "clear"):
                 c.retriever.clear()
-    finally:
+    except BaseException:
+        bar.close(stopped=True)  # Ctrl-C, SIGTERM or a stop: the last line says "(stopped)", not "(done)"
+        raise
+    else:
         bar.close()
+    finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 

@@ -70,6 +70,25 @@ def test_progress_line_has_eta_errors_and_metric(monkeypatch):
     assert progress.in_flight() == 0
 
 
+def test_a_bar_ended_by_an_exception_says_stopped_and_where(monkeypatch, caplog):
+    """A bar left by Ctrl-C or SIGTERM (a long set-up such as SubQRAG's index) logs "(stopped)",
+    never "(done)", and :func:`progress.stopped_at` says how far it got; a bar that ends normally
+    changes neither."""
+    monkeypatch.setenv("KGREASON_PROGRESS", "log")
+    monkeypatch.setattr(progress, "_stopped", None)
+    caplog.set_level(logging.INFO, logger="kgreason.progress")
+    with progress.bar(5, "warm-up", "step") as p:
+        p.update(5)
+    assert progress.stopped_at() is None and _progress_records(caplog)[-1].getMessage().endswith("(done)")
+    with pytest.raises(KeyboardInterrupt):
+        with progress.bar(6256, "SubQRAG indexing", "passage", initial=800) as p:
+            p.update(12)
+            raise KeyboardInterrupt
+    last = _progress_records(caplog)[-1].getMessage()
+    assert last.startswith("SubQRAG indexing: 812/6256 passage") and last.endswith("(stopped)"), last
+    assert progress.stopped_at() == {"what": "SubQRAG indexing", "done": 812, "total": 6256, "unit": "passage"}
+
+
 def test_stage_heartbeat_while_a_long_step_runs(monkeypatch, caplog):
     monkeypatch.setenv("KGREASON_PROGRESS", "log")
     monkeypatch.setenv("KGREASON_PROGRESS_INTERVAL", "0.05")

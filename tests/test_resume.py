@@ -242,3 +242,57 @@ def test_sigterm_logs_writes_partial_metrics_and_resume_is_exact(tmp_path):
     assert partial["run/interrupted_by"] == "SIGTERM" and partial["run/status"] == "partial"
     assert not (run_dir / "run.lock").exists() and not (run_dir / "failed.json").exists()  # lock released
     assert _resume(run_dir, cache, 1, 0.05) == reference
+
+
+def test_sigterm_in_the_set_up_says_how_far_it_got_and_the_resume_finishes_it(tmp_path):
+    """A run stopped while preparing (SubQRAG's offline index, hours on a CPU) says so: the log
+    names the indexed passages and the resume command, ``prepare_stopped.json`` keeps the same
+    for the tools that sum up sittings, the progress line ends "(stopped)", not "(done)", and no
+    metrics.json or failed.json is written. The resume indexes only what is left, removes the
+    marker, and its metrics count every indexing call once."""
+    import signal
+
+    n_passages = 40
+    data = tmp_path / "hotpot.jsonl"
+    recs = [{"_id": f"q{q}", "question": f"Where was person {q} born?", "answer": "Riverton", "supporting_facts": [],
+             "context": [[f"Passage {q}-{i}", [f"Person {q} met person {i} in town {i}."]]
+                         for i in range(n_passages // 2)]} for q in range(2)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    run_dir, idx = tmp_path / "run", tmp_path / "idx"
+    over = ["reasoner=subqrag", "dataset=hotpotqa", f"dataset.path={data}", "llm=scripted", "llm.delay_s=0.1",
+            "tracking=none", "reports.hop_distribution=false", f"reasoner.index_dir={idx}",
+            f"llm_cache.dir={tmp_path / 'calls'}", f"embedder.cache_dir={tmp_path / 'emb'}"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", KGREASON_PROGRESS="log", KGREASON_PROGRESS_INTERVAL="0.2")
+    proc = subprocess.Popen([sys.executable, "-m", "kgreason", *over, f"hydra.run.dir={run_dir}"], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not list(idx.glob("*/extractions.jsonl")):
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.02)
+        while time.monotonic() < deadline and _rows(next(idx.glob("*/extractions.jsonl"))) < 8:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    indexed = _rows(next(idx.glob("*/extractions.jsonl")))
+    assert 8 <= indexed < n_passages, "the index finished before SIGTERM: nothing was tested"
+    stopped = json.loads((run_dir / "prepare_stopped.json").read_text())
+    assert stopped["stage"] == "prepare" and stopped["interrupted_by"] == "SIGTERM"
+    assert (stopped["examples_done"], stopped["n_expected"]) == (0, 2)
+    assert stopped["progress"] == {"what": "SubQRAG indexing", "done": indexed, "total": n_passages,
+                                   "unit": "passage"}
+    assert f"SubQRAG indexing: {indexed} of {n_passages} passage done" in out, out[-3000:]
+    assert "interrupted by SIGTERM while preparing" in out and f"hydra.run.dir={run_dir}" in out
+    assert f"SubQRAG indexing: {indexed}/{n_passages} passage" in out and "(stopped)" in out
+    assert not (run_dir / "metrics.json").exists() and not (run_dir / "failed.json").exists()
+    assert not (run_dir / "run.lock").exists()
+
+    res = run(compose_cfg(over, run_dir), run_dir)
+    assert res.metrics["run/n_examples"] == 2 and res.metrics["llm/index/calls"] == n_passages
+    assert _rows(next(idx.glob("*/extractions.jsonl"))) == n_passages
+    assert not (run_dir / "prepare_stopped.json").exists()

@@ -454,3 +454,60 @@ def test_a_partial_row_resumed_and_still_partial_notes_all_its_sittings(tmp_path
                             {"sitting_s": 300.0, "sittings_s": [300.0]}, stopped, 200.0)
     assert e["partial"] is True and e["sittings_s"] == [300.0, 200.0]
     assert "2 sittings" in e["wall_note"] and "500 s" in e["wall_note"] and "partial" in e["wall_note"]
+
+
+def test_a_sitting_stopped_in_the_set_up_is_noted_as_preparing_and_its_time_counts(tmp_path, monkeypatch):
+    """A sitting whose budget ends while the row's run still prepares (SubQRAG's index of a large
+    pool takes several sittings) is not a failure: the row says how far the set-up got and keeps
+    the sitting's time; the sitting that answers the questions counts every sitting in the row's
+    cost. A signal with no marker from this sitting is still a failure."""
+    runs = tmp_path / "outputs" / "validation" / "heldout_n4"
+    run_dir = runs / "twowiki_subqrag"
+    out = tmp_path / "validation_heldout_n4.json"
+
+    def stopped_preparing(done):
+        def call(cmd, cwd=None):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "prepare_stopped.json").write_text(json.dumps({
+                "status": "stopped", "stage": "prepare", "interrupted_by": "SIGTERM", "examples_done": 0,
+                "n_expected": 4, "progress": {"what": "SubQRAG indexing", "done": done, "total": 6256,
+                                              "unit": "passage"}}))
+            return 143
+        return call
+
+    def sitting(mod, call, seconds):
+        monkeypatch.setattr(mod.subprocess, "call", call)
+        times = iter([1000.0, 1000.0 + seconds])
+        monkeypatch.setattr(mod.time, "time", lambda: next(times))
+        assert mod.main(["--n", "4", "--split", "heldout", "--rows", "twowiki_subqrag", "--cache",
+                         str(tmp_path / "c")]) == 0
+        return json.loads(out.read_text())["twowiki_subqrag"]
+
+    mod = _runner(tmp_path, monkeypatch, rc=143)
+    e = sitting(mod, stopped_preparing(800), 7000.0)
+    assert "metrics" not in e and e["prepare_sittings_s"] == [7000.0]
+    assert e["prepare_progress"]["done"] == 800 and "failed" not in e["status"]
+    assert e["status"].startswith("preparing: SubQRAG indexing 800 of 6256 passage after 1 sitting (7000 s)")
+    assert "preparing: SubQRAG indexing 800 of 6256" in mod.markdown()
+
+    e = sitting(mod, stopped_preparing(1600), 6000.0)
+    assert e["prepare_sittings_s"] == [7000.0, 6000.0] and "after 2 sittings (13000 s)" in e["status"]
+
+    import os
+
+    os.utime(run_dir / "prepare_stopped.json", (0, 0))  # killed again before it said anything: a failure
+    e = sitting(mod, lambda cmd, cwd=None: 143, 100.0)
+    assert e["status"] == "failed (exit 143)" and e["prepare_sittings_s"] == [7000.0, 6000.0]
+
+    def answered(cmd, cwd=None):  # the set-up finishes (the marker goes) and the questions are answered
+        (run_dir / "prepare_stopped.json").unlink()
+        _fake_run(runs / "twowiki_subqrag_tmp", [1.0, 0.0, 1.0, 0.0], metric="em")
+        for f in (runs / "twowiki_subqrag_tmp").iterdir():
+            f.replace(run_dir / f.name)
+        (run_dir / "timing.json").write_text(json.dumps({"wall_s": 3000.0}))
+        return 0
+
+    e = sitting(mod, answered, 3000.0)
+    assert e["n_examples"] == 4 and "status" not in e and "prepare_sittings_s" not in e
+    assert e["sittings_s"] == [7000.0, 6000.0, 3000.0] and e["seconds_per_question"] == 4000.0
+    assert "3 sittings" in e["wall_note"] and "2 of them preparing" in e["wall_note"]

@@ -555,6 +555,18 @@ def stopped_by_hand(rc: int, metrics: Path, since: float) -> bool:
         return False
 
 
+def stopped_preparing(rc: int, run_dir: Path, since: float) -> dict | None:
+    """A sitting ended by Ctrl-C or SIGTERM while the row's run still prepared (SubQRAG's index):
+    the ``prepare_stopped.json`` its run wrote during this sitting (kgreason/run.py), else ``None``."""
+    marker = run_dir / "prepare_stopped.json"
+    if rc not in (130, 143, -2, -15) or not marker.exists() or marker.stat().st_mtime < since:
+        return None
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20, help="questions per row (dev: the first N <= 20; heldout: N)")
@@ -619,6 +631,23 @@ def main(argv: list[str] | None = None) -> int:
                   "writing it; stop it with Ctrl-C or `kill <pid>` (SIGTERM) for a partial row); the table is left as it was",
                   file=sys.stderr, flush=True)
             continue
+        preparing = None if args.collect else stopped_preparing(rc, run_dir, t0)
+        if preparing is not None and "metrics" not in table.get(row, {}):
+            # the budget ended in the set-up (a large pool's index takes several sittings): not a
+            # failure; the row says how far it got and keeps each sitting's time for its cost
+            prev = table.get(row, {})
+            spent = list(prev.get("prepare_sittings_s") or []) + [round(time.time() - t0, 1)]
+            where = preparing.get("progress") or {}
+            got = (f"{where['what']} {where['done']} of {where['total']} {where['unit']}" if where
+                   else "no progress reported")
+            table[row] = {"command": shown, "split": args.split, "n": args.n,
+                          "status": (f"preparing: {got} after {len(spent)} sitting{'s' if len(spent) > 1 else ''} "
+                                     f"({sum(spent):.0f} s), no question answered yet; the same command resumes it"),
+                          "prepare_progress": where or None, "prepare_sittings_s": spent}
+            print(f"row {row}: stopped while preparing ({got}); noted, resume with the same command",
+                  file=sys.stderr, flush=True)
+            out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
+            continue
         if rc != 0 and stopped_by_hand(rc, run_dir / "metrics.json", t0):
             # Ctrl-C or SIGTERM: the run summed up what it answered (run/partial) before it exited,
             # so this sitting is a partial row with its own N, not a failure
@@ -652,7 +681,18 @@ def main(argv: list[str] | None = None) -> int:
                 if prev.get("llm_seconds_questions"):
                     entry["llm_seconds_questions"] = prev["llm_seconds_questions"]
             this_sitting = round(time.time() - t0, 1)
-            if (not args.collect and "metrics" in prev and prev.get("partial")
+            if not args.collect and prev.get("prepare_sittings_s") and "metrics" not in prev:
+                # the sittings that only prepared (SubQRAG's index) are this row's cost too
+                entry["sittings_s"] = list(prev["prepare_sittings_s"]) + [this_sitting]
+                total, k = sum(entry["sittings_s"]), len(prev["prepare_sittings_s"])
+                done = entry.get("n_examples")
+                if not entry.get("partial") and done:
+                    entry["seconds_per_question"] = round(total / done, 1)
+                entry["wall_note"] = (f"{'partial: ' if entry.get('partial') else ''}{len(entry['sittings_s'])} "
+                                      f"sittings, {k} of them preparing (the set-up before the first question), "
+                                      f"{total:.0f} s in all for {done} questions (the runner's sitting times, "
+                                      "model load and set-up included); wall_s is the last one's")
+            elif (not args.collect and "metrics" in prev and prev.get("partial")
                     and (run_dir / "predictions.jsonl").stat().st_mtime >= t0
                     and (prev.get("sittings_s") or (prev.get("sitting_s") and not prev.get("wall_note")))):
                 # a resume of a partial row: timing.json covers this sitting only, so the row's cost is
