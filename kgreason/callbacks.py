@@ -8,7 +8,8 @@
 * Before a run or a sweep: the ``.hydra/*.yaml`` of every run dir it will write into, as they
   are (``KeepHydraRecord``). Hydra rewrites them before any kgreason code runs, so a launch that
   kgreason then refuses the dir (another config, its lock held, a start-up check) would leave its
-  own config beside rows it never wrote; they are put back as they were.
+  own config beside rows it never wrote; they are put back as they were. A sweep whose every
+  job was refused also gets its ``multirun.yaml`` back.
 """
 
 from __future__ import annotations
@@ -141,7 +142,12 @@ class KeepHydraRecord(Callback):
 
         self._t0 = time.time() - 1.0
         root = Path(str(config.hydra.sweep.dir))
+        self._multirun: bytes | None = None  # the sweep's multirun.yaml, which Hydra rewrites next
         if root.is_dir():
+            try:
+                self._multirun = (root / "multirun.yaml").read_bytes()
+            except OSError:
+                pass
             for h in root.rglob(".hydra"):
                 if h.is_dir():
                     keep_hydra_record(h.parent)
@@ -153,6 +159,7 @@ class KeepHydraRecord(Callback):
             lines = (root / REFUSED).read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             lines = []
+        refused: set[Path] = set()
         for line in lines:
             try:
                 r = json.loads(line)
@@ -161,4 +168,15 @@ class KeepHydraRecord(Callback):
             if isinstance(r, dict) and float(r.get("time") or 0) >= t0 and r.get("dir"):
                 job = (root / str(r["dir"])).resolve()
                 if job.is_relative_to(root.resolve()):
-                    restore_hydra_record(job)
+                    refused.add(job)
+        # the jobs this launch started: Hydra wrote their .hydra/ since the sweep began
+        launched = {h.parent.resolve() for h in root.rglob(".hydra")
+                    if any(p.stat().st_mtime >= t0 for p in h.glob("*.yaml"))} if root.is_dir() else set()
+        for job in refused:
+            restore_hydra_record(job)
+        if getattr(self, "_multirun", None) is not None and launched <= refused:
+            # every job was refused its dir: nothing of this launch ran, so the sweep's record
+            # stays the launch's that made the jobs (Hydra wrote this one's before any job)
+            tmp = root / "multirun.yaml.tmp"
+            tmp.write_bytes(self._multirun)
+            tmp.replace(root / "multirun.yaml")

@@ -264,6 +264,7 @@ def test_a_sweep_job_refused_its_finished_dir_leaves_it_unmarked_and_the_sweep_f
     assert first.returncode == 0, first.stderr[-3000:]
     reference = (sweep / "0" / "metrics.json").read_bytes()
     record = {p.name: p.read_bytes() for p in (sweep / "0" / ".hydra").iterdir()}
+    multirun = (sweep / "multirun.yaml").read_bytes()
     again = subprocess.run([*cmd, "reasoner.max_hops=3"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2, again.stderr[-3000:]
     assert "was made with another config" in again.stderr and "refused their dir" in again.stderr
@@ -277,6 +278,8 @@ def test_a_sweep_job_refused_its_finished_dir_leaves_it_unmarked_and_the_sweep_f
     assert third.returncode == 2 and "refused their dir" in third.stderr, third.stderr[-3000:]
     assert not (sweep / "0" / "failed.json").exists() and (sweep / "0" / "metrics.json").read_bytes() == reference
     assert {p.name: p.read_bytes() for p in (sweep / "0" / ".hydra").iterdir()} == record
+    # every job refused: the sweep's multirun.yaml is still the launch's that made the jobs
+    assert (sweep / "multirun.yaml").read_bytes() == multirun
     t = subprocess.run([sys.executable, "-m", "kgreason", "tables", str(sweep), "--metrics", "hits_at_1"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert t.returncode == 0 and "(failed)" not in t.stdout, t.stdout + t.stderr[-2000:]
