@@ -252,6 +252,8 @@ def test_sigterm_in_the_set_up_says_how_far_it_got_and_the_resume_finishes_it(tm
     marker, and its metrics count every indexing call once."""
     import signal
 
+    from kgreason.tables import _failure_reason
+
     n_passages = 40
     data = tmp_path / "hotpot.jsonl"
     recs = [{"_id": f"q{q}", "question": f"Where was person {q} born?", "answer": "Riverton", "supporting_facts": [],
@@ -291,6 +293,8 @@ def test_sigterm_in_the_set_up_says_how_far_it_got_and_the_resume_finishes_it(tm
     assert f"SubQRAG indexing: {indexed}/{n_passages} passage" in out and "(stopped)" in out
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "failed.json").exists()
     assert not (run_dir / "run.lock").exists()
+    assert _failure_reason(run_dir) == (f"stopped by SIGTERM while preparing (SubQRAG indexing: {indexed} of "
+                                        f"{n_passages} passage), before its examples; the same command resumes it")
 
     res = run(compose_cfg(over, run_dir), run_dir)
     assert res.metrics["run/n_examples"] == 2 and res.metrics["llm/index/calls"] == n_passages

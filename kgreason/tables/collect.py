@@ -227,6 +227,16 @@ def _failure_reason(job: Path, rows: RunRows | None = None) -> str:
         if isinstance(doc, dict) and doc.get("reason"):
             return f"failed ({doc.get('stage') or '?'}): {str(doc['reason'])[:300]}"
         return f"{job.name}/failed.json: a failure marker without a reason"
+    stopped = job / "prepare_stopped.json"  # Ctrl-C / SIGTERM in the run's set-up (kgreason/run.py)
+    if stopped.is_file():
+        try:
+            doc = json.loads(stopped.read_text(encoding="utf-8"))
+            where = doc.get("progress") or {}
+            got = f" ({where['what']}: {where['done']} of {where['total']} {where['unit']})" if where else ""
+            return (f"stopped by {doc.get('interrupted_by', '?')} while preparing{got}, before its "
+                    "examples; the same command resumes it")
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as e:
+            return f"{job.name}/prepare_stopped.json: unreadable ({e})"
     pred = job / "predictions.jsonl"
     if rows is None and pred.is_file():
         try:
