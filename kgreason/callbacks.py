@@ -174,9 +174,10 @@ class KeepHydraRecord(Callback):
                     if any(p.stat().st_mtime >= t0 for p in h.glob("*.yaml"))} if root.is_dir() else set()
         for job in refused:
             restore_hydra_record(job)
-        if getattr(self, "_multirun", None) is not None and launched <= refused:
+        if getattr(self, "_multirun", None) is not None and refused and launched <= refused:
             # every job was refused its dir: nothing of this launch ran, so the sweep's record
-            # stays the launch's that made the jobs (Hydra wrote this one's before any job)
+            # stays the launch's that made the jobs (Hydra wrote this one's before any job); with
+            # no refusal nothing is put back (jobs without .hydra/, hydra.output_subdir=null, ran)
             tmp = root / "multirun.yaml.tmp"
             tmp.write_bytes(self._multirun)
             tmp.replace(root / "multirun.yaml")

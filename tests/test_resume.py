@@ -210,6 +210,25 @@ def test_readers_take_the_last_row_per_id(tmp_path):
     assert score([], ["hits_at_1"]) == {"hits_at_1": None}  # valid JSON, never NaN
 
 
+def _sigterm_once(cmd: list[str], env: dict[str, str], ready) -> tuple[int, str]:
+    """Start ``cmd`` (a ``python -m kgreason`` run), send it SIGTERM once ``ready()`` holds, and
+    return its exit status and output. Fails if the run ends first."""
+    import signal
+
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ready():
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out
+
+
 def test_sigterm_logs_writes_partial_metrics_and_resume_is_exact(tmp_path):
     """Issue #32 item 6: SIGTERM (a scheduler's stop, ``kill``) is handled as Ctrl-C: resources
     closed, the interruption and the resume command logged, metrics.json written for the rows done
@@ -220,19 +239,9 @@ def test_sigterm_logs_writes_partial_metrics_and_resume_is_exact(tmp_path):
     run_dir, cache = tmp_path / "terminated", tmp_path / "cache"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "kgreason", *_overrides(cache, 1, 0.05), f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pred = run_dir / "predictions.jsonl"
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and _rows(pred) < 5:
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    rc, out = _sigterm_once(cmd, env, lambda: _rows(pred) >= 5)
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
     done = _rows(pred)
     assert 5 <= done < N, "the run finished before SIGTERM: nothing was tested"
     assert "interrupted by SIGTERM" in out and f"{done} of {N} examples" in out, out[-3000:]
@@ -265,22 +274,9 @@ def test_sigterm_in_the_set_up_says_how_far_it_got_and_the_resume_finishes_it(tm
             "tracking=none", "reports.hop_distribution=false", f"reasoner.index_dir={idx}",
             f"llm_cache.dir={tmp_path / 'calls'}", f"embedder.cache_dir={tmp_path / 'emb'}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1", KGREASON_PROGRESS="log", KGREASON_PROGRESS_INTERVAL="0.2")
-    proc = subprocess.Popen([sys.executable, "-m", "kgreason", *over, f"hydra.run.dir={run_dir}"], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not list(idx.glob("*/extractions.jsonl")):
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            time.sleep(0.02)
-        while time.monotonic() < deadline and _rows(next(idx.glob("*/extractions.jsonl"))) < 8:
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    cmd = [sys.executable, "-m", "kgreason", *over, f"hydra.run.dir={run_dir}"]
+    rc, out = _sigterm_once(cmd, env, lambda: sum(_rows(f) for f in idx.glob("*/extractions.jsonl")) >= 8)
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
     indexed = _rows(next(idx.glob("*/extractions.jsonl")))
     assert 8 <= indexed < n_passages, "the index finished before SIGTERM: nothing was tested"
     stopped = json.loads((run_dir / "prepare_stopped.json").read_text())
