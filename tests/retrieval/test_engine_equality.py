@@ -22,6 +22,7 @@ ENGINES = {
     "scipy": lambda kg, **kw: ScipyRetriever(kg, **kw),
     "numba": lambda kg, **kw: NumbaRetriever(kg, **kw),
     "torch": lambda kg, **kw: TorchRetriever(kg, device="cpu", **kw),
+    "torch_spmm": lambda kg, **kw: TorchRetriever(kg, device="cpu", kernel="spmm", **kw),
     "igraph": lambda kg, **kw: IgraphRetriever(kg, **kw),
     "graphblas": lambda kg, **kw: GraphBLASRetriever(kg, **kw),
     "partitioned": lambda kg, **kw: PartitionedRetriever(kg, n_partitions=3, cache_size=1, **kw),
