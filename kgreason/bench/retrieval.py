@@ -268,7 +268,7 @@ def run_bench(cfg: DictConfig, kg=None) -> dict[str, Any]:
     labels = {label: parse_backend(label, int(cfg.batch)) for label in order}  # validate all before any timing
     for engine, _ in labels.values():
         retriever_conf(engine)
-    if "logoskg_lib" in [e for e, _ in labels.values()]:
+    if any(e.startswith("logoskg_lib") for e, _ in labels.values()):
         from kgreason.retrieval.logoskg_lib import load_library
 
         load_library()  # no LOGOSKG_SRC: fail before the first query, saying how to get it

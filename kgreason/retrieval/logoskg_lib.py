@@ -51,6 +51,9 @@ class LogosKGLibRetriever(GraphRetriever):
 
     Args:
         backend: the library's backend (``numba`` | ``scipy`` | ``torch``).
+        device: the library's ``device`` for its torch backend (``cuda`` runs it on a GPU, as the
+            H200 row of ``experiments/logoskg_table2/gpu_h200/`` did); ``None`` leaves the library's
+            default. Refused with the other backends, which have no device.
         src: checkout path (default ``$LOGOSKG_SRC``).
         (others): see :class:`~kgreason.retrieval.base.GraphRetriever`; only ``within`` and
             ``out`` exist in the library, anything else is an error at construction.
@@ -58,14 +61,19 @@ class LogosKGLibRetriever(GraphRetriever):
 
     name = "logoskg_lib"
 
-    def __init__(self, kg, *, backend: str = "numba", src: str | None = None, **kw) -> None:
+    def __init__(self, kg, *, backend: str = "numba", device: str | None = None, src: str | None = None,
+                 **kw) -> None:
         super().__init__(kg, **kw)
+        if device is not None and backend != "torch":
+            raise ValueError(f"logoskg_lib: device={device!r} needs backend=torch (the library's {backend} "
+                             "backend runs on the CPU)")
         if self.semantics is not Semantics.WITHIN or self.direction is not Direction.OUT:
             raise ValueError("logoskg_lib: the library's retrieve_within_k_hop is semantics=within, "
                              f"direction=out; got {self.semantics.value}/{self.direction.value}")
         cls = load_library(src)
         triples = list(zip(np.asarray(kg.heads).tolist(), np.asarray(kg.rels).tolist(), np.asarray(kg.tails).tolist()))
-        self.lib = cls(triples, backend=backend)
+        self.device = device
+        self.lib = cls(triples, backend=backend) if device is None else cls(triples, backend=backend, device=device)
 
     def _hop(self, active, rel_mask, deadline):  # pragma: no cover - the library has no hop primitive
         raise NotImplementedError("logoskg_lib answers whole queries only")

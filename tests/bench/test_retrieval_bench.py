@@ -3,6 +3,7 @@ efficiency columns, no time limit, KG padding, the Table 2 preset and the option
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,31 @@ def test_logoskg_lib_answers_equal_numba_when_available(embedded_kg):
     out = bench.run_bench(cfg, kg=embedded_kg)
     for k in ("1", "2", "3"):
         assert out["results"]["logoskg_lib"][k]["identical"], k
+
+
+def test_logoskg_lib_device_is_the_librarys_and_needs_its_torch_backend(embedded_kg, tmp_path, monkeypatch, request):
+    """``device`` reaches the library's constructor (as the H200 row ran it,
+    ``LogosKG(triples, backend="torch", device="cuda")``); with a CPU-only backend it is refused.
+    A stand-in library records the call: it checks the adapter's wiring, not the library."""
+    from kgreason.bench.retrieval import build_retriever
+
+    pkg = tmp_path / "LogosKG"
+    pkg.mkdir()
+    (pkg / "LogosKG.py").write_text(
+        "CALLS = []\n"
+        "class LogosKG:\n"
+        "    def __init__(self, triples, **kw):\n"
+        "        CALLS.append(kw)\n")
+    monkeypatch.setenv("LOGOSKG_SRC", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("LogosKG", "LogosKG.LogosKG"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    request.addfinalizer(lambda: [sys.modules.pop(n, None) for n in ("LogosKG", "LogosKG.LogosKG")])
+    eng = build_retriever("logoskg_lib_cuda", embedded_kg)
+    import LogosKG.LogosKG as lib  # the stand-in, found through LOGOSKG_SRC
+
+    assert lib.CALLS[-1] == {"backend": "torch", "device": "cuda"} and eng.device == "cuda"
+    build_retriever("logoskg_lib", embedded_kg)
+    assert lib.CALLS[-1] == {"backend": "numba"}
+    with pytest.raises(Exception, match="needs backend=torch"):  # hydra wraps the ValueError
+        build_retriever("logoskg_lib", embedded_kg, device="cuda")
