@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 from pathlib import Path
 
 MACHINE_ROOT = "/" + "work" + "/"  # the development machine's root (spelled apart: `git grep` stays clean)
@@ -511,3 +512,64 @@ def test_a_sitting_stopped_in_the_set_up_is_noted_as_preparing_and_its_time_coun
     assert e["n_examples"] == 4 and "status" not in e and "prepare_sittings_s" not in e
     assert e["sittings_s"] == [7000.0, 6000.0, 3000.0] and e["seconds_per_question"] == 4000.0
     assert "3 sittings" in e["wall_note"] and "2 of them preparing" in e["wall_note"]
+
+
+def test_a_row_measured_on_code_that_has_changed_since_is_marked(tmp_path, monkeypatch):
+    """A row records the blob ids of its method's files when it is measured; the generator marks it
+    once any of them differs (issue 56 item 5: by the generator, never by hand)."""
+    mod = _runner(tmp_path, monkeypatch, 0)
+    for rel in ("kgreason/reasoners/sgr.py", "conf/reasoner/sgr.yaml", "kgreason/reasoners/prompts/sgr/schema.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"{rel} as measured\n")
+    entry = {"metrics": {"hits_at_1": 0.5}, "n_examples": 30, "command": "",
+             "code": {"commit": "abc", "files": mod.code_stamp("metaqa_sgr")}}
+    assert mod.code_changed("metaqa_sgr", entry) == []
+    assert not any("earlier code" in n for n in mod.row_notes("metaqa_sgr", entry, {}))
+    (tmp_path / "kgreason/reasoners/prompts/sgr/schema.txt").write_text("rewritten\n")
+    (tmp_path / "kgreason/reasoners/prompts/sgr/stepwise.txt").write_text("a new prompt\n")
+    assert mod.code_changed("metaqa_sgr", entry) == ["kgreason/reasoners/prompts/sgr/schema.txt",
+                                                     "kgreason/reasoners/prompts/sgr/stepwise.txt"]
+    assert any("measured on earlier code (abc)" in n and "`schema.txt`" in n
+               for n in mod.row_notes("metaqa_sgr", entry, {}))
+    assert mod.code_changed("metaqa_sgr", {"metrics": {}}) is None  # never stamped: said so, not guessed
+
+
+def test_stamps_from_git_history_take_the_first_commit_holding_the_rows_metrics(tmp_path, monkeypatch):
+    mod = _runner(tmp_path, monkeypatch, 0)
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    code = tmp_path / "kgreason" / "reasoners" / "io.py"
+    code.parent.mkdir(parents=True)
+    table = tmp_path / "validation_heldout_n30.json"
+    code.write_text("v1\n")
+    table.write_text(json.dumps({"metaqa_io": {"metrics": {"hits_at_1": 0.1}}}))
+    git("add", "-A")
+    git("commit", "-qm", "first sitting")
+    code.write_text("v2\n")
+    table.write_text(json.dumps({"metaqa_io": {"metrics": {"hits_at_1": 0.2}}}))
+    git("add", "-A")
+    git("commit", "-qm", "re-measured on v2")
+    code.write_text("v3\n")
+    git("commit", "-qam", "code changed after")
+    assert mod.stamp_from_history(table) == ["metaqa_io"]
+    e = json.loads(table.read_text())["metaqa_io"]
+    assert e["code"]["files"]["kgreason/reasoners/io.py"] == mod.blob_id(b"v2\n")
+    assert mod.code_changed("metaqa_io", e) == ["kgreason/reasoners/io.py"]
+    assert mod.stamp_from_history(table) == []  # stamped rows are left as they are
+
+
+def test_the_method_table_marks_ceilings_pools_and_rows_that_cannot_be_compared():
+    """Issue 57: the kg_dx row is a structural ceiling, rag_text (N = 100, its pool) and subqrag
+    (N = 30 of another draw, another pool) are not comparable, and the table says how many rows
+    are replayable; all generated from the JSON."""
+    table = _real_runner().method_table()
+    line = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| `")}
+    assert "structural ceiling, not a method score" in line["`kg_dx`"]
+    assert "pool: 961 passages" in line["`rag_text`"] and "not comparable with `subqrag`" in line["`rag_text`"]
+    assert "pool: 286 passages" in line["`subqrag`"] and "not comparable with `rag_text`" in line["`subqrag`"]
+    assert "Replayable from a committed bundle:" in table

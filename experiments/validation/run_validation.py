@@ -25,8 +25,10 @@ command, N, the dataset's metrics, unparseable replies, LLM calls per question, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -121,6 +123,111 @@ COMMON = ["llm=qwen_coder_1_5b", "llm.dtype=bfloat16", "tracking=none", "llm_cac
 # reasoners that answer examples in order (thread_safe=False): SubQRAG's graph updates must reach
 # later questions in dataset order, so its rows (ablations included) run one example at a time
 SEQUENTIAL = {"subqrag"}
+
+#: the files each method's code lives in (its reasoner module, helpers only it uses, its prompts
+#: folder and its config), besides a row's ablation file. A row is stamped with their git blob ids
+#: when it is measured (``code``); the generator marks a row whose files have changed since as
+#: measured on other code. Code every method shares (the reasoner kit, the LLM client, the
+#: retrievers) is left out: a change there would mark every row.
+METHOD_FILES = {
+    "io": ["kgreason/reasoners/io.py"],
+    "cot": ["kgreason/reasoners/cot.py"],
+    "rag": ["kgreason/reasoners/rag.py"],
+    "rag_text": ["kgreason/reasoners/rag_text.py"],
+    "retrieval_only": ["kgreason/reasoners/retrieval_only.py"],
+    "tog": ["kgreason/reasoners/tog.py"],
+    "reknos": ["kgreason/reasoners/reknos.py", "kgreason/reasoners/superrel.py"],
+    "sgr": ["kgreason/reasoners/sgr.py"],
+    "subqrag": ["kgreason/reasoners/subqrag.py", "kgreason/reasoners/subqrag_index.py"],
+    "logoskg_dx": ["kgreason/reasoners/logoskg_dx.py", "kgreason/reasoners/dx_common.py"],
+    "kg_dx": ["kgreason/reasoners/kg_dx.py", "kgreason/reasoners/dx_common.py"],
+}
+
+
+def blob_id(data: bytes) -> str:
+    """git's blob id of ``data`` (``git hash-object``), so a stamp made from git history and one
+    made from the working tree compare equal for the same content."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def method_paths(row: str, listdir=None) -> list[str]:
+    """The repository paths of ``row``'s method: :data:`METHOD_FILES`, every file of its prompts
+    folder, ``conf/reasoner/<r>.yaml`` and its ablation's yaml. ``listdir(folder)`` lists a folder's
+    files (default: the working tree)."""
+    _, reasoner, extra = ROWS[row]
+    paths = list(METHOD_FILES.get(reasoner, [f"kgreason/reasoners/{reasoner}.py"]))
+    paths.append(f"conf/reasoner/{reasoner}.yaml")
+    paths += [f"conf/ablation/{x.split('=', 1)[1]}.yaml" for x in extra if x.startswith("ablation=")]
+    folder = f"kgreason/reasoners/prompts/{reasoner}"
+    if listdir is None:
+        paths += sorted(str(f.relative_to(ROOT)) for f in (ROOT / folder).rglob("*") if f.is_file()
+                        and "__pycache__" not in f.parts)
+    else:
+        paths += listdir(folder)
+    return paths
+
+
+def code_stamp(row: str) -> dict[str, str]:
+    """``{path: blob id}`` of ``row``'s method files in the working tree (what a sitting measures)."""
+    return {p: blob_id((ROOT / p).read_bytes()) for p in method_paths(row) if (ROOT / p).is_file()}
+
+
+def code_changed(row: str, e: dict) -> list[str] | None:
+    """The method files of ``row`` that differ from what its committed entry ``e`` measured
+    (changed, added or removed), ``[]`` when none did, ``None`` when the entry has no stamp."""
+    then = (e.get("code") or {}).get("files")
+    if then is None:
+        return None
+    now = code_stamp(row)
+    return sorted(p for p in set(then) | set(now) if then.get(p) != now.get(p))
+
+
+def _head() -> str | None:
+    try:
+        return _git("rev-parse", "HEAD").strip()[:12]
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout
+
+
+def stamp_from_history(path: Path) -> list[str]:
+    """Stamp the rows of ``path`` that have metrics and no ``code`` from git history: the first
+    commit of the file in which the row's ``metrics`` already held today's values is taken as the
+    code the row measured, and the method files' blob ids at that commit are its stamp
+    (``code.commit``, ``code.from``). Returns the rows stamped."""
+    rel = str(path.relative_to(ROOT))
+    table = json.loads(path.read_text())
+    todo = {r for r, e in table.items() if "metrics" in e and "code" not in e and r in ROWS}
+    commits = _git("log", "--reverse", "--format=%H", "--", rel).split()
+    done = []
+    for c in commits:
+        if not todo:
+            break
+        try:
+            then = json.loads(_git("show", f"{c}:{rel}"))
+        except (subprocess.CalledProcessError, json.JSONDecodeError):
+            continue
+        for r in sorted(todo):
+            if (then.get(r) or {}).get("metrics") != table[r]["metrics"]:
+                continue
+            def listdir(folder, c=c):
+                return sorted(_git("ls-tree", "-r", "--name-only", c, "--", folder).split())
+            files = {}
+            for p in method_paths(r, listdir):
+                try:
+                    files[p] = _git("rev-parse", f"{c}:{p}").strip()
+                except subprocess.CalledProcessError:
+                    pass  # not in the tree at that commit
+            table[r]["code"] = {"commit": c[:12], "from": "git history (the first commit holding these metrics)",
+                                "files": files}
+            todo.discard(r)
+            done.append(r)
+    if done:
+        path.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
+    return done
 
 
 # --route llamacpp: the same GGUF through llama.cpp (Q4_K_M kernels, one request at a time), the
@@ -344,7 +451,9 @@ def markdown() -> str:
     difference to the baseline row, calls and tokens per question, wall time, route), then the
     dev tables (the questions prompts and settings were chosen on)."""
     files = sorted(HERE.glob("validation_*.json"), key=lambda f: (0 if "heldout" in f.stem else 1, f.stem))
-    out = []
+    out = ["¹ measured on earlier code: a file of the row's method (its reasoner module, prompts, config or "
+           "ablation; `METHOD_FILES` in run_validation.py) has changed since the row was measured (its `code` "
+           "record names the commit). Re-measure the row before comparing it with rows of today's code."]
     for f in files:
         route = "llama.cpp" if f.stem.endswith("_llamacpp") else "transformers"
         split = "held-out" if "heldout" in f.stem else "dev"
@@ -381,6 +490,9 @@ def markdown() -> str:
                 over = f" over {e['llm_seconds_questions']}" if e.get("llm_seconds_questions") else ""
                 wall = f"– (LLM {e['llm_seconds_per_question']:.0f} s/q{over})"
             n_shown = f"{e['n_examples']} of {e['n']} (partial)" if e.get("partial") else e["n_examples"]
+            changed = code_changed(row, e) if row in ROWS else None
+            if changed:  # the method's files differ from those the row measured
+                n_shown = f"{n_shown} ¹"
             out.append(f"| {row} | {n_shown} | {ms} | {pair} | {e['unparseable_replies']} | "
                        f"{_fmt(e.get('llm_calls_per_question'))} | {tok} | {wall} |")
     return "\n".join(out).strip()
@@ -429,21 +541,78 @@ def seconds_per_question(e: dict) -> float | None:
     return None
 
 
+#: rows whose score is not a method's: what they measure instead (the README says so beside them)
+NOT_A_METHOD_SCORE = {
+    "ddxplus_kg_dx": ("a structural ceiling, not a method score: every gold pathology is one hop from its "
+                      "evidences in DDXPlus's own KG, so ranking the one-hop neighbours by KG evidence finds it"),
+}
+
+
+def _draw(e: dict) -> tuple[int, int]:
+    """``(first, last)`` places of a held-out row's questions in the seeded held-out permutation."""
+    skip = int(m.group(1)) if (m := re.search(r"questions\.heldout_skip=(\d+)", e.get("command", ""))) else 0
+    return skip + 1, skip + int(e.get("n_examples") or 0)
+
+
+def _short(paths: list[str]) -> str:
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    return ", ".join(f"`{n}`" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def row_notes(row: str, e: dict, rows: dict[str, dict]) -> list[str]:
+    """What a reader must know before comparing ``row``'s score, all from the committed JSON and
+    the working tree: not a method score, the passage pool, rows it cannot be compared with, and
+    whether its method's code has changed since it was measured."""
+    notes = []
+    if row in NOT_A_METHOD_SCORE:
+        notes.append(NOT_A_METHOD_SCORE[row])
+    if e.get("pool_passages"):
+        notes.append(f"pool: {e['pool_passages']:,} passages, {e.get('pool_from', 'as measured')}")
+    ds = row.split("_")[0]
+    a = _draw(e)
+    for other, f in rows.items():
+        if other == row or other.split("_")[0] != ds or not any(other == m[2] for m in METHODS):
+            continue
+        b = _draw(f)
+        nested = a[0] == b[0]  # draws from the same place nest (a larger N keeps a smaller one's questions)
+        pools = (e.get("pool_passages"), f.get("pool_passages"))
+        if not nested or (None not in pools and pools[0] != pools[1]):
+            why = "other questions" if not nested else "another passage pool"
+            if not nested and None not in pools and pools[0] != pools[1]:
+                why += " and another passage pool"
+            notes.append(f"not comparable with `{ROWS[other][1]}` ({why})")
+    changed = code_changed(row, e) if row in ROWS else None
+    if changed is None:
+        notes.append("not stamped with the code it measured")
+    elif changed:
+        notes.append(f"measured on earlier code ({(e.get('code') or {}).get('commit')}); changed since: {_short(changed)}")
+    return notes
+
+
 def method_table() -> str:
-    """The README's table of every method: command, source, time per question, held-out score."""
+    """The README's table of every method: command, source, time per question, held-out score, and
+    the notes a reader needs before comparing two rows (:func:`row_notes`)."""
     rows = heldout_rows()
-    out = ["| method | follows | add to the command | s / question | held-out score [95% CI] | N |",
-           "|---|---|---|---|---|---|"]
+    shown = {row: rows[row] for _, _, row, *_ in METHODS if row in rows}
+    out = ["| method | follows | add to the command | s / question | held-out score [95% CI] | N | read with |",
+           "|---|---|---|---|---|---|---|"]
     for reasoner, source, row, data, metric, label in METHODS:
         e = rows.get(row)
         if e is None:
-            out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | – | not measured | – |")
+            out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | – | not measured | – | |")
             continue
         v, ci = e["metrics"].get(metric), (e.get("ci95") or {}).get(metric)
         score = f"{label} {v:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
         sq = seconds_per_question(e)
         sq = "–" if sq is None else ("< 1" if sq < 1 else f"{sq:.0f}")
-        out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | {sq} | {score} | {e['n_examples']} |")
+        first, last = _draw(e)
+        n = f"{e['n_examples']}" + (f" (draw places {first}–{last})" if first > 1 else "")
+        notes = "; ".join(row_notes(row, e, shown))
+        out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | {sq} | {score} | {n} | {notes} |")
+    kept = sum(1 for e in shown.values() if e.get("bundle"))
+    out += ["", f"Replayable from a committed bundle: {kept} of {len(shown)} rows"
+            + (" (the others' model replies were kept only in a machine-local cache; they are marked so until "
+               "re-measured)" if kept < len(shown) else "") + "."]
     return "\n".join(out)
 
 
@@ -586,6 +755,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="delete each row's run dir first (re-parse every cached reply, e.g. after a parser fix)")
     ap.add_argument("--table", action="store_true", help="print the committed rows as markdown and exit")
+    ap.add_argument("--stamp-code", action="store_true",
+                    help="stamp the committed rows that have no `code` record from git history (the method "
+                         "files as they were in the first commit holding each row's metrics) and exit")
     ap.add_argument("--write-docs", action="store_true",
                     help="rewrite the generated tables in README.md and docs/validation.md from the JSON and exit")
     ap.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
@@ -598,6 +770,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.table:
         print(markdown())
+        return 0
+    if args.stamp_code:
+        for f in sorted(HERE.glob("validation_*.json")):
+            done = stamp_from_history(f)
+            print(f"{f.name}: stamped {len(done)} row(s) from git history")
         return 0
     if args.write_docs:
         for f in write_docs():
@@ -726,8 +903,11 @@ def main(argv: list[str] | None = None) -> int:
             pq = entry.pop("per_question")
             if args.collect and prev.get("command"):  # the command that made the run, not this call's flags
                 shown = prev["command"]
+            # the method's code this sitting measured (a --collect keeps the stamp of the sitting that ran)
+            code = (prev.get("code") if args.collect and prev.get("code") else
+                    {"commit": _head(), "from": "the working tree of the sitting", "files": code_stamp(row)})
             table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
-                          "sitting_s": this_sitting, "per_question": pq}
+                          "sitting_s": this_sitting, "code": code, "per_question": pq}
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
     return 0
 
