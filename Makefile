@@ -59,12 +59,15 @@ $(VENV)/.installed: pyproject.toml setup.py
 run: setup
 	$(PY) -m kgreason $(ARGS)
 
-# The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py): install Debian's
-# virtuoso-opensource when virtuoso-t is missing and apt-get is usable (root); otherwise they skip.
+# The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py), and the SLURM
+# test a one-node cluster (tests/test_slurm.py: munge, MariaDB + slurmdbd, slurmctld, slurmd): install
+# Debian's packages when they are missing and apt-get is usable (root); otherwise those tests skip.
+TEST_DEBS := virtuoso-opensource slurm-wlm slurmdbd munge mariadb-server
 test: setup setup-server
-	@command -v virtuoso-t >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq virtuoso-opensource) >/dev/null 2>&1 ; } || \
-	  echo "virtuoso-t not installed: the Virtuoso tests will skip"
+	@{ command -v virtuoso-t && command -v slurmdbd && command -v mariadbd && command -v munged; } >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_DEBS)) >/dev/null 2>&1 ; } || \
+	  echo "$(TEST_DEBS): not all installed; the Virtuoso and SLURM tests will skip"
 	$(PY) -m pytest --slow -q $(ARGS)
 
 test-fast: setup
