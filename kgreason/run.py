@@ -140,7 +140,7 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         embedder = _owned(stack, instantiate(cfg.embedder)) if _configured(cfg.get("embedder")) else None
         graphdb = _owned(stack, instantiate(cfg.graphdb, kg=kg)) if _configured(cfg.get("graphdb")) else None
         # every LLM handed out is metered: its calls land in the current example's ledger (issue 16)
-        workers = int(cfg.get("example_workers") or 1)  # local/hf models batch across concurrent examples
+        workers = example_workers(cfg)  # local/hf models batch across concurrent examples
         seed = int(cfg.get("seed") or 0)  # sampled requests carry it and a per-example sample index (docs/llm.md)
         llm = _owned(stack, MeteredLLM(LazyLLM(cfg.llm, cfg.get("llm_cache"), example_workers=workers),
                                        purpose="answer", seed=seed))
@@ -441,6 +441,29 @@ class _ExampleProgress:
         self.p.close(stopped=stopped)
 
 
+#: ``example_workers: auto`` with a model behind HTTP (an OpenAI-compatible server answers many
+#: requests at once, so one question at a time would leave it idle; issue 60)
+AUTO_HTTP_WORKERS = 16
+HTTP_LLM_TARGETS = ("kgreason.llm.openai_http.",)
+
+
+def example_workers(cfg: DictConfig) -> int:
+    """``example_workers`` as a number. ``auto`` (the default) is :data:`AUTO_HTTP_WORKERS` with an
+    HTTP model (``llm=openai``: vLLM, llama.cpp's server, an API) and 1 with an in-process model
+    (local, hf, vllm's offline engine, scripted) or no model, and 1 for a reasoner that answers
+    examples in order (``thread_safe = False``: SubQRAG's graph updates reach later questions).
+    A number is taken as it is (the run refuses more than 1 for an in-order reasoner)."""
+    v = cfg.get("example_workers")
+    if v is None:
+        return 1
+    if isinstance(v, str) and v.strip() == "auto":
+        if not getattr(_reasoner_class(cfg), "thread_safe", True):
+            return 1
+        target = str((cfg.get("llm") or {}).get("_target_", ""))
+        return AUTO_HTTP_WORKERS if target.startswith(HTTP_LLM_TARGETS) else 1
+    return int(v)
+
+
 def _reasoner_class(cfg: DictConfig):
     from hydra.utils import get_class
 
@@ -715,7 +738,14 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         examples = list(c.dataset)
         report = _preflight(cfg, c, examples, uses_llm)  # a run that cannot mean anything stops here
-        workers = int(cfg.get("example_workers") or 1)
+        workers = example_workers(cfg)
+        if str(cfg.get("example_workers")) == "auto":
+            if not getattr(c.reasoner, "thread_safe", True):
+                log.info("example_workers=auto: %s answers examples in order (its state reaches later "
+                         "questions), so one example at a time", type(c.reasoner).__name__)
+            elif workers > 1:
+                log.info("example_workers=auto: %d examples at a time against the HTTP model (set "
+                         "example_workers=N to change it; rows are written in dataset order)", workers)
         if workers > 1 and not getattr(c.reasoner, "thread_safe", True):
             raise ValueError(f"example_workers={workers}: reasoner {type(c.reasoner).__name__} answers examples "
                              "in order (shared state); set example_workers=1")

@@ -170,8 +170,10 @@ def _dead_url() -> str:
 
 
 def _openai(url: str, *extra: str) -> list[str]:
+    # one example at a time (the default with an HTTP model is 16): these tests count the requests
+    # the server saw, which concurrent examples in flight when the run stops would add to
     return ["reasoner=io", "llm=openai", f"llm.base_url={url}", "llm.api_key_env=null", "llm.model=fake",
-            "llm.backoff_base_s=0.01", "llm.backoff_max_s=0.02", *extra]
+            "llm.backoff_base_s=0.01", "llm.backoff_max_s=0.02", "example_workers=1", *extra]
 
 
 def test_dead_endpoint_is_found_by_one_probe_before_the_run(tmp_path):

@@ -97,7 +97,8 @@ def _llm_sweep(srv: FakeChatServer, sweep_dir: Path, cache: Path) -> list[Path]:
     request, `reasoner.max_tokens` does, so the sweep has 2 × LIMIT distinct calls."""
     return _sweep(sweep_dir, "reasoner=io", "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=fake-model",
                   "llm.api_key_env=null", f"llm.max_concurrency={CONC}", f"llm_cache.dir={cache}",
-                  f"dataset.limit={LIMIT}", "max_error_rate=0", "reasoner.top_k=1,3", "reasoner.max_tokens=32,64")
+                  f"dataset.limit={LIMIT}", "max_error_rate=0", "reasoner.top_k=1,3", "reasoner.max_tokens=32,64",
+                  "example_workers=1")  # one example at a time per job: the bound below is max_concurrency's
 
 
 def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> list[dict]:

@@ -86,7 +86,7 @@ def test_example_workers_overlap_requests_and_keep_order(tmp_path, monkeypatch):
     count), and predictions.jsonl keeps dataset order with the same answers as a serial run."""
     monkeypatch.setenv(KEY_ENV, KEY)
     with FakeChatServer(latency_s=0.05) as srv:
-        run(_cfg(srv, tmp_path / "serial", "llm_cache.mode=off"), tmp_path / "serial")
+        run(_cfg(srv, tmp_path / "serial", "llm_cache.mode=off", "example_workers=1"), tmp_path / "serial")
         assert srv.max_in_flight == 1
         srv.max_in_flight = 0
         run(_cfg(srv, tmp_path / "par", "llm_cache.mode=off", "example_workers=4"), tmp_path / "par")
