@@ -16,6 +16,9 @@
   (``kgreason serve``'s :class:`~kgreason.llm.serve.LlamaServer`, ``--parallel`` slots) serving
   ``--llm``'s local model, at ``example_workers`` 1, 4 and 8: examples per minute, the share of
   time the slots were busy, the server's own decode/prefill tokens/s and its prefix-cache hits.
+* ``harness``: whole runs (``reasoner=io`` on the embedded world, ``llm=openai``) against
+  :class:`FakeChatServer` with 0.5 s per request, at ``example_workers`` 16, 64 and 256: the share
+  of ideal (the waiting a harness without overhead would do / what the run waited), issue 60.
 * ``workers``: a whole run (``kgreason.run.run``, ``reasoner=io`` on MetaQA 2-hop, call cache
   off) with ``example_workers=1`` and ``=8`` on the same questions → examples per minute and
   the ratio (8 workers → the local model's requests are merged by
@@ -417,6 +420,56 @@ def bench_workers(llm_overrides: tuple[str, ...] = ("llm=qwen_coder_1_5b",), n: 
     return out
 
 
+def bench_harness(concurrency: tuple[int, ...] = (16, 64, 256), n: int = 300, latency_s: float = 0.5,
+                  reasoner: str = "io") -> dict[str, Any]:
+    """The run harness against a served model: whole runs (``reasoner`` on the embedded world,
+    ``llm=openai`` against :class:`FakeChatServer` with a fixed ``latency_s`` per request, call
+    cache off) at each ``example_workers`` in ``concurrency`` (``llm.max_concurrency`` the same).
+
+    The share of ideal is ``ideal / waited``: ``ideal`` = the rounds of ``W`` examples the run
+    needs (``ceil(n / W)``) × the requests per example × ``latency_s``, the time a harness with no
+    overhead would wait; ``waited`` = the run's wall time minus that of the same run against a
+    server with no latency (start-up, scoring and writing, which do not wait on the model)."""
+    import math
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from kgreason.run import run
+
+    conf = str(Path(__file__).resolve().parents[2] / "conf")
+    out: dict[str, Any] = {"backend": f"run reasoner={reasoner} llm=openai (fake server)", "n": n,
+                           "latency_s": latency_s, "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0],
+                           "rows": []}
+
+    def one(w: int, lat: float) -> tuple[float, dict]:
+        with FakeChatServer(latency_s=lat) as srv, tempfile.TemporaryDirectory() as d:
+            ov = [f"reasoner={reasoner}", "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
+                  "llm.api_key_env=null", f"llm.max_concurrency={w}", f"example_workers={w}",
+                  f"dataset.limit={n}", "tracking=none", "llm_cache.mode=off", "reports.hop_distribution=false",
+                  "preflight.probe_llm=false"]
+            with initialize_config_dir(config_dir=conf, version_base=None):
+                cfg = compose("config", overrides=ov)
+            t0 = time.perf_counter()
+            res = run(cfg, d)
+            return time.perf_counter() - t0, res.metrics
+
+    one(concurrency[0], 0.0)  # warm-up: imports, the KG compile and the embedding store, once
+    for w in concurrency:
+        base_s, _ = one(w, 0.0)
+        wall_s, m = one(w, latency_s)
+        per_example = (m.get("llm/calls") or 0) / max(1, m.get("run/n_examples") or 1)
+        ideal = math.ceil(n / w) * per_example * latency_s
+        waited = max(wall_s - base_s, 1e-9)
+        out["rows"].append({"example_workers": w, "wall_s": round(wall_s, 2), "no_latency_wall_s": round(base_s, 2),
+                            "requests_per_example": round(per_example, 2), "ideal_s": round(ideal, 2),
+                            "share_of_ideal": round(min(ideal / waited, 1.0), 3)})
+    out["load_avg_end"] = os.getloadavg()[0]
+    return out
+
+
 def bench_server(llm_overrides: tuple[str, ...] = ("llm=local",), reasoners: tuple[str, ...] = ("io", "tog"),
                  workers: tuple[int, ...] = (1, 4, 8), n: int = 8, parallel: int = 2, threads: int | None = None,
                  max_tokens: int = 32, n_ctx: int = 4096, data: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -499,7 +552,7 @@ def print_server_table(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kgreason.bench.llm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf, dtypes, workers, server")
+    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf, dtypes, workers, server, harness")
     p.add_argument("--n", type=int, default=64, help="requests per measurement")
     p.add_argument("--latency-ms", type=float, default=50.0, help="fake server latency per request")
     p.add_argument("--concurrency", type=int, default=16)
@@ -515,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=2, help="server: llama.cpp server slots (processes)")
     p.add_argument("--reasoners", default="io,tog", help="server: comma list of reasoners")
     p.add_argument("--worker-counts", default="1,4,8", help="server: example_workers values")
+    p.add_argument("--harness-counts", default="16,64,256", help="harness: example_workers values")
+    p.add_argument("--harness-n", type=int, default=300, help="harness: questions per run (the embedded world has 300)")
     p.add_argument("--data", default="", help="server: space-separated dataset overrides (default: the embedded world)")
     p.add_argument("--batch", type=int, default=1, help="dtypes: requests per generate call (one left-padded batch)")
     p.add_argument("--dtypes", default="float32,bfloat16,int8",
@@ -534,6 +589,14 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r, indent=1))
             results.append(r)
             continue
+        if which == "harness":
+            r = bench_harness(tuple(int(x) for x in a.harness_counts.split(",") if x), n=a.harness_n,
+                              latency_s=a.latency_ms / 1000 if a.latency_ms != 50.0 else 0.5)
+            for row in r["rows"]:
+                print(f"example_workers {row['example_workers']:4d}: {row['share_of_ideal']:.0%} of ideal "
+                      f"(waited {row['wall_s'] - row['no_latency_wall_s']:.1f} s, ideal {row['ideal_s']:.1f} s)")
+            results.append(r)
+            continue
         if which == "server":
             r = bench_server(tuple(a.llm.split()),
                              reasoners=tuple(x for x in a.reasoners.split(",") if x),
@@ -547,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         elif which == "hf":
             results.append(bench_hf(min(a.n, 16), batch_size=a.concurrency, repeats=a.repeats))
         else:
-            p.error(f"unknown --which item {which!r} (openai, hf, dtypes, workers, server)")
+            p.error(f"unknown --which item {which!r} (openai, hf, dtypes, workers, server, harness)")
     print(f"{'backend':26s} {'mode':11s} {'req/s':>8s} {'tok/s':>9s}")
     for r in results:
         if "sequential" not in r:
