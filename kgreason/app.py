@@ -18,7 +18,7 @@ from typing import Sequence
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from kgreason.callbacks import forget_hydra_record, restore_hydra_record
 from kgreason.compose import check_run, failed_marker, refused_marker
@@ -138,6 +138,15 @@ def _drop_empty_run_dir(out_dir: Path) -> bool:
     return False
 
 
+def _cache_cfg(cfg: DictConfig) -> dict | None:
+    """``llm_cache`` resolved (its ``dir`` is where the summary says the cache lives)."""
+    try:
+        node = cfg.get("llm_cache")
+        return OmegaConf.to_container(node, resolve=True) if node is not None else None
+    except Exception:  # noqa: BLE001 - only for the summary's wording
+        return None
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     set_hub_mode(cfg)
@@ -207,9 +216,9 @@ def main(cfg: DictConfig) -> float | None:
             raise err from e
         raise
     forget_hydra_record(out_dir)
-    print(f"run dir: {out_dir}")
-    for k, v in result.metrics.items():
-        if k.startswith(("metric/", "run/error_rate", "llm/calls", "judge/pdsqi_average")):
-            print(f"  {k}: {v}")
+    from kgreason.tables.summary import run_summary
+
+    # the results table (kgreason/tables/summary.py); every figure is in metrics.json
+    print(run_summary(out_dir, result.metrics, list(cfg.dataset.get("metrics") or []), _cache_cfg(cfg)), end="")
     key = cfg.get("optimized_metric")
     return result.metrics.get(key) if key else None

@@ -27,10 +27,11 @@ from typing import Sequence
 import pandas as pd
 
 from kgreason import stats
-from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, pivot, render_markdown
+from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, parse_labels, pivot, render_markdown
+from kgreason.tables.summary import cache_note, replayed_answers
 
-COST_METRICS = ["llm/calls", "llm/calls_per_question", "llm/prompt_tokens", "llm/completion_tokens",
-                "llm/tokens_per_question", "llm/cost_usd", "run/wall_s"]
+COST_METRICS = ["llm/calls", "llm/cache_hits", "llm/calls_per_question", "llm/prompt_tokens",
+                "llm/completion_tokens", "llm/tokens_per_question", "llm/cost_usd", "run/wall_s"]
 
 
 def _with_wall_time(t: Tables) -> pd.DataFrame:
@@ -50,15 +51,59 @@ def _with_wall_time(t: Tables) -> pd.DataFrame:
     return pd.concat([t.df, pd.DataFrame(extra)], ignore_index=True) if extra else t.df
 
 
+def _replayed_rows(wide: pd.DataFrame, cols: Sequence[str]) -> dict:
+    """``{row key: "replayed" | "k% replayed"}`` for the rows whose LLM requests the call cache
+    answered (``llm/cache_hits`` > 0): all of them (no call sent), or that share."""
+    means = wide["mean"]
+    if not isinstance(means, pd.DataFrame):
+        return {}
+    pos = list(cols).index("metric")
+
+    def total(metric: str) -> pd.Series:
+        picked = [c for c in means.columns if (c[pos] if isinstance(c, tuple) else c) == metric]
+        return means[picked].fillna(0).sum(axis=1) if picked else pd.Series(0.0, index=means.index)
+
+    hits, calls = total("llm/cache_hits"), total("llm/calls")
+    out = {}
+    for idx in means.index:
+        h, c = float(hits[idx]), float(calls[idx])
+        if h > 0:
+            out[idx] = "replayed" if c <= 0 else f"{h / (h + c):.0%} replayed"
+    return out
+
+
 def cost_table(t: Tables) -> str:
-    """Per row (mean over seeds): LLM calls, tokens, cost, wall time; columns that exist only."""
+    """Per row (mean over seeds): LLM calls, call-cache hits, tokens, cost, wall time; columns that
+    exist only. Nothing is bolded (a cost is not a score), and a row whose requests the call cache
+    answered is marked ``(replayed)``: its 0 calls and short wall time are the cache's, not the
+    method's (its ``Calls / q`` counts the replayed requests)."""
     df = _with_wall_time(t)
     have = [m for m in COST_METRICS if m in set(df["metric"])]
     if not have:
         return ""
     cols = [c for c in t.cols if c != "metric"] + ["metric"]
     wide = pivot(df, t.rows, cols, have, None, CIOptions(kind="none"))
-    return render_markdown(wide, t.rows, cols, t.digits)
+    return render_markdown(wide, t.rows, cols, t.digits, labels=t.labels, row_suffix=_replayed_rows(wide, cols))
+
+
+def cache_lines(t: Tables) -> list[str]:
+    """One line per run whose LLM requests the call cache answered (:func:`cache_note`): how many
+    answers were replayed, where the cache lives (the run's ``llm_cache.dir``), how to turn it off."""
+    out = []
+    for job in dict.fromkeys(t.df["job"]):
+        sub = t.df[t.df["job"] == job]
+        m = dict(zip(sub["metric"], sub["value"]))
+        if not m.get("llm/cache_hits"):
+            continue
+        d = t.root / job if (t.root / job).is_dir() else t.root
+        cfg = None
+        try:
+            cfg = (json.loads((d / "run.json").read_text(encoding="utf-8")).get("config") or {}).get("llm_cache")
+        except (OSError, ValueError, AttributeError):
+            cfg = None
+        note = cache_note(m["llm/cache_hits"], m.get("llm/calls", 0), cfg, replayed_answers(d / "predictions.jsonl"))
+        out.append(f"- {job}: {note}")
+    return out
 
 
 def _bar(top: float, bottom: float) -> float:
@@ -83,7 +128,7 @@ def _figure_png(t: Tables) -> list[tuple[str, str]]:
     labels = [" / ".join(str(k) for k in (i if isinstance(i, tuple) else (i,)) if str(k) != "") for i in means.index]
     out = []
     for c in means.columns:
-        title = _header(c, t.cols)
+        title = _header(c, t.cols, t.labels)
         key = dict(zip(t.cols, c if isinstance(c, tuple) else (c,)))
         if not str(key.get("metric", "metric/")).startswith("metric/"):
             continue  # only answer-quality metrics get a figure
@@ -117,17 +162,23 @@ def _hops_png(t: Tables) -> list[tuple[str, str]]:
 
 
 def _usage_note(t: Tables) -> str:
-    return ("Calls, tokens and cost are each run's `metrics.json` `llm/*` values (docs/llm.md, "
-            "\"Accounting\"); wall time is its `timing.json` `wall_s`. Each cell is the mean over the row's seeds.")
+    return ("Calls, cache hits, tokens and cost are each run's `metrics.json` `llm/*` values (docs/llm.md, "
+            "\"Accounting\"): LLM calls are the requests sent, cache hits those the call cache answered; wall time "
+            "is its `timing.json` `wall_s`. Each cell is the mean over the row's seeds.")
+
+
+REPLAYED_NOTE = (" A row marked (replayed) was answered from the call cache: its calls, cost and time are not what "
+                 "the method costs.")
 
 
 def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
                  metrics: Sequence[str] | None = None, ci: CIOptions | None = None, baseline: str | None = None,
-                 paper: str | bool | None = None, digits: int = 3, allow_partial: bool = False) -> tuple[str, str]:
+                 paper: str | bool | None = None, digits: int = 3, allow_partial: bool = False,
+                 labels: dict[str, str] | None = None) -> tuple[str, str]:
     """The report as ``(markdown, html)``. Refuses (``ValueError``) what :func:`build_tables`
     refuses, e.g. a partial run among complete seeds without ``allow_partial``."""
     root = Path(root)
-    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial)
+    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial, labels)
     figs = _figure_png(t) + _hops_png(t)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     n_jobs = t.df["job"].nunique()
@@ -143,7 +194,13 @@ def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), col
         parts += ["## The paper's numbers beside ours", "", t.paper_md]
     cost = cost_table(t)
     if cost:
-        parts += ["## Cost per row", "", cost, _usage_note(t), ""]
+        parts += ["## Cost per row", "", cost, _usage_note(t) + (REPLAYED_NOTE if " replayed) |" in cost else ""), ""]
+    cached = cache_lines(t)
+    if cached:
+        parts += ["## Answers from the call cache", "",
+                  "A repeated job is replayed from the call cache: its answers are the earlier run's, and its "
+                  "calls, cost and wall time are not the method's (docs/running.md, \"The call cache\").", ""]
+        parts += cached + [""]
     if figs:
         parts += ["## Figures", ""]
         for title, b64 in figs:
@@ -226,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--name", default="report")
     ap.add_argument("--allow-partial", action="store_true",
                     help="average a partial run with complete seeds of the same setting (marked); refused otherwise")
+    ap.add_argument("--label", action="append", default=None, metavar="METRIC=LABEL",
+                    help="a column header of your own, e.g. --label hits_at_1=H@1 (as kgreason tables)")
     args = ap.parse_args(argv)
     from kgreason.paths import safe_component
 
@@ -235,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         md, page = build_report(args.dir, split(args.rows), split(args.cols),
                                 split(args.metrics) if args.metrics else None,
                                 CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline, args.paper,
-                                allow_partial=args.allow_partial)
+                                allow_partial=args.allow_partial, labels=parse_labels(args.label))
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

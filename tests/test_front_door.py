@@ -171,3 +171,53 @@ def test_valid_overrides_pass_the_typo_check():
                  ["+brand_new=1"], ["llm=qwen_coder_1_5b", "llm.route=llamacpp"], ["hydra.sweep.dir=x"],
                  ["experiment=sgr_table1", "llm.model=gpt-4"], ["seed=range(0,3)"]):
         assert check(args) is None, args
+
+
+# ----------------------------------------------------------------------------- issue 59: the end of a run
+IO_RULE = "llm.rules=[{pattern: 'Which company produced The Hollow Orchard', reply: '[\"Favark Pictures\"]'}]"
+
+
+def test_the_end_of_a_run_is_a_short_results_table(tmp_path):
+    """The run ends with its metrics in the dataset's order by their labels, 3 decimals, each with
+    its 95 % interval over questions, then N, errors, calls and cache hits, then the run dir; no
+    raw keys, no ``None``, no internal names. metrics.json keeps every figure."""
+    import json
+
+    from kgreason.stats import bootstrap_ci
+
+    env = {"KGREASON_CACHE_DIR": str(tmp_path / "cache")}
+    p, run_dir = _kgreason(tmp_path, "reasoner=io", "llm=scripted", "llm.default=x", IO_RULE, "dataset.limit=12",
+                           env=env)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.strip().splitlines()
+    assert out[-1] == f"run dir: {run_dir}"
+    hits = [json.loads(x)["metrics"]["hits_at_1"] for x in (run_dir / "predictions.jsonl").read_text().splitlines()]
+    ci = bootstrap_ci(hits)
+    assert out[-7:] == ["             value  95% CI over questions",
+                        f"Hits@1       0.083  [{ci.lo:.3f}, {ci.hi:.3f}]",
+                        f"All answers  0.083  [{ci.lo:.3f}, {ci.hi:.3f}]",
+                        f"Answer F1    0.083  [{ci.lo:.3f}, {ci.hi:.3f}]",
+                        "not applicable to any example: Coverage (metrics.json metric_notes/*)",
+                        "N 12 · errors 0 · LLM calls 12 · cache hits 0",
+                        f"run dir: {run_dir}"], out
+    for raw in ("metric/", "llm/calls_usage_unknown", "None", "0.0833333333", "replayed"):
+        assert raw not in p.stdout, raw
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["metric/hits_at_1"] == 0.0833333333 and m["metric/answer_coverage"] is None
+
+
+def test_a_repeated_run_says_its_answers_came_from_the_call_cache(tmp_path):
+    """The same job again in a new dir: every request is a cache hit (llm/calls 0); the end of the
+    run says the answers were replayed, where the cache lives and how to turn it off."""
+    env = {"KGREASON_CACHE_DIR": str(tmp_path / "cache")}
+    args = ("reasoner=io", "llm=scripted", "llm.default=x", IO_RULE, "dataset.limit=12")
+    first, _ = _kgreason(tmp_path, *args, env=env, run_dir=tmp_path / "a")
+    assert first.returncode == 0, first.stderr
+    again, run_dir = _kgreason(tmp_path, *args, env=env, run_dir=tmp_path / "b")
+    assert again.returncode == 0, again.stderr
+    assert "N 12 · errors 0 · LLM calls 0 · cache hits 12" in again.stdout
+    assert (f"12 of 12 answers replayed from the call cache (12 of 12 LLM requests), not by the model in this run: "
+            f"{tmp_path / 'cache' / 'llm_calls.sqlite'}; llm_cache.mode=off runs without it") in again.stdout
+    off, _ = _kgreason(tmp_path, *args, "llm_cache.mode=off", env=env, run_dir=tmp_path / "c")
+    assert off.returncode == 0, off.stderr
+    assert "LLM calls 12 · cache hits 0" in off.stdout and "replayed" not in off.stdout

@@ -194,7 +194,7 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path):
     r = subprocess.run([kg_cmd, "dataset.limit=4", "tracking=none"], cwd=empty, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "metric/hits_at_1:" in r.stdout
+    assert "\nHits@1 " in r.stdout and "run dir: " in r.stdout  # the end-of-run results table
     run_dirs = list((empty / "outputs" / "runs").glob("*/*"))
     assert len(run_dirs) == 1 and (run_dirs[0] / "metrics.json").is_file() and (run_dirs[0] / "run.log").is_file()
 

@@ -41,7 +41,8 @@ def test_report_is_one_self_contained_page(tmp_path):
     paired = md.split("## Paired comparisons")[1]
     assert paired.index("| reasoner=sgr | cwq / hits_at_1 | +0.333 |") < paired.index("| reasoner=sgr | cwq / f1 |")
     cost = md.split("## Cost per row")[1].split("##")[0]
-    assert "llm/calls" in cost and "run/wall_s" in cost and "9.250" in cost and "12.000" in cost
+    assert "LLM calls" in cost and "Wall time (s)" in cost and "9.250" in cost and "12.000" in cost
+    assert "**" not in cost  # costs are not scores: no row is "best" (issue 59: the longer wall time was bold)
     # figures are embedded, nothing is fetched
     pngs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(pngs) == 2 and all(base64.b64decode(p)[:4] == b"\x89PNG" for p in pngs)
@@ -119,3 +120,31 @@ def test_report_takes_the_resampling_seed_like_tables(tmp_path):
     assert pages["a"] == pages["b"]
     assert pages["a"] != pages["c"]
     assert "0.333" in pages["c"] and "0.667" in pages["c"]
+
+
+def test_a_replayed_run_is_marked_and_never_ranked_cheap(tmp_path):
+    """Issue 59: the same sweep launched twice; the second's io job is answered from the call
+    cache (llm/calls 0). Its report marks the row (replayed), bolds no cost, and says that the
+    answers came from the cache, where it lives and how to turn it off."""
+    import os
+
+    env = {**os.environ, "KGREASON_CACHE_DIR": str(tmp_path / "cache"), "KGREASON_PROGRESS": "off"}
+    for name in ("first", "again"):
+        r = subprocess.run([sys.executable, "-m", "kgreason", "--multirun", "reasoner=io,retrieval_only",
+                            "llm=scripted", "llm.default=x", "tracking=none", "dataset.limit=6",
+                            f"hydra.sweep.dir={tmp_path / name}"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    r = _report(tmp_path / "again", "--boot", "200")
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "again" / "report.md").read_text()
+    cost = md.split("## Cost per row")[1].split("\n## ")[0]
+    io = next(ln for ln in cost.splitlines() if ln.startswith("| io"))
+    assert io.startswith("| io (replayed) |") and "**" not in cost
+    assert "| retrieval_only |" in cost  # no LLM request at all: nothing replayed
+    cache = md.split("## Answers from the call cache")[1]
+    assert "6 of 6 answers replayed from the call cache (6 of 6 LLM requests)" in cache
+    assert str(tmp_path / "cache" / "llm_calls.sqlite") in cache and "llm_cache.mode=off" in cache
+    first = _report(tmp_path / "first", "--boot", "200")
+    fresh = (tmp_path / "first" / "report.md").read_text()
+    assert first.returncode == 0 and "(replayed)" not in fresh and "## Answers from the call cache" not in fresh

@@ -34,3 +34,11 @@ def test_default_run_reproduces_the_readme_figures(tmp_path):
     import yaml
     saved = yaml.safe_load((res.out_dir / "config.yaml").read_text())
     assert saved["reasoner"]["gold_hops"] is False
+    # the end of the run, as the README shows it (issue 59: a results table, not raw keys)
+    from kgreason.tables.summary import run_summary
+
+    block = re.search(r"It ends like this:\n\n```text\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    assert block, "README no longer shows how the default run ends"
+    printed = run_summary(res.out_dir, m, list(saved["dataset"]["metrics"])).splitlines()
+    assert block.group(1).splitlines()[:-1] == printed[:-1]
+    assert block.group(1).splitlines()[-1].startswith("run dir: outputs/runs/") and printed[-1].startswith("run dir: ")

@@ -81,25 +81,29 @@ def test_bold_best_respects_direction(multirun):
     md = render_markdown(wide, rows, cols, digits=2)
     lines = {tuple(c.strip() for c in ln.strip("|").split("|"))[:2]: ln for ln in md.splitlines()[2:]}
     header = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
-    hits = header.index("cwq / hits_at_1")
-    f1 = header.index("cwq / f1")
+    hits = header.index("cwq / Hits@1")
+    f1 = header.index("cwq / F1")
     ss = header.index("cwq / retrieval/search_space")
     cell = lambda key, i: [c.strip() for c in lines[key].strip("|").split("|")][i]  # noqa: E731
     assert cell(("sgr", "none"), hits) == "**0.60 ± 0.14**"
     assert cell(("rag", "none"), f1) == "**0.75 ± 0.07**"
     assert cell(("rag", "none"), hits) == "0.35 ± 0.07"
-    # search space: lower is better → the one-seed 1.00 row wins
-    assert cell(("sgr", "no_vote"), ss) == "**1.00**"
-    assert cell(("rag", "none"), header.index("webqsp / hits_at_1")) == "–"
+    # a search space is a count of what the method did, not a score: never bold (issue 59)
+    assert cell(("sgr", "no_vote"), ss) == "1.00"
+    # webqsp has one row with a value: nothing to be best of
+    assert cell(("sgr", "none"), header.index("webqsp / Hits@1")) == "0.90"
+    assert cell(("rag", "none"), header.index("webqsp / Hits@1")) == "–"
     tex = render_latex(wide, rows, cols, digits=2)
-    assert r"\textbf{0.60 $\pm$ 0.14}" in tex and r"hits\_at\_1" in tex and r"\begin{tabular}{llrrrrr}" in tex
+    assert r"\textbf{0.60 $\pm$ 0.14}" in tex and "Hits@1" in tex and r"\begin{tabular}{llrrrrr}" in tex
 
 
 def test_metric_in_rows_bolds_per_metric(multirun):
     df, _ = collect(multirun)
     wide = pivot(df, ["metric", "reasoner"], ["dataset"], ["hits_at_1", "f1"])
     md = render_markdown(wide, ["metric", "reasoner"], ["dataset"], digits=2)
-    assert md.count("**") == 2 * 4  # one best per metric per dataset column (2 × 2)
+    # one best per metric in the cwq column; webqsp has one row per metric: nothing to be best of
+    assert md.count("**") == 2 * 2
+    assert "| Hits@1 | sgr | none | **0.60 ± 0.14** |" in md  # the metric axis by its label
 
 
 def test_write_tables_and_cli(multirun, tmp_path):
@@ -113,7 +117,7 @@ def test_write_tables_and_cli(multirun, tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     # --rows reasoner alone would average sgr/none with sgr/no_vote: the differing ablation is kept
-    assert "| reasoner | ablation | cwq / f1 | webqsp / f1 |" in r.stdout
+    assert "| reasoner | ablation | cwq / F1 | webqsp / F1 |" in r.stdout
     assert "| sgr | no_vote | **0.100** | – |" not in r.stdout  # best is per column, not per row
     assert "± is the sample standard deviation over those seeds" in r.stdout
     assert (tmp_path / "t" / "results.tex").exists()
@@ -191,7 +195,7 @@ def test_numeric_sweep_values_sort_as_numbers_and_go_on_columns(tmp_path):
                         "--cols", "reasoner.width,metric", "--metrics", "hits_at_1", "--out", str(tmp_path / "t")],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "| reasoner.depth | 3 / hits_at_1 | 5 / hits_at_1 | 10 / hits_at_1 |" in r.stdout
+    assert "| reasoner.depth | 3 / Hits@1 | 5 / Hits@1 | 10 / Hits@1 |" in r.stdout
     assert "2 seed(s) in the sweep: 0, 1" in r.stdout
 
 
@@ -286,7 +290,7 @@ def test_metrics_order_is_the_column_order(tmp_path):
     wide = pivot(df, ["reasoner"], ["metric"], ["f1", "hits_at_1"])
     assert list(wide["mean"].columns) == ["metric/f1", "metric/hits_at_1"]
     md = write_tables(root, ["reasoner"], ["metric"], ["f1", "hits_at_1"], ci=None)["md"].read_text()
-    assert md.splitlines()[0].startswith("| reasoner | f1 | hits_at_1 |")
+    assert md.splitlines()[0].startswith("| reasoner | F1 | Hits@1 |")
 
 
 def test_constant_columns_go_to_the_caption(tmp_path):
@@ -294,8 +298,8 @@ def test_constant_columns_go_to_the_caption(tmp_path):
     _run(root, 0, "io", 0, [1, 0, 0, 1])
     _run(root, 1, "sgr", 0, [1, 1, 0, 1])
     md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "run/n_examples"])["md"].read_text()
-    assert md.splitlines()[0] == "| reasoner | hits_at_1 |"
-    assert "Constant columns (not shown): run/n_examples = 4.000 in every row." in md
+    assert md.splitlines()[0] == "| reasoner | Hits@1 |"
+    assert "Constant columns (not shown): N = 4.000 in every row." in md
 
 
 def test_seeds_that_change_nothing_warn_instead_of_pm_zero(tmp_path, capsys):
@@ -404,8 +408,10 @@ def test_real_tiny_sweep_gets_intervals_and_paired_comparisons(tmp_path):
                         "--baseline", "reasoner.hops=1", "--boot", "500"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "| variant | hits_at_1 | answer_coverage |" in r.stdout.replace("embedded / ", "").replace(
-        "| reasoner | ablation ", "")
+    # one reasoner, one ablation, one dataset: said once in the caption, not in every row / header
+    assert r.stdout.startswith("| variant | Hits@1 | Coverage | Retrieved |")
+    assert "Every row: reasoner = retrieval_only, ablation = none." in r.stdout
+    assert "Every column: dataset = embedded." in r.stdout
     assert "over the cell's 20 questions (B = 500" in r.stdout
     res = pd.read_csv(sweep / "results.csv")
     size = res[res["metric"] == "retrieval/retrieved_size"]  # shown beside answer_coverage, no interval
@@ -442,8 +448,10 @@ def test_same_mean_different_questions_is_not_a_constant_column(tmp_path):
     _run(root, 0, "io", 0, [1, 1, 0, 0], f1=[0.5, 0.5, 0.5, 0.5])
     _run(root, 1, "sgr", 0, [1, 1, 0, 0], f1=[1.0, 0.0, 1.0, 0.0])
     md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "f1"])["md"].read_text()
-    assert md.splitlines()[0] == "| reasoner | f1 |"  # f1 0.5 in both rows, but [0.5, 0.5] vs [0, 1]
-    assert "Constant columns (not shown): hits_at_1 = 0.500 in every row" in md  # same values: dropped
+    # f1 0.5 in both rows, but [0.5, 0.5] vs [0, 1]; hits_at_1 the same in both rows is a score: kept,
+    # neither row bold (issue 59: a score equal in every row is a result, not a constant column)
+    assert md.splitlines()[0] == "| reasoner | Hits@1 | F1 |"
+    assert "Constant columns" not in md and "**" not in md.split("\n\n")[0]
 
 
 def _logoskg_job(root, num, model, metrics):
@@ -627,7 +635,7 @@ def test_non_finite_and_malformed_give_one_line_naming_the_file(tmp_path):
     assert "run/status" not in out
     # the io cell keeps seed 1's value; sgr keeps an interval over its 3 finite questions
     assert "over the cell's 3–4 questions" in out or "over the cell's 3-4 questions" in out
-    assert "| io | none | 0.750 [0.250, 1.000] |" in out.replace("**", "")  # seed 1 alone, mean and interval
+    assert "| io | 0.750 [0.250, 1.000] |" in out.replace("**", "")  # seed 1 alone, mean and interval
 
 
 def test_cell_without_interval_says_why(tmp_path):
@@ -669,8 +677,8 @@ def test_retrieved_size_is_shown_beside_answer_coverage(tmp_path):
     md = write_tables(root, ["reasoner"], ["metric"], ["hits_at_1", "answer_coverage", "answer_coverage_n_paths"],
                       ci=None)["md"].read_text()
     header = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
-    assert header[header.index("answer_coverage") + 1] == "retrieval/retrieved_size"
-    assert header[header.index("answer_coverage_n_paths") + 1] == "retrieval/retrieved_size_n_paths"
+    assert header[header.index("Coverage") + 1] == "Retrieved"
+    assert header[header.index("Coverage (n paths)") + 1] == "Retrieved (n paths)"
     assert "120.000" in _row(md, "| reknos |") and "6.500" in _row(md, "| tog |")
 
 
@@ -823,3 +831,98 @@ def test_a_refused_launch_on_a_run_dir_does_not_relabel_its_rows(tmp_path):
     r = _cli(str(run_dir), "--rows", "reasoner", "--metrics", "hits_at_1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "| io |" in r.stdout and "| cot |" not in r.stdout
+
+
+# ----------------------------------------------------------------------------- issue 59: tables ready to paste
+def test_sweep_table_is_ready_to_paste(tmp_path):
+    """A real two-method sweep (retrieval_only and io on 12 embedded questions, the io model a
+    scripted double that knows one answer): ``kgreason tables`` puts Hits@1 first (the dataset's
+    ``metrics:`` order, though metrics.json is sorted), heads the columns with readable labels,
+    leaves out what every row shares (``ablation = none``, the one dataset) and says it in the
+    caption, bolds the best of the two rows of a score (never the retrieved-set size), and writes
+    a ``.tex`` table float with caption and label that compiles with plain LaTeX."""
+    import os
+    import shutil
+
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "KGREASON_CACHE_DIR": str(tmp_path / "cache")}
+    rule = "llm.rules=[{pattern: 'Which company produced The Hollow Orchard', reply: '[\"Favark Pictures\"]'}]"
+    r = subprocess.run([sys.executable, "-m", "kgreason", "--multirun", "reasoner=retrieval_only,io", "llm=scripted",
+                        "llm.default=x", rule, "tracking=none", "dataset.limit=12", f"hydra.sweep.dir={sweep}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = _cli(sweep, "--boot", "300")
+    assert r.returncode == 0, r.stderr
+    header, _, *body = r.stdout.splitlines()[:4]
+    assert header == "| reasoner | Hits@1 | All answers | Answer F1 | Coverage | Retrieved |"
+    cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")] for ln in body}
+    assert cells["io"][1].startswith("**0.083 [") and not cells["retrieval_only"][1].startswith("**")
+    assert "**" not in cells["retrieval_only"][5]  # a size is not a score
+    assert "Every row: ablation = none." in r.stdout and "Every column: dataset = embedded." in r.stdout
+    assert "No interval" not in r.stdout  # nothing to point to: the caption says why Retrieved has none
+    assert "Retrieved: a run-level figure with no per-question values, so no interval." in r.stdout
+    tex = (sweep / "results.tex").read_text()
+    assert tex.startswith("\\begin{table}") and tex.rstrip().endswith("\\end{table}")
+    assert "\\caption{Each cell is one run" in tex and "\\label{tab:results}" in tex
+    assert "reasoner & Hits@1 & All answers" in tex and "ablation" not in tex.split("\\caption")[0]
+    assert all(ord(ch) < 128 for ch in tex), "plain LaTeX: ASCII only"
+    if shutil.which("pdflatex"):  # Debian: apt-get install texlive-latex-base
+        doc = tmp_path / "doc.tex"
+        doc.write_text("\\documentclass{article}\n\\begin{document}\n\\input{" + str(sweep / "results.tex")
+                       + "}\n\\end{document}\n")
+        c = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+        assert c.returncode == 0, c.stdout[-2000:]
+        assert (tmp_path / "doc.pdf").stat().st_size > 0
+
+
+def test_single_run_dir_puts_the_headline_metric_first(tmp_path):
+    """metrics.json is written with sorted keys; the columns follow the run's ``dataset.metrics``
+    (docs/metrics.md), so Hits@1 is first, not last after ``answer_set_f1``."""
+    d = _job(tmp_path, 0, "rag", "none", "embedded", 0,
+             {"metric/all_answers_found": 0.2, "metric/answer_coverage": 0.9, "metric/answer_set_f1": 0.3,
+              "metric/hits_at_1": 0.4})
+    (d / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "dataset": {
+        "metrics": ["hits_at_1", "all_answers_found", "answer_set_f1", "answer_coverage"]}}))
+    md = write_tables(d, ci=None)["md"].read_text()
+    assert md.splitlines()[0] == "| reasoner | Hits@1 | All answers | Answer F1 | Coverage |"
+    assert "**" not in md  # one row: nothing is the best of anything
+    assert "Every column: dataset = embedded." in md
+
+
+def test_bold_only_the_best_score_of_two_rows_never_costs_or_sizes(tmp_path):
+    root = tmp_path / "m"
+    for k, (r, hits, calls) in enumerate([("io", [1, 0, 0, 0], 4), ("sgr", [1, 1, 0, 0], 40), ("cot", [1, 0, 0, 0], 8)]):
+        _metrics(_run(root, k, r, 0, hits), llm__calls=calls, retrieval__retrieved_size=10.0 * (k + 1),
+                 metric__search_space=3.0 * (k + 1))
+    df, _ = collect(root)
+    rows, cols = ["reasoner"], ["metric"]
+    wide = pivot(df, rows, cols, ["hits_at_1", "llm/calls", "retrieval/retrieved_size", "search_space"])
+    md = render_markdown(wide, rows, cols, digits=2)
+    lines = {ln.split("|")[1].strip(): ln for ln in md.splitlines()[2:]}
+    assert md.splitlines()[0] == "| reasoner | Hits@1 | LLM calls | Retrieved | Search space |"
+    assert md.count("**") == 2 and "| **0.50** |" in lines["sgr"]  # sgr's Hits@1 alone
+
+
+def test_labels_can_be_overridden(tmp_path):
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 0, 1])
+    _run(root, 1, "sgr", 0, [1, 1, 0, 1])
+    r = _cli(root, "--metrics", "hits_at_1,f1", "--label", "hits_at_1=H@1", "--label", "f1=Token F1", "--ci", "none")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "| reasoner | H@1 | Token F1 |"
+    bad = _cli(root, "--label", "hits_at_1")
+    assert bad.returncode == 2 and "expected METRIC=LABEL" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_pairing_group_is_not_a_variant(tmp_path):
+    """``pairing`` is chosen by the dataset and KG (conf/pairing): it never labels a row."""
+    root = tmp_path / "m"
+    for k, (ds, kg) in enumerate([("cwq", "freebase"), ("metaqa", "metaqa")]):
+        d = _run(root, k, "io", 0, [1, 0], dataset=ds)
+        hy = yaml.safe_load((d / ".hydra" / "hydra.yaml").read_text())
+        hy["hydra"]["runtime"]["choices"].update({"kg": kg, "pairing": f"{ds}_{kg}"})
+        (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hy))
+    md = write_tables(root, ci=None)["md"].read_text()
+    assert "pairing" not in md

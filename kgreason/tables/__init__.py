@@ -30,9 +30,14 @@ Every public name is importable from ``kgreason.tables``.
   the ``--metrics`` order (else ``metrics.json``'s); :func:`caption` says what ``±`` and
   ``[lo, hi]`` are over.
 * :func:`render_markdown` / :func:`render_latex` / :func:`render_csv` format
-  ``mean ± std [lo, hi]`` and bold the best cell per column (per metric) using
-  ``METRICS[m].higher_is_better``; :func:`write_tables` drops columns constant in every row into
-  the caption and warns when the seeds changed nothing.
+  ``mean ± std [lo, hi]``; metric columns are headed by readable labels (``Hits@1``, ``F1``, ``EM``,
+  ``Coverage``: :data:`~kgreason.tables.labels.LABELS`, ``--label KEY=TEXT`` overrides) in the
+  order of the runs' ``dataset.metrics`` (headline first); the best of at least two rows of a score
+  column is bold by ``METRICS[m].higher_is_better`` (never a size, a cost or a count:
+  :func:`~kgreason.tables.render.is_score`). :func:`write_tables` leaves out row axes with one value
+  in every row (``ablation = none``) and empty ones, column axes with one value (one ``dataset``),
+  and non-score columns constant in every row, each said in the caption; the ``.tex`` is a
+  ``table`` float with that caption and ``\label{tab:<name>}``; it warns when the seeds changed nothing.
 * :func:`paired_comparisons` (``--baseline AXIS=VALUE``): each row minus its baseline row on the
   same questions, paired-bootstrap interval and p-value, McNemar's exact p for 0/1 metrics;
   rows that answered different questions are refused, naming the mismatch.
@@ -58,17 +63,18 @@ from kgreason.tables.cells import (BESIDE, MAX_BOOT, CIOptions, _metric_filter, 
 from kgreason.tables.cli import boot_count, main
 from kgreason.tables.collect import (GROUPS, TIDY_COLUMNS, Collected, Job, Malformed, _failure_reason, _infos,
                                      _load_yaml, collect, collect_examples, gather, job_dirs, job_info)
-from kgreason.tables.labels import _header, _label
+from kgreason.tables.labels import LABELS, _header, _label, metric_label, parse_labels
 from kgreason.tables.marks import cell_marks, mark_notes, no_interval_notes
 from kgreason.tables.paired import paired_comparisons, render_paired
 from kgreason.tables.paper import (PAPER_FIELDS, _experiment_of, _job_model, _job_setting, _job_value, _setting_str,
                                    load_paper, paper_comparison, paper_file, paper_presets, render_paper)
 from kgreason.tables.plots import hops_figure, plot_hops
-from kgreason.tables.render import (_best_mask, _cells, _fmt, _tex_escape, caption, render_csv, render_latex,
-                                    render_markdown, render_missing)
+from kgreason.tables.render import (_best_mask, _cells, _fmt, _tex_escape, caption, is_score, render_csv, render_latex,
+                                    render_markdown, render_missing, tex_label)
 from kgreason.tables.rows import RunRows, read_rows
 
-__all__ = ["BESIDE", "CIOptions", "Collected", "GROUPS", "Job", "MAX_BOOT", "Malformed", "PAPER_FIELDS", "RunRows",
+__all__ = ["BESIDE", "CIOptions", "Collected", "GROUPS", "Job", "LABELS", "is_score", "metric_label", "parse_labels",
+           "tex_label", "MAX_BOOT", "Malformed", "PAPER_FIELDS", "RunRows",
            "TIDY_COLUMNS", "Tables", "boot_count", "build_tables", "caption", "cell_marks", "cell_questions", "collect",
            "collect_examples", "drop_constant_columns", "gather", "hops_figure", "job_dirs", "job_info", "load_paper",
            "main", "mark_notes", "metric_order", "no_interval_notes", "paired_comparisons", "paper_comparison",

@@ -14,7 +14,8 @@ from kgreason.tables.collect import Collected, Job, gather
 from kgreason.tables.marks import mark_notes, no_interval_notes
 from kgreason.tables.paired import paired_comparisons, render_paired
 from kgreason.tables.paper import paper_comparison, render_paper
-from kgreason.tables.render import caption, render_csv, render_latex, render_markdown, render_missing
+from kgreason.tables.render import (caption, column_note, render_csv, render_latex, render_markdown, render_missing,
+                                    tex_label)
 from kgreason.tables.rows import RunRows
 
 
@@ -39,9 +40,10 @@ class Tables:
     digits: int = 3
     partial: list[str] = field(default_factory=list)   # the partial runs' job names
     failed: list[str] = field(default_factory=list)    # runs with metrics.json and a failed.json
+    labels: dict[str, str] = field(default_factory=dict)   # header overrides (--label hits_at_1=H@1)
 
     def table_md(self) -> str:
-        md = render_markdown(self.wide_shown, self.rows, self.cols, self.digits, self.seed_spread)
+        md = render_markdown(self.wide_shown, self.rows, self.cols, self.digits, self.seed_spread, self.labels)
         md += "\n" + self.caption + "\n"
         if self.warnings:
             md += "\n" + "\n".join(self.warnings) + "\n"
@@ -103,7 +105,7 @@ def partial_notes(c: Collected, rows: Sequence[str], cols: Sequence[str], allow_
 def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
                  metrics: Sequence[str] | None = None, digits: int = 3, ci: CIOptions | None = None,
                  baseline: str | None = None, paper: str | bool | None = None,
-                 allow_partial: bool = False) -> Tables:
+                 allow_partial: bool = False, labels: dict[str, str] | None = None) -> Tables:
     """gather → pivot (+ intervals, cell marks) → paired comparisons / paper values, nothing written.
 
     Every job dir is read once (:func:`~kgreason.tables.collect.gather`); the per-question values
@@ -116,14 +118,17 @@ def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     df, missing = c.df, c.missing
     if df.empty:
         raise ValueError(_no_values(c))
-    rows, cols = table_axes(df, _drop_constant_empty(df, list(rows)), list(cols))
+    kept_rows, same = _drop_constant_empty(df, list(rows))
+    rows, cols = table_axes(df, kept_rows, list(cols))
     warnings = [f"Warning: {w}" for w in c.warnings]
     warnings += partial_notes(c, rows, cols, allow_partial)
     examples = {name: j.rows for name, j in c.jobs.items() if j.rows is not None}
     wide = pivot(df, rows, cols, metrics, examples if ci.kind == "bootstrap" else None, ci, jobs=c.jobs)
     warnings += mark_notes(wide, rows, cols, digits)
+    no_interval = []
     if ci.kind == "bootstrap":
-        warnings += no_interval_notes(prepare(df, rows, cols, metrics), c.jobs, rows, cols, wide)
+        no_interval = no_interval_notes(prepare(df, rows, cols, metrics), c.jobs, rows, cols, wide)
+        warnings += no_interval
     spread = True
     if seeds_change_nothing(df, wide, examples):
         spread = False
@@ -132,12 +137,17 @@ def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
                         "question has the same value for every seed (temperature 0, no sampling?). The seed sweep "
                         "repeats one run; it adds no evidence and is shown once, without ± 0.")
     wide_shown, constant = drop_constant_columns(wide, digits)
-    cap = caption(df, wide, ci, spread)
+    cap = caption(df, wide_shown, ci, spread, no_interval, cols, labels)
+    fixed = [f"{r} = {v}" for r, v in same.items()]
+    if fixed:
+        cap += " Every row: " + ", ".join(fixed) + "."
+    if (note := column_note(wide_shown, cols)):
+        cap += " " + note
     if constant:
         cap += " Constant columns (not shown): " + "; ".join(constant) + "."
     t = Tables(root, df, examples, rows, cols, wide, wide_shown, cap, warnings, spread, missing, digits=digits,
                partial=[j.name for j in c.jobs.values() if j.partial],
-               failed=[j.name for j in c.jobs.values() if j.failed is not None])
+               failed=[j.name for j in c.jobs.values() if j.failed is not None], labels=dict(labels or {}))
     if baseline:
         d = prepare(df, rows, cols, metrics)
         t.paired = paired_comparisons(d, examples, rows, cols, baseline, ci)
@@ -152,7 +162,7 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
                  metrics: Sequence[str] | None = None, out_dir: str | Path | None = None,
                  name: str = "results", digits: int = 3, ci: CIOptions | None = None,
                  baseline: str | None = None, paper: str | bool | None = None,
-                 allow_partial: bool = False) -> dict[str, Path]:
+                 allow_partial: bool = False, labels: dict[str, str] | None = None) -> dict[str, Path]:
     """collect → pivot → write ``<name>.md/.tex/.csv`` (+ ``missing.txt``) into ``out_dir``
     (default: the multirun dir itself). With ``baseline`` (``reasoner=io``) also the paired
     comparisons (``<name>_paired.csv``, and a section of ``<name>.md``); with ``paper`` (a preset
@@ -162,7 +172,7 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
 
     name = safe_component(name, "--name")  # <name>.md/.tex/.csv are written into out_dir, never beside it
     root = Path(root)
-    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial)
+    t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial, labels)
     for w in t.warnings:
         print(w, file=sys.stderr)
     out = Path(out_dir) if out_dir else root
@@ -175,7 +185,8 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
         paths["paper"] = out / f"{name}_paper.csv"
         paths["paper"].write_text(t.paper.to_csv(index=False))
     paths["md"].write_text(t.markdown())
-    paths["tex"].write_text(render_latex(t.wide_shown, t.rows, t.cols, digits, t.seed_spread))
+    paths["tex"].write_text(render_latex(t.wide_shown, t.rows, t.cols, digits, t.seed_spread, t.labels, t.caption,
+                                         tex_label(name)))
     paths["csv"].write_text(render_csv(t.wide))
     mpath = out / "missing.txt"
     if t.missing:
@@ -186,7 +197,24 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     return paths
 
 
-def _drop_constant_empty(df: pd.DataFrame, rows: list[str]) -> list[str]:
-    """Drop row axes that are empty everywhere (e.g. ``variant`` with no extra overrides)."""
-    keep = [r for r in rows if not (r in df.columns and df[r].fillna("").astype(str).eq("").all())]
-    return keep or rows[:1]
+def _drop_constant_empty(df: pd.DataFrame, rows: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The row axes that tell rows apart: those empty everywhere (``variant`` with no extra
+    overrides) and those with one value in every job (``ablation = none``) are left out, the
+    latter returned as ``{axis: value}`` for the caption. At least one axis is kept (a single
+    run's table is one row named by its first axis)."""
+    keep, same = [], {}
+    for r in rows:
+        if r not in df.columns:
+            keep.append(r)  # a swept override named by --rows: table_axes checks it
+            continue
+        values = df[r].fillna("").astype(str)
+        if values.eq("").all():
+            continue
+        if values.nunique() == 1:
+            same[r] = values.iloc[0]
+            continue
+        keep.append(r)
+    if not keep:
+        keep = rows[:1]
+        same.pop(keep[0], None)
+    return keep, same

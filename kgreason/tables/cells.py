@@ -221,12 +221,15 @@ def drop_constant_columns(wide: pd.DataFrame, digits: int = 3) -> tuple[pd.DataF
         col = means[c]
         if col.isna().any():
             continue
+        key = dict(zip(wide["mean"].columns.names, c if isinstance(c, tuple) else (c,))).get("metric", c)
+        if str(key).startswith("metric/"):
+            continue  # a score the same in every row is a result, not a constant: it stays
         vals = {f"{v:.{digits}f}" for v in col}
         if has_ci and len({(f"{a:.{digits}f}", f"{b:.{digits}f}") for a, b in zip(wide["lo"][c], wide["hi"][c])}) > 1:
             continue  # same mean, different questions: the intervals tell the rows apart
         if len(vals) == 1:
             drop.append(c)
-            notes.append(f"{_header(c, None)} = {vals.pop()} in every row")
+            notes.append(f"{_header(c, None, {})} = {vals.pop()} in every row")
     if not drop or len(drop) == len(means.columns):
         return wide, []
     keep = [c for c in wide.columns if c[1:] not in [d if isinstance(d, tuple) else (d,) for d in drop]]

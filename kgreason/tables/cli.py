@@ -9,6 +9,7 @@ from typing import Sequence
 from kgreason import stats
 from kgreason.tables.build import write_tables
 from kgreason.tables.cells import MAX_BOOT, CIOptions
+from kgreason.tables.labels import parse_labels
 
 DESCRIPTION = "Paper tables from run / multirun dirs, and the hop-distribution plot."
 
@@ -50,13 +51,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--allow-partial", action="store_true",
                     help="average a partial run (stopped before its last example) with complete seeds of the same "
                          "setting; without it such a table is refused, naming the partial job dirs")
+    ap.add_argument("--label", action="append", default=None, metavar="METRIC=LABEL",
+                    help="a column header of your own, e.g. --label hits_at_1=H@1 (repeat it, or give several "
+                         "comma-separated); the defaults are Hits@1, F1, EM, Coverage, ... (docs/metrics.md)")
     args = ap.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     try:
         ci = CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed)
         paths = write_tables(args.dir, split(args.rows), split(args.cols),
                              split(args.metrics) if args.metrics else None, args.out, args.name, args.digits,
-                             ci, args.baseline, args.paper, args.allow_partial)
+                             ci, args.baseline, args.paper, args.allow_partial, parse_labels(args.label))
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

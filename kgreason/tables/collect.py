@@ -128,7 +128,7 @@ def job_info(job: Path, root: Path | None = None) -> dict[str, Any]:
     # averaged either; hydra's own groups and the run's bookkeeping are not table axes
     info["_choices"] = {str(k): str(v) for k, v in choices.items()
                         if k not in GROUPS and v is not None and not str(k).startswith("hydra")
-                        and k not in ("tracking", "experiment", "local")}
+                        and k not in ("tracking", "experiment", "local", "pairing")}  # pairing: set by dataset+kg
     info["_params"] = dict(o.split("=", 1) if "=" in o else (o, "") for o in variant)
     return info
 
@@ -268,6 +268,26 @@ def _read_metrics(mpath: Path, name: str) -> tuple[dict[str, Any] | None, str | 
     return doc, None
 
 
+def _dataset_metrics(job: Path) -> list[str]:
+    """The run's ``dataset.metrics`` (its ``config.yaml``), headline first; [] where unreadable."""
+    for name in ("config.yaml", ".hydra/config.yaml"):
+        p = job / name
+        if p.is_file():
+            try:
+                names = _get(_load_yaml(p), "dataset", "metrics")
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                return []
+            return [str(m) for m in names] if isinstance(names, list) else []
+    return []
+
+
+def _in_dataset_order(doc: dict[str, Any], job: Path) -> list[tuple[str, Any]]:
+    """``metrics.json``'s items with the ``metric/*`` keys in the run's ``dataset.metrics`` order
+    (the file itself is written with sorted keys), the other keys after them as written."""
+    order = {f"metric/{m}": i for i, m in enumerate(_dataset_metrics(job))}
+    return sorted(doc.items(), key=lambda kv: (0, order[kv[0]]) if kv[0] in order else (1, 0))
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
@@ -302,7 +322,7 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
             missing.append({"job": name, "reason": why})
             continue
         job = Job(path, name, info, rows=run_rows)
-        for k, v in doc.items():
+        for k, v in _in_dataset_order(doc, path):
             if k.startswith(MEASURES) and v is not None and not isinstance(v, (int, float)):
                 warnings.append(f"{name}/metrics.json: {k} is {str(v)[:40]!r} (not a number): left out of the table")
                 continue

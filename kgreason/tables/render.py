@@ -7,9 +7,9 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from kgreason.metrics import higher_is_better
+from kgreason.metrics import METRICS, higher_is_better
 from kgreason.tables.cells import CIOptions
-from kgreason.tables.labels import _header
+from kgreason.tables.labels import _header, metric_label
 
 #: the caption's sentence for each cell mark present in a table (kgreason/tables/marks.py)
 MARK_NOTES = {
@@ -27,8 +27,11 @@ MARK_NOTES = {
 
 
 def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
-            seed_spread: bool = True) -> str:
-    """What a cell is: the mean over seeds, what its ``±`` is, and what its ``[lo, hi]`` is over."""
+            seed_spread: bool = True, no_interval: Sequence[str] = (), cols: Sequence[str] = (),
+            labels: Mapping[str, str] | None = None) -> str:
+    """What a cell is: the mean over seeds, what its ``±`` is, and what its ``[lo, hi]`` is over.
+    ``no_interval``: the "No interval" lines printed with the table (the caption points to them
+    only when there are some); ``cols``/``labels`` name the run-level columns that have none."""
     seeds = sorted({int(s) for s in df["seed"].dropna()}) if "seed" in df else []
     n = wide["n"].max().max() if not wide.empty else 0
     has_ci = "lo" in wide.columns.get_level_values(0)
@@ -52,16 +55,46 @@ def caption(df: pd.DataFrame, wide: pd.DataFrame, ci: CIOptions | None = None,
         parts.append(f"[lo, hi] is the {ci.level:.0%} percentile bootstrap interval of the mean over the "
                      f"cell's {nq} questions (B = {ci.B:,} resamples of the questions, seed {ci.seed}; "
                      f"{over}); it is over questions, not seeds.")
-        if wide["lo"].isna().any().any():
-            parts.append("Cells without [lo, hi]: see \"No interval\" below for why (metric/* columns), or the column "
-                         "is a run-level figure with no per-question values.")
+        run_level = [c for c in wide["mean"].columns if not _metric_of(c, cols).startswith("metric/")
+                     and wide["mean"][c].notna().any()] if isinstance(wide["mean"], pd.DataFrame) else []
+        if run_level:
+            names = list(dict.fromkeys(metric_label(_metric_of(c, cols), labels) for c in run_level))
+            parts.append(f"{', '.join(names)}: a run-level figure with no per-question values, so no interval.")
+        if no_interval:
+            parts.append("Score cells without [lo, hi]: the \"No interval\" lines below say why.")
     marks = set(wide.columns.get_level_values(0))
     parts += [text for mark, text in MARK_NOTES.items() if mark in marks]
     return " ".join(parts)
 
 
-def _best_mask(wide: pd.DataFrame, rows: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
-    """Boolean frame shaped like ``wide['mean']``: True at the best cell per column and metric."""
+#: judge/<x> figures that count or cost (never bolded)
+_JUDGE_COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd", "errors")
+
+
+def is_score(key: str) -> bool:
+    """Whether a column is a score a table may bold: a ``metric/*`` score (not a count of what the
+    method did, whose ``worst`` is None: ``search_space``, ``triples_written``) or a judge rating;
+    never a size (``retrieval/*``), a cost (``llm/*``, ``run/wall_s``) or a run count (``run/*``)."""
+    key = str(key)
+    if key.startswith("metric/"):
+        m = METRICS.get(key.removeprefix("metric/"))
+        return m is None or m.worst is not None
+    if key.startswith("judge/"):
+        return key.rsplit("/", 1)[-1] not in _JUDGE_COUNTS
+    return False
+
+
+def _metric_of(col, cols: Sequence[str]) -> str:
+    parts = col if isinstance(col, tuple) else (col,)
+    key = dict(zip(cols, parts))
+    return str(key["metric"]) if "metric" in key else str(parts[-1])
+
+
+def _best_mask(wide: pd.DataFrame, rows: Sequence[str], cols: Sequence[str], digits: int | None = None) -> pd.DataFrame:
+    """Boolean frame shaped like ``wide['mean']``: True at the best cell of each score column
+    (:func:`is_score`; per metric where the metric is a row axis), by the metric's direction.
+    Nothing is bolded where fewer than two rows have a value, or where every row has the same
+    (rounded by the caller) value: there is no best to point at."""
     means = wide["mean"]
     mask = pd.DataFrame(False, index=means.index, columns=means.columns)
     for col in means.columns:
@@ -78,10 +111,14 @@ def _best_mask(wide: pd.DataFrame, rows: Sequence[str], cols: Sequence[str]) -> 
         else:
             groups = {"": series.index}
         for metric, idxs in groups.items():
-            vals = series.loc[list(idxs)].dropna()
-            if vals.empty:
+            if not is_score(str(metric)):
                 continue
-            best = vals.max() if higher_is_better(metric) else vals.min()
+            vals = series.loc[list(idxs)].dropna()
+            if digits is not None:
+                vals = vals.round(digits)
+            if len(vals) < 2 or vals.nunique() < 2:
+                continue
+            best = vals.max() if higher_is_better(str(metric)) else vals.min()
             for idx in vals.index[vals == best]:
                 mask.loc[idx, col] = True
     return mask
@@ -119,15 +156,41 @@ def _suffix(wide: pd.DataFrame, idx, c) -> str:
     return "".join(" " + x for x in out)
 
 
-def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], seed_spread: bool = True):
-    mask = _best_mask(wide, rows, cols)
+def constant_col_axes(wide: pd.DataFrame, cols: Sequence[str]) -> list[int]:
+    """Positions of the column axes other than ``metric`` that have one value in every column of
+    the table (``dataset`` in a one-dataset sweep): left out of the headers, said in the caption."""
+    means = wide["mean"]
+    if not isinstance(means, pd.DataFrame) or not isinstance(means.columns, pd.MultiIndex):
+        return []
+    return [i for i, name in enumerate(cols) if name != "metric" and i < means.columns.nlevels
+            and means.columns.get_level_values(i).nunique() == 1]
+
+
+def column_note(wide: pd.DataFrame, cols: Sequence[str]) -> str:
+    """``Every column: dataset = embedded.``, for the axes :func:`constant_col_axes` leaves out."""
+    skip = constant_col_axes(wide, cols)
+    if not skip:
+        return ""
+    cols_idx = wide["mean"].columns
+    return "Every column: " + ", ".join(f"{cols[i]} = {cols_idx.get_level_values(i)[0]}" for i in skip) + "."
+
+
+def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], seed_spread: bool = True,
+           labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None):
+    mask = _best_mask(wide, rows, cols, digits)
     means, stds, ns = wide["mean"], wide["std"], wide["n"]
     has_ci = "lo" in wide.columns.get_level_values(0)
-    header = [*rows, *(_header(c, cols) for c in means.columns)]
+    skip = constant_col_axes(wide, cols)
+    header = [*rows, *(_header(c, cols, labels or {}, skip) for c in means.columns)]
+    metric_row = list(rows).index("metric") if "metric" in rows else None
     body = []
     for idx in means.index:
         keys = list(idx) if isinstance(idx, tuple) else [idx]
         line = [str(k) for k in keys]
+        if metric_row is not None and metric_row < len(line):
+            line[metric_row] = metric_label(line[metric_row], labels)
+        if row_suffix and row_suffix.get(idx):
+            line[-1] += f" ({row_suffix[idx]})"
         for c in means.columns:
             n = ns.loc[idx, c]
             lo, hi = (wide["lo"].loc[idx, c], wide["hi"].loc[idx, c]) if has_ci else (math.nan, math.nan)
@@ -145,8 +208,12 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
     return header, body
 
 
-def render_markdown(wide: pd.DataFrame, rows, cols, digits: int = 3, seed_spread: bool = True) -> str:
-    header, body = _cells(wide, rows, cols, digits, ("**", "**"), seed_spread)
+def render_markdown(wide: pd.DataFrame, rows, cols, digits: int = 3, seed_spread: bool = True,
+                    labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None) -> str:
+    """A pipe table: metric columns headed by their labels (:mod:`~kgreason.tables.labels`), the
+    best of at least two rows of each score column in bold; ``row_suffix``: ``{row key: note}``
+    put in parentheses after the row's last label (``replayed``)."""
+    header, body = _cells(wide, rows, cols, digits, ("**", "**"), seed_spread, labels, row_suffix)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     return "\n".join(lines) + "\n"
@@ -159,17 +226,37 @@ def _tex_escape(s: str) -> str:
     return s
 
 
-def render_latex(wide: pd.DataFrame, rows, cols, digits: int = 3, seed_spread: bool = True) -> str:
-    header, body = _cells(wide, rows, cols, digits, ("\x00B", "\x00E"), seed_spread)
+def _tex_text(s: str) -> str:
+    """Escaped, with the table's few non-ASCII signs written as plain LaTeX."""
+    s = _tex_escape(s)
+    for a, b in (("±", r"$\pm$"), ("≠", r"$\neq$"), ("–", "--"), ("—", "---"), ("≥", r"$\geq$"), ("≤", r"$\leq$"),
+                 ("×", r"$\times$"), ("·", r"$\cdot$"), ("“", "``"), ("”", "''"), ("’", "'")):
+        s = s.replace(a, b)
+    return s
+
+
+def tex_label(name: str) -> str:
+    """``tab:results``: a LaTeX label from the table's file stem (letters, digits, ``-`` ``:`` ``.``)."""
+    return "tab:" + ("".join(ch if ch.isalnum() or ch in "-:." else "-" for ch in str(name)) or "results")
+
+
+def render_latex(wide: pd.DataFrame, rows, cols, digits: int = 3, seed_spread: bool = True,
+                 labels: Mapping[str, str] | None = None, caption_text: str = "", label: str = "tab:results") -> str:
+    """A ``table`` float (``\\centering``, the ``tabular`` with ``\\hline`` rules, ``\\caption``,
+    ``\\label``) that compiles with plain LaTeX: no package needed, every sign written in ASCII."""
+    header, body = _cells(wide, rows, cols, digits, ("\x00B", "\x00E"), seed_spread, labels)
 
     def cell(s: str) -> str:
-        s = _tex_escape(s).replace("±", r"$\pm$").replace("≠", r"$\neq$")
-        return s.replace("\x00B", r"\textbf{").replace("\x00E", "}")
+        return _tex_text(s).replace("\x00B", r"\textbf{").replace("\x00E", "}")
 
     spec = "l" * len(rows) + "r" * (len(header) - len(rows))
-    out = [rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(cell(h) for h in header) + r" \\", r"\midrule"]
+    out = [r"\begin{table}[t]", r"\centering", rf"\begin{{tabular}}{{{spec}}}", r"\hline",
+           " & ".join(cell(h) for h in header) + r" \\", r"\hline"]
     out += [" & ".join(cell(c) for c in r) + r" \\" for r in body]
-    out += [r"\bottomrule", r"\end{tabular}"]
+    out += [r"\hline", r"\end{tabular}"]
+    if caption_text:
+        out.append(rf"\caption{{{_tex_text(caption_text)}}}")
+    out += [rf"\label{{{label}}}", r"\end{table}"]
     return "\n".join(out) + "\n"
 
 
