@@ -197,7 +197,13 @@ class OpenAIChat:
                            f"model (llm.reasoning_models: {list(self.reasoning_models)}) and the API refuses the field")
         if self.reasoning_budget_tokens < 0:
             raise LLMError(f"llm.reasoning_budget_tokens={reasoning_budget_tokens!r}: expected an integer >= 0")
-        self.timeout_s = float(timeout_s)
+        try:
+            self.timeout_s = float(timeout_s)
+        except (TypeError, ValueError):
+            self.timeout_s = float("nan")
+        if isinstance(timeout_s, bool) or not (0.0 < self.timeout_s < float("inf")):
+            raise LLMError(f"llm.timeout_s={timeout_s!r}: expected a finite number of seconds > 0 (each attempt's "
+                           f"deadline)")
         try:
             self.max_retry_after_s = float(max_retry_after_s)
         except (TypeError, ValueError):
