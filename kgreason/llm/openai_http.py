@@ -60,6 +60,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kgreason import secrets
 from kgreason.llm.accounting import PriceTable, call_usage
 from kgreason.llm.base import LLMError, ScoringUnsupported, backend_seed
+from kgreason.textio import clean_surrogates
 from kgreason.types import ChatRequest, Completion, Message
 
 log = logging.getLogger("kgreason.llm")
@@ -213,7 +214,7 @@ class OpenAIChat:
         if isinstance(max_reply_chars, bool) or not isinstance(max_reply_chars, int) or max_reply_chars < 1:
             raise LLMError(f"llm.max_reply_chars={max_reply_chars!r}: expected an integer >= 1")
         self.max_reply_chars = int(max_reply_chars)
-        self._warned_length = False
+        self._warned_surrogates = False
         self._warned_usage = False
         self._warned_cut = False
         self.sleep = sleep or time.sleep
@@ -325,12 +326,24 @@ class OpenAIChat:
 
         def call():
             r = self._client.chat.completions.create(**kw)
-            ch = check_reply(r, req.n)
+            try:  # the probe asks for one token, which may be a newline: any text answers it
+                ch = check_reply(r, req.n, allow_blank=wait_s is not None)
+            except BadReply as e:
+                if self.reasoning and "is empty" in str(e) and "'length'" in str(e):
+                    raise BadReply(f"{e}: the reasoning used up max_completion_tokens="
+                                   f"{kw.get('max_completion_tokens')}; raise llm.reasoning_budget_tokens "
+                                   f"(now {self.reasoning_budget_tokens})") from None
+                raise
             return r, ch, (reply_logprobs(ch) if req.logprobs else None)
 
         resp, choices, lps = self._with_retries(endpoint, call, wait_s=wait_s)
         latency = time.perf_counter() - t0
-        texts = tuple(c.message.content for c in choices)
+        texts, bad = zip(*(clean_surrogates(c.message.content) for c in choices))
+        cleaned = sum(k > 0 for k in bad)
+        if cleaned and not self._warned_surrogates:
+            self._warned_surrogates = True
+            log.warning("%s: a reply held %d lone UTF-16 surrogate(s), which UTF-8 cannot store; replaced with "
+                        "U+FFFD (counted in the row's usage as replies_cleaned; warned once)", self.model, sum(bad))
         cut = sum(len(t) > self.max_reply_chars for t in texts)
         if cut:
             texts = tuple(t[:self.max_reply_chars] for t in texts)
@@ -349,16 +362,10 @@ class OpenAIChat:
                 log.warning("%s (%s): a reply without token counts (`usage`): its tokens and cost are unknown, "
                             "left out of the token and cost figures and counted in llm/calls_usage_unknown "
                             "(warned once)", self.model, self.base_url)
-        if self.reasoning and not self._warned_length and any(
-                c.finish_reason == "length" and not (t or "").strip() for c, t in zip(choices, texts)):
-            self._warned_length = True
-            log.warning("%s: an empty reply cut at max_completion_tokens=%s after %d reasoning tokens; raise "
-                        "llm.reasoning_budget_tokens (now %d)", self.model, kw.get("max_completion_tokens"), rt,
-                        self.reasoning_budget_tokens)
         usage = call_usage(pt, ct, latency, 0.0 if unknown else self.prices.cost(self.model, pt, ct),
                            reasoning_tokens=rt)
-        if unknown or cut:
-            usage = dataclasses.replace(usage, usage_unknown=int(unknown), replies_cut=cut)
+        if unknown or cut or cleaned:
+            usage = dataclasses.replace(usage, usage_unknown=int(unknown), replies_cut=cut, replies_cleaned=cleaned)
         return Completion(texts=texts, usage=usage, token_logprobs=lps)
 
     def probe(self, wait_s: float = 120.0) -> Completion:
@@ -465,11 +472,12 @@ class BadReply(Exception):
     """A status-200 reply that is not a usable completion (a failed attempt, retried, never cached)."""
 
 
-def check_reply(resp: Any, n: int = 1) -> list:
+def check_reply(resp: Any, n: int = 1, allow_blank: bool = False) -> list:
     """The choices of a chat reply, ordered by index, when it is a usable completion; else
     :class:`BadReply` saying what is wrong: not a completion object (an HTML or other non-JSON
-    body the client hands back as text), no ``choices`` or fewer than the ``n`` asked for, or a
-    choice whose ``message.content`` is not a string (``null``: a refusal, a tool call, a cut body)."""
+    body the client hands back as text), no ``choices`` or fewer than the ``n`` asked for, a
+    choice whose ``message.content`` is not a string (``null``: a refusal, a tool call, a cut body),
+    or (unless ``allow_blank``: the start-up probe) one that is empty or whitespace only."""
     if resp is None or isinstance(resp, (str, bytes, list, int, float)):
         shown = repr(resp)[:60] if not isinstance(resp, (str, bytes)) else f"{len(resp)} chars of non-JSON text"
         raise BadReply(f"the body is not a JSON completion ({type(resp).__name__}: {shown})")
@@ -486,6 +494,9 @@ def check_reply(resp: Any, n: int = 1) -> list:
             why = f"refusal {str(refusal)[:80]!r}" if refusal else f"finish_reason {getattr(c, 'finish_reason', None)!r}"
             raise BadReply(f"choice {getattr(c, 'index', '?')} has no text (content: "
                            f"{'null' if content is None else type(content).__name__}; {why})")
+        if not allow_blank and not content.strip():
+            raise BadReply(f"choice {getattr(c, 'index', '?')} is empty ({len(content)} whitespace character(s); "
+                           f"finish_reason {getattr(c, 'finish_reason', None)!r})")
     try:
         ordered = sorted(choices, key=lambda c: int(getattr(c, "index", 0) or 0))
     except (TypeError, ValueError):

@@ -212,3 +212,68 @@ def test_the_cache_stores_only_whole_replies(tmp_path):
     assert llm.generate([ChatRequest.of("q")])[0].texts == ()
     assert len(llm.score(ChatRequest.of("q").messages, ["a", "b"])) == 2
     assert len(store) == 0
+
+
+# --------------------------------------------------------------------------- issue 57: L5, M2
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t \n"])
+def test_an_empty_or_blank_reply_is_a_failed_attempt_never_cached(tmp_path, text):
+    """Issue 57 L5: an empty or whitespace-only reply was a success, cached and replayed."""
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    sleeps: list[float] = []
+    with Scripted([good(text)] * 3) as srv:
+        llm = CachedLLM(_llm(srv, sleeps), store)
+        with pytest.raises(LLMError, match=r"failed after 3 attempts; last status: unusable reply \(choice 0 is "
+                                           r"empty"):
+            llm.generate([ChatRequest.of("q")])
+        assert srv.n == 3 and len(sleeps) == 2 and len(store) == 0
+    with Scripted([good(text)], then=good("fine")) as srv:
+        assert CachedLLM(_llm(srv, sleeps), store).generate([ChatRequest.of("q")])[0].text == "fine"
+        assert srv.n == 2 and len(store) == 1
+    with Scripted([good("a", n=2)[:2] + (json.dumps({"choices": [
+            {"index": 0, "message": {"content": "a"}}, {"index": 1, "message": {"content": text}}]}).encode(),)],
+                  then=good("b", n=2)) as srv:  # one blank sample of n fails the call too
+        assert _llm(srv, []).generate([ChatRequest.of("q", n=2)])[0].texts == ("b", "b") and srv.n == 2
+
+
+def test_the_start_up_probe_takes_a_blank_one_token_reply():
+    """The probe asks for one token, which may well be a newline: the endpoint answered."""
+    with Scripted([], then=good("\n")) as srv:
+        assert _llm(srv, []).probe(wait_s=5).text == "\n" and srv.n == 1
+
+
+def _raw_reply(text_json: bytes) -> tuple:
+    """A 200 whose reply text is ``text_json`` spliced in as it is (bytes the JSON encoder would not write)."""
+    body = (b'{"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [{"index": 0, '
+            b'"message": {"role": "assistant", "content": "' + text_json + b'"}, "finish_reason": "stop"}], '
+            b'"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}')
+    return 200, {"Content-Type": "application/json"}, body
+
+
+@pytest.mark.parametrize("raw", [b"Paris \\ud800 x", b"Paris \xed\xa0\x80 x", b"Paris \\udfff\\ud800 x"])
+def test_a_lone_surrogate_is_replaced_counted_and_every_store_takes_the_row(tmp_path, raw):
+    """Issue 57 M2: a reply holding a lone UTF-16 surrogate (escaped, or as the bytes ed a0 80)
+    could be stored nowhere: the call cache raised, and with the cache off predictions.jsonl
+    raised on every resume. The client replaces it with U+FFFD and counts the reply."""
+    from kgreason.runs import PredictionStore
+
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    with Scripted([], then=_raw_reply(raw)) as srv:
+        llm = CachedLLM(_llm(srv, []), store)
+        c = llm.generate([ChatRequest.of("q")])[0]
+        assert srv.n == 1
+    assert c.text.startswith("Paris \ufffd") and c.text.endswith(" x")
+    c.text.encode("utf-8")  # strict: nothing left that UTF-8 cannot hold
+    assert c.usage.replies_cleaned == 1 and c.usage.calls == 1 and len(store) == 1
+    hit = CachedLLM(_llm(srv, []), store).generate([ChatRequest.of("q")])[0]
+    assert hit.cached and hit.text == c.text and hit.usage.replies_cleaned == 1
+    led = Ledger()
+    for u in (c.usage, hit.usage):
+        led.add("answer", u)
+    m = ledger_metrics([led], 1)
+    assert m["llm/replies_cleaned"] == 2 and m["llm/calls"] == 1 and m["llm/cache_hits"] == 1
+    preds = PredictionStore(tmp_path / "predictions.jsonl")
+    preds.append({"id": "e1", "answers": [c.text], "raw": c.text})
+    again = PredictionStore(tmp_path / "predictions.jsonl")
+    assert again.rows["e1"]["raw"] == c.text
