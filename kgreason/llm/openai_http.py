@@ -21,11 +21,12 @@ llama.cpp server, TGI, Ollama...), through the official ``openai`` client.
   server trickling its body cannot hold the call), and the body is read against a byte ceiling
   (:func:`reply_byte_ceiling`, from ``max_reply_chars``; gzip/deflate bodies are unpacked within
   it): past it the attempt is an unusable reply, retried, never cached. A lone UTF-16 surrogate in
-  a reply becomes U+FFFD (``Usage.replies_cleaned``), so every store can write the text. A reply without ``usage`` is kept with its tokens and cost
-  *unknown* (``Usage.usage_unknown``, warned once per client; the run's ``llm/calls_usage_unknown``
-  says how many calls the token and cost figures lack), never counted as 0 tokens. A reply longer
-  than ``max_reply_chars`` is cut to that length and counted in ``Usage.replies_cut`` (the row's
-  usage, the trace's ``llm`` sums and ``llm/replies_cut``), with a warning.
+  a reply becomes U+FFFD (``Usage.replies_cleaned``), so every store can write the text.
+* A reply without ``usage`` is kept with its tokens and cost *unknown* (``Usage.usage_unknown``,
+  warned once per client; the run's ``llm/calls_usage_unknown`` says how many calls the token and
+  cost figures lack), never counted as 0 tokens. A reply longer than ``max_reply_chars`` is cut to
+  that length and counted in ``Usage.replies_cut`` (the row's usage, the trace's ``llm`` sums and
+  ``llm/replies_cut``), with a warning.
 * ``score`` uses the legacy ``/v1/completions`` endpoint with ``echo=True, logprobs=0,
   max_tokens=1`` (vLLM and llama.cpp servers support it; OpenAI's chat models do not): the
   candidate's log-prob is the sum of the echoed log-probs of the tokens that overlap the
