@@ -10,6 +10,8 @@ would fit, instead of answering every example and reporting zeros with ``run/err
   entities link to the KG? The share of linked examples is measured on the run's own examples
   (all of them, or a seeded sample for large sets) and logged; below ``min_link_rate`` the run
   stops and the message names the dataset, the KG, the rate and the KG that fits.
+* :func:`check_http_timeouts`: an HTTP backend's ``timeout_s`` (each attempt's deadline) must be
+  a finite number of seconds > 0; 0 or less would fail every call.
 * :func:`check_reasoning_models`: an OpenAI reasoning model (GPT-5, o-series) serves temperature
   1 only; a reasoner or judge temperature it cannot honour stops the run here, named, instead of
   one HTTP 400 per example.
@@ -126,6 +128,7 @@ def check_settings(cfg: Mapping[str, Any]) -> list[str]:
             problems.append("llm=hf needs a model: set llm.model=<hub id or local directory>")
     problems += check_questions(cfg)
     problems += check_reasoning_models(cfg)
+    problems += check_http_timeouts(cfg)
     return problems
 
 
@@ -139,6 +142,23 @@ def _openai_model(cfg: Mapping[str, Any], prefix: str) -> tuple[bool, bool, str]
     model = str(_get(node, "model", ""))
     pats = _get(node, "reasoning_models")
     return True, is_reasoning_model(model, None if pats is None else [str(p) for p in pats]), model
+
+
+def check_http_timeouts(cfg: Mapping[str, Any]) -> list[str]:
+    """``timeout_s`` of an HTTP backend (``llm`` / ``judge.llm``): each attempt's deadline, so a
+    value no call can meet (0, negative, infinite, not a number) stops the run here instead of
+    failing every call (issue 57 L14)."""
+    import math
+
+    problems: list[str] = []
+    for prefix in ("llm", "judge.llm"):
+        if not _openai_model(cfg, prefix)[0] or not _has(cfg, f"{prefix}.timeout_s"):
+            continue
+        v = _get(cfg, f"{prefix}.timeout_s")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
+            problems.append(f"{prefix}.timeout_s={v!r}: expected a finite number of seconds > 0 "
+                            f"(each attempt's deadline, docs/llm.md)")
+    return problems
 
 
 def check_reasoning_models(cfg: Mapping[str, Any]) -> list[str]:

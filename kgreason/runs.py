@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from kgreason.secrets import REDACTED, SECRET_KEY as SECRET_KEYS, register, register_from_config, scrub
+from kgreason.textio import utf8_safe
 
 log = logging.getLogger("kgreason")
 
@@ -96,8 +97,8 @@ def _append_damaged(side: Path, source: str, entries: list[dict[str, Any]]) -> N
                 seen.add((old.get("line"), old.get("raw")))
             except (ValueError, AttributeError):
                 continue
-    text = "".join(json.dumps({"file": source, **e}, ensure_ascii=False, sort_keys=True) + "\n"
-                   for e in entries if (e["line"], e["raw"]) not in seen)
+    text = utf8_safe("".join(json.dumps({"file": source, **e}, ensure_ascii=False, sort_keys=True) + "\n"
+                             for e in entries if (e["line"], e["raw"]) not in seen))
     if not text:
         return
     with open(side, "a", encoding="utf-8") as f:
@@ -254,7 +255,7 @@ class PredictionStore:
 
     def append(self, row: Mapping[str, Any]) -> None:
         raw = json.dumps(row, ensure_ascii=False, sort_keys=True)
-        line = scrub(raw) + "\n"  # a server error can quote the key back
+        line = scrub(utf8_safe(raw)) + "\n"  # a server error can quote the key back; a lone surrogate: U+FFFD
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
@@ -304,11 +305,11 @@ def gold_fields(example: Any) -> dict[str, Any]:
 
 def write_json(path: str | Path, obj: Any) -> None:
     """Atomic JSON write (temp file + rename), keys sorted for byte-stable output; valid JSON
-    always (non-finite numbers become ``null``) and scrubbed of registered secrets."""
+    always (non-finite numbers become ``null``, lone surrogates U+FFFD) and scrubbed of registered secrets."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
     text = json.dumps(json_safe(obj), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    tmp.write_text(scrub(text) + "\n")
+    tmp.write_text(scrub(utf8_safe(text)) + "\n", encoding="utf-8")
     tmp.replace(path)
 
 

@@ -17,12 +17,21 @@ gzip too), so one set of rules holds for every input:
 * in line formats a carriage return (CR) inside a line is an error naming line endings: a file
   with CR-only (classic Mac) line endings would otherwise read as one long line. LF and CRLF
   endings are both fine.
+
+And one rule for the text a run writes out: :func:`clean_surrogates` / :func:`utf8_safe` replace
+every lone UTF-16 surrogate (``"\\ud800"`` in a server's JSON, or the bytes ``ed a0 80``, which
+Python's JSON reader lets through) with U+FFFD, so a model reply holding one can be written as
+UTF-8 (issue 57 M2: such a reply made ``predictions.jsonl`` unwritable). The HTTP client cleans
+replies (and counts them); every JSON writer of the project passes its text through
+:func:`utf8_safe` (or writes ``ensure_ascii`` JSON), so text from any other source cannot stop a
+run either.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -157,4 +166,26 @@ def _sha256_file(p: Path) -> str:
     return h.hexdigest()
 
 
-__all__ = ["note_file", "files_read", "forget_files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_surrogates(text: str) -> tuple[str, int]:
+    """``(text, n)``: ``text`` with each lone UTF-16 surrogate replaced by U+FFFD (``n`` of them);
+    a high surrogate followed by a low one (two code points where one belongs) becomes the
+    character they encode. Text without surrogates comes back as it is (one regex scan).
+
+    >>> clean_surrogates("a\\ud800b"), clean_surrogates("\\ud83d\\ude00"), clean_surrogates("ok")
+    (('a\ufffdb', 1), ('\U0001f600', 0), ('ok', 0))
+    """
+    if not _SURROGATE.search(text):
+        return text, 0
+    out = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return out, out.count("\ufffd") - text.count("\ufffd")
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` that UTF-8 can hold: lone surrogates replaced by U+FFFD (:func:`clean_surrogates`)."""
+    return clean_surrogates(text)[0]
+
+
+__all__ = ["clean_surrogates", "utf8_safe", "note_file", "files_read", "forget_files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]

@@ -147,6 +147,7 @@ class Usage:
     usage_unknown: int = 0  # calls whose reply gave no token counts: their tokens and cost are not in the sums
     replies_cut: int = 0  # replies cut at the backend's max_reply_chars
     sampled_calls: int = 0  # requests made at temperature > 0 (counted by the metering layer, hits included)
+    replies_cleaned: int = 0  # replies whose lone UTF-16 surrogates the backend replaced with U+FFFD
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))

@@ -233,3 +233,26 @@ def test_graphdb_engines_listed_in_preflight_are_the_real_ones():
     from kgreason.preflight import GRAPHDB_ENGINES
 
     assert sorted(GRAPHDB_ENGINES) == sorted(ENGINES)
+
+
+@pytest.mark.parametrize("prefix", ["llm", "judge.llm"])
+@pytest.mark.parametrize("value", [0, -5, 0.0, "soon", float("inf"), float("nan"), True])
+def test_an_http_timeout_that_no_call_can_meet_stops_the_run_at_start_up(prefix, value):
+    """Issue 57 L14: ``llm.timeout_s=0`` passed the preflight and then every call failed."""
+    cfg = _cfg(llm=_openai("gpt-4o-mini"), judge={"_target_": "x.PDSQIJudge", "samples": 1,
+                                                 "llm": _openai("gpt-4o-mini")})
+    OmegaConf.update(cfg, f"{prefix}.timeout_s", value, force_add=True)
+    p = check_settings(cfg)
+    assert len(p) == 1 and p[0] == (f"{prefix}.timeout_s={value!r}: expected a finite number of seconds > 0 "
+                                    f"(each attempt's deadline, docs/llm.md)"), p
+    OmegaConf.update(cfg, f"{prefix}.timeout_s", 0.5, force_add=True)
+    assert check_settings(cfg) == []
+
+
+def test_a_client_built_with_a_timeout_no_call_can_meet_is_refused():
+    from kgreason.llm.base import LLMError
+    from kgreason.llm.openai_http import OpenAIChat
+
+    for bad in (0, -1, float("inf")):
+        with pytest.raises(LLMError, match=r"llm.timeout_s=.*expected a finite number of seconds > 0"):
+            OpenAIChat(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None, timeout_s=bad)

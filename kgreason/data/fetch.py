@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from kgreason.data.catalog import Recipe, Remote, Source
+from kgreason.textio import utf8_safe
 
 USER_AGENT = "kgreason-data/0.1 (+https://github.com/; python urllib)"
 CHUNK = 1 << 20
@@ -144,7 +145,7 @@ def hub_download(hub_id: str, config: str | None, split: str, part: Path) -> Non
     records = hub_records(hub_id, split, config)
     with open(part, "w", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+            f.write(utf8_safe(json.dumps(r, ensure_ascii=False, default=str)) + "\n")
 
 
 # ----------------------------------------------------------------------------- one file
@@ -436,7 +437,7 @@ def _write_jsonl(records: Iterable[dict], dest: Path) -> Path:
     tmp = dest.with_name(dest.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write(utf8_safe(json.dumps(r, ensure_ascii=False)) + "\n")
     tmp.replace(dest)
     return dest
 

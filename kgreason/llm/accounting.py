@@ -379,7 +379,8 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
       cache off and after a resume;
     * ``llm/calls_usage_unknown``: calls and hits whose reply carried no token counts (their tokens
       and cost are not in the sums, which are then lower bounds); ``llm/replies_cut``: replies cut
-      at the backend's ``max_reply_chars``;
+      at the backend's ``max_reply_chars``; ``llm/replies_cleaned``: replies (and hits) in which
+      the backend replaced lone UTF-16 surrogates with U+FFFD;
     * ``judge/calls``, ``judge/cache_hits``, ``judge/prompt_tokens``, ``judge/completion_tokens``,
       ``judge/reasoning_tokens``, ``judge/cost_usd``: the judge's share, also logged under ``judge/``.
     """
@@ -407,6 +408,7 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
     # calls (and cache hits) whose reply had no token counts: left out of the token and cost sums above
     out["llm/calls_usage_unknown"] = total.usage_unknown
     out["llm/replies_cut"] = total.replies_cut  # replies cut at llm.max_reply_chars
+    out["llm/replies_cleaned"] = total.replies_cleaned  # replies whose lone surrogates became U+FFFD
     out["llm/sampled_calls"] = total.sampled_calls
     out["llm/calls_per_question"] = (method.calls + method.cache_hits) / n
     out["llm/tokens_per_question"] = (method.prompt_tokens + method.completion_tokens) / n

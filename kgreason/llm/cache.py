@@ -82,7 +82,9 @@ def cache_key(backend: str, model: str, method: str, request: Any, settings: Any
     payload = {"backend": backend, "model": model, "settings": to_jsonable(settings or {}), "method": method,
                "request": to_jsonable(request)}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    # surrogatepass: the same bytes as UTF-8 for any real text, and a key (not a crash) for a
+    # request holding a lone surrogate (issue 57 M2)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class CallStore(KeyValueStore):
@@ -120,7 +122,8 @@ def _hit_usage(stored: dict[str, Any]) -> Usage:
     return Usage(cache_hits=1, prompt_tokens=int(u.get("prompt_tokens", 0)),
                  completion_tokens=int(u.get("completion_tokens", 0)),
                  reasoning_tokens=int(u.get("reasoning_tokens", 0)),
-                 usage_unknown=int(u.get("usage_unknown", 0)), replies_cut=int(u.get("replies_cut", 0)))
+                 usage_unknown=int(u.get("usage_unknown", 0)), replies_cut=int(u.get("replies_cut", 0)),
+                 replies_cleaned=int(u.get("replies_cleaned", 0)))
 
 
 def _paid_usage(stored: dict[str, Any]) -> Usage:

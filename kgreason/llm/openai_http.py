@@ -14,12 +14,19 @@ llama.cpp server, TGI, Ollama...), through the official ``openai`` client.
   :class:`~kgreason.llm.base.LLMError` names the endpoint and the last status. Other 4xx fail at once.
 * **A reply is a success only when it is one** (:func:`check_reply`): a status 200 whose body is
   not a JSON completion (HTML, malformed or cut JSON), no choices, fewer choices than asked, or a
-  choice without text (``content: null``) is a failed attempt, retried under the same backoff and
-  never returned (so never cached). A reply without ``usage`` is kept with its tokens and cost
-  *unknown* (``Usage.usage_unknown``, warned once per client; the run's ``llm/calls_usage_unknown``
-  says how many calls the token and cost figures lack), never counted as 0 tokens. A reply longer
-  than ``max_reply_chars`` is cut to that length and counted in ``Usage.replies_cut`` (the row's
-  usage, the trace's ``llm`` sums and ``llm/replies_cut``), with a warning.
+  choice without text (``content: null``) or with only whitespace is a failed attempt, retried under
+  the same backoff and never returned (so never cached).
+* **Bounded attempts** (issue 57 M1): ``timeout_s`` is each attempt's deadline, connect to last
+  byte (every phase's timeout is the time left; a timer shuts the socket at the deadline, so a
+  server trickling its body cannot hold the call), and the body is read against a byte ceiling
+  (:func:`reply_byte_ceiling`, from ``max_reply_chars``; gzip/deflate bodies are unpacked within
+  it): past it the attempt is an unusable reply, retried, never cached. A lone UTF-16 surrogate in
+  a reply becomes U+FFFD (``Usage.replies_cleaned``), so every store can write the text.
+* A reply without ``usage`` is kept with its tokens and cost *unknown* (``Usage.usage_unknown``,
+  warned once per client; the run's ``llm/calls_usage_unknown`` says how many calls the token and
+  cost figures lack), never counted as 0 tokens. A reply longer than ``max_reply_chars`` is cut to
+  that length and counted in ``Usage.replies_cut`` (the row's usage, the trace's ``llm`` sums and
+  ``llm/replies_cut``), with a warning.
 * ``score`` uses the legacy ``/v1/completions`` endpoint with ``echo=True, logprobs=0,
   max_tokens=1`` (vLLM and llama.cpp servers support it; OpenAI's chat models do not): the
   candidate's log-prob is the sum of the echoed log-probs of the tokens that overlap the
@@ -52,14 +59,18 @@ import logging
 import math
 import os
 import random
+import socket
+import sys
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
 from kgreason import secrets
 from kgreason.llm.accounting import PriceTable, call_usage
 from kgreason.llm.base import LLMError, ScoringUnsupported, backend_seed
+from kgreason.textio import clean_surrogates
 from kgreason.types import ChatRequest, Completion, Message
 
 log = logging.getLogger("kgreason.llm")
@@ -130,7 +141,7 @@ class OpenAIChat:
         max_concurrency: worker threads per ``generate`` batch.
         max_retries: retries after the first attempt (so ``max_retries + 1`` attempts).
         backoff_base_s / backoff_max_s: exponential backoff ``base·2^attempt`` capped, full jitter.
-        timeout_s: per-request timeout.
+        timeout_s: each attempt's deadline in seconds (connect to the body's last byte), > 0.
         prices: USD per 1M tokens per model (see :mod:`kgreason.llm.accounting`).
         score_endpoint: ``completions`` (echo+logprobs) or ``none`` (score raises).
         reasoning_models: name patterns of reasoning models (default :data:`DEFAULT_REASONING_MODELS`).
@@ -197,7 +208,13 @@ class OpenAIChat:
                            f"model (llm.reasoning_models: {list(self.reasoning_models)}) and the API refuses the field")
         if self.reasoning_budget_tokens < 0:
             raise LLMError(f"llm.reasoning_budget_tokens={reasoning_budget_tokens!r}: expected an integer >= 0")
-        self.timeout_s = float(timeout_s)
+        try:
+            self.timeout_s = float(timeout_s)
+        except (TypeError, ValueError):
+            self.timeout_s = float("nan")
+        if isinstance(timeout_s, bool) or not (0.0 < self.timeout_s < float("inf")):
+            raise LLMError(f"llm.timeout_s={timeout_s!r}: expected a finite number of seconds > 0 (each attempt's "
+                           f"deadline)")
         try:
             self.max_retry_after_s = float(max_retry_after_s)
         except (TypeError, ValueError):
@@ -207,16 +224,66 @@ class OpenAIChat:
         if isinstance(max_reply_chars, bool) or not isinstance(max_reply_chars, int) or max_reply_chars < 1:
             raise LLMError(f"llm.max_reply_chars={max_reply_chars!r}: expected an integer >= 1")
         self.max_reply_chars = int(max_reply_chars)
-        self._warned_length = False
+        self._warned_surrogates = False
         self._warned_usage = False
         self._warned_cut = False
         self.sleep = sleep or time.sleep
         self.rng = rng or random.Random()
         self.retries_done = 0  # total retries over this object's life (for tests / logs)
-        self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=float(timeout_s))
+        self._tls = threading.local()  # the current attempt's _Limits, per worker thread
+        http_client = openai.DefaultHttpxClient(timeout=self.timeout_s, event_hooks={
+            "request": [self._on_request], "response": [self._on_response]})
+        self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s,
+                                     http_client=http_client)
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChat(model={self.model!r}, base_url={self.base_url!r})"
+
+    # ------------------------------------------------------------------ bounds of one attempt
+    def _bounded(self, limits: _Limits, fn: Callable[[], Any]) -> Any:
+        """``fn()`` (one request through the client) under ``limits``: the HTTP hooks below read
+        them from this thread."""
+        self._tls.limits = limits
+        try:
+            return fn()
+        finally:
+            self._tls.limits = None
+
+    def _on_request(self, request: Any) -> None:
+        """Every phase's timeout (connect, write, pool, each read) is at most the time left to the
+        attempt's deadline, and the body is asked for unencoded (its size is then its length)."""
+        lim = getattr(self._tls, "limits", None)
+        if lim is None:
+            return
+        left = lim.deadline - time.monotonic()
+        if left <= 0:
+            raise lim.late()
+        t = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {k: left if t.get(k) is None else min(float(t[k]), left)
+                                         for k in ("connect", "read", "write", "pool")}
+        request.headers["Accept-Encoding"] = "identity"
+
+    def _on_response(self, response: Any) -> None:
+        """Before the body is read: refuse one that announces more than the ceiling, and read the
+        rest through the bounded stream (:func:`_bounded_stream_type`)."""
+        lim = getattr(self._tls, "limits", None)
+        if lim is None:
+            return
+        enc = (response.headers.get("content-encoding") or "identity").strip().lower()
+        if enc not in ("identity", "gzip", "x-gzip", "deflate"):
+            raise BadReply(f"the body is {enc[:40]!r}-encoded, and identity was asked for")
+        length = (response.headers.get("content-length") or "").strip()
+        if enc == "identity" and length.isdigit() and int(length) > lim.max_bytes:
+            raise lim.too_big(int(length), "announces")
+        if enc != "identity":
+            del response.headers["content-encoding"]  # decoded (within the ceiling) by the stream
+        ns = response.extensions.get("network_stream")
+        try:
+            sock = ns.get_extra_info("socket") if ns is not None else None
+        except Exception:  # noqa: BLE001 - a transport without sockets: the per-chunk check remains
+            sock = None
+        base = sys.modules[type(response).__module__.split(".")[0]].SyncByteStream
+        response.stream = _bounded_stream_type(base)(response.stream, lim, sock, enc)
 
     # ------------------------------------------------------------------ retries
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -250,13 +317,17 @@ class OpenAIChat:
                                    f"llm.max_retry_after_s={self.max_retry_after_s:g}; not retried") from e
             except BadReply as e:
                 last = f"unusable reply ({e})"
+            except AttemptDeadline as e:
+                last = f"timeout ({e})"
             except (ValueError, o.APIResponseValidationError) as e:  # a 200 whose body is not JSON the client reads
                 last = f"unusable reply (body is not a JSON completion: {type(e).__name__}: {_msg(e)[:120]})"
             except o.APITimeoutError:
                 last = "timeout"
             except o.APIConnectionError as e:
-                last = f"connection error ({_cause(e)})"
-                if wait_s is not None and _cannot_connect(e):
+                inner = _inner_error(e, (BadReply, AttemptDeadline))
+                last = (f"unusable reply ({inner})" if isinstance(inner, BadReply) else f"timeout ({inner})"
+                        if inner is not None else f"connection error ({_cause(e)})")
+                if inner is None and wait_s is not None and _cannot_connect(e):
                     raise LLMError(f"{endpoint} failed: {last}; the connection could not be opened (not retried)") from e
             spent += time.perf_counter() - t0
             if attempt == self.max_retries:
@@ -317,14 +388,31 @@ class OpenAIChat:
         endpoint = f"{self.base_url}/chat/completions"
         t0 = time.perf_counter()
 
+        attempt_s = float(kw.get("timeout", self.timeout_s))
+        why = f"{req.n} choice(s) of up to llm.max_reply_chars={self.max_reply_chars} characters" + (
+            " with log-probs" if req.logprobs else "")
+
         def call():
-            r = self._client.chat.completions.create(**kw)
-            ch = check_reply(r, req.n)
+            limits = _Limits(reply_byte_ceiling(self.max_reply_chars, req.n, req.logprobs), attempt_s, why)
+            r = self._bounded(limits, lambda: self._client.chat.completions.create(**kw))
+            try:  # the probe asks for one token, which may be a newline: any text answers it
+                ch = check_reply(r, req.n, allow_blank=wait_s is not None)
+            except BadReply as e:
+                if self.reasoning and "is empty" in str(e) and "'length'" in str(e):
+                    raise BadReply(f"{e}: the reasoning used up max_completion_tokens="
+                                   f"{kw.get('max_completion_tokens')}; raise llm.reasoning_budget_tokens "
+                                   f"(now {self.reasoning_budget_tokens})") from None
+                raise
             return r, ch, (reply_logprobs(ch) if req.logprobs else None)
 
         resp, choices, lps = self._with_retries(endpoint, call, wait_s=wait_s)
         latency = time.perf_counter() - t0
-        texts = tuple(c.message.content for c in choices)
+        texts, bad = zip(*(clean_surrogates(c.message.content) for c in choices))
+        cleaned = sum(k > 0 for k in bad)
+        if cleaned and not self._warned_surrogates:
+            self._warned_surrogates = True
+            log.warning("%s: a reply held %d lone UTF-16 surrogate(s), which UTF-8 cannot store; replaced with "
+                        "U+FFFD (counted in the row's usage as replies_cleaned; warned once)", self.model, sum(bad))
         cut = sum(len(t) > self.max_reply_chars for t in texts)
         if cut:
             texts = tuple(t[:self.max_reply_chars] for t in texts)
@@ -343,16 +431,10 @@ class OpenAIChat:
                 log.warning("%s (%s): a reply without token counts (`usage`): its tokens and cost are unknown, "
                             "left out of the token and cost figures and counted in llm/calls_usage_unknown "
                             "(warned once)", self.model, self.base_url)
-        if self.reasoning and not self._warned_length and any(
-                c.finish_reason == "length" and not (t or "").strip() for c, t in zip(choices, texts)):
-            self._warned_length = True
-            log.warning("%s: an empty reply cut at max_completion_tokens=%s after %d reasoning tokens; raise "
-                        "llm.reasoning_budget_tokens (now %d)", self.model, kw.get("max_completion_tokens"), rt,
-                        self.reasoning_budget_tokens)
         usage = call_usage(pt, ct, latency, 0.0 if unknown else self.prices.cost(self.model, pt, ct),
                            reasoning_tokens=rt)
-        if unknown or cut:
-            usage = dataclasses.replace(usage, usage_unknown=int(unknown), replies_cut=cut)
+        if unknown or cut or cleaned:
+            usage = dataclasses.replace(usage, usage_unknown=int(unknown), replies_cut=cut, replies_cleaned=cleaned)
         return Completion(texts=texts, usage=usage, token_logprobs=lps)
 
     def probe(self, wait_s: float = 120.0) -> Completion:
@@ -376,8 +458,10 @@ class OpenAIChat:
         endpoint = f"{self.base_url}/completions"
 
         def call():
-            return self._client.completions.create(model=self.model, prompt=text, echo=True, logprobs=0,
-                                                   max_tokens=1, temperature=0.0)
+            limits = _Limits(reply_byte_ceiling(len(text) + 64, 1, logprobs=True), self.timeout_s,
+                             f"the echoed log-probs of a {len(text)}-character text")
+            return self._bounded(limits, lambda: self._client.completions.create(
+                model=self.model, prompt=text, echo=True, logprobs=0, max_tokens=1, temperature=0.0))
         try:
             resp = self._with_retries(endpoint, call)
         except LLMError as e:
@@ -459,11 +543,154 @@ class BadReply(Exception):
     """A status-200 reply that is not a usable completion (a failed attempt, retried, never cached)."""
 
 
-def check_reply(resp: Any, n: int = 1) -> list:
+class AttemptDeadline(Exception):
+    """An attempt that had no complete reply within its deadline (``llm.timeout_s``); retried."""
+
+
+REPLY_BYTES_BASE = 1 << 16
+"""Bytes of a reply body beyond its texts (ids, usage, JSON keys): part of :func:`reply_byte_ceiling`."""
+REPLY_BYTES_PER_CHAR = 12
+"""The most bytes one character of reply text takes in a JSON body (``\\ud83d\\ude00``: 12)."""
+LOGPROB_BYTES_PER_CHAR = 96
+"""With ``logprobs`` each token also carries its text, bytes and log-prob (about 100 bytes a token)."""
+
+
+def reply_byte_ceiling(max_reply_chars: int, n: int = 1, logprobs: bool = False) -> int:
+    """The largest reply body (bytes, after any content decoding) read for a request with ``n``
+    choices: room for ``n`` texts of ``max_reply_chars`` characters each, every one written in its
+    longest JSON form (plus log-probs when asked), and :data:`REPLY_BYTES_BASE` for the rest. A
+    body past it is an unusable reply: a reply that size could only be cut to ``max_reply_chars``
+    anyway, and reading it whole once took 2.8 GB (issue 57 M1).
+
+    >>> reply_byte_ceiling(200_000)
+    2465536
+    """
+    per_char = REPLY_BYTES_PER_CHAR + (LOGPROB_BYTES_PER_CHAR if logprobs else 0)
+    return REPLY_BYTES_BASE + max(1, int(n)) * int(max_reply_chars) * per_char
+
+
+class _Limits:
+    """One attempt's bounds: the body's byte ceiling (and what set it) and the monotonic deadline."""
+
+    __slots__ = ("max_bytes", "deadline", "timeout_s", "why")
+
+    def __init__(self, max_bytes: int, timeout_s: float, why: str) -> None:
+        self.max_bytes, self.timeout_s, self.why = int(max_bytes), float(timeout_s), why
+        self.deadline = time.monotonic() + float(timeout_s)
+
+    def late(self) -> AttemptDeadline:
+        return AttemptDeadline(f"no complete reply within llm.timeout_s={self.timeout_s:g} s")
+
+    def too_big(self, got: int, verb: str = "passed") -> BadReply:
+        return BadReply(f"the body {verb} {got} bytes, the ceiling for this request is {self.max_bytes} bytes "
+                        f"({self.why}); not read further")
+
+
+_STREAM_TYPES: dict[type, type] = {}
+
+
+def _bounded_stream_type(base: type) -> type:
+    """A ``SyncByteStream`` of the client's own HTTP library (``httpx`` or ``httpx2``) that passes
+    the body on while counting it against :class:`_Limits`, decodes gzip/deflate itself (within the
+    ceiling: a small compressed body cannot unpack into gigabytes), and ends the attempt at its
+    deadline: a timer shuts the socket down then, so a read blocked on a trickling server returns."""
+    if base in _STREAM_TYPES:
+        return _STREAM_TYPES[base]
+
+    class Bounded(base):  # type: ignore[misc, valid-type]
+        def __init__(self, inner: Any, limits: _Limits, sock: Any, encoding: str) -> None:
+            self.inner, self.limits, self.got = inner, limits, 0
+            self.decoder = (zlib.decompressobj(zlib.MAX_WBITS | 32) if encoding in ("gzip", "x-gzip", "deflate")
+                            else None)
+            self._lock = threading.Lock()
+            self._done = self._fired = False
+            self._timer = None
+            if sock is not None:
+                self._timer = threading.Timer(max(0.0, limits.deadline - time.monotonic()), self._fire, (sock,))
+                self._timer.daemon = True
+                self._timer.start()
+
+        def _fire(self, sock: Any) -> None:
+            with self._lock:
+                if self._done:
+                    return
+                self._fired = True
+            try:  # the plain socket's shutdown (also under TLS): the blocked read returns at once
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except (OSError, TypeError, ValueError):
+                pass
+
+        def _finish(self) -> bool:
+            """Stop the timer; whether it had fired (the socket is shut then)."""
+            with self._lock:
+                self._done = True
+                fired = self._fired
+            if self._timer is not None:
+                self._timer.cancel()
+            return fired
+
+        def _count(self, data: bytes) -> bytes:
+            self.got += len(data)
+            if self.got > self.limits.max_bytes:
+                raise self.limits.too_big(self.got)
+            if time.monotonic() > self.limits.deadline:
+                raise self.limits.late()
+            return data
+
+        def __iter__(self):
+            try:
+                for chunk in self.inner:
+                    if self.decoder is None:
+                        yield self._count(chunk)
+                        continue
+                    # decode at most what the ceiling still allows (+1 byte to see it passed)
+                    out = self.decoder.decompress(chunk, self.limits.max_bytes - self.got + 1)
+                    if self.decoder.unconsumed_tail:
+                        raise self.limits.too_big(self.got + len(out), "unpacks to more than")
+                    yield self._count(out)
+                if self.decoder is not None:
+                    yield self._count(self.decoder.flush())
+            except (BadReply, AttemptDeadline):
+                self._finish()
+                raise
+            except zlib.error as e:
+                self._finish()
+                raise BadReply(f"the body's content encoding does not decode ({e})") from None
+            except Exception as e:
+                if self._finish() or time.monotonic() > self.limits.deadline:
+                    raise self.limits.late() from e
+                raise
+            self._finish()
+
+        def close(self) -> None:
+            self._finish()
+            close = getattr(self.inner, "close", None)
+            if close is not None:
+                close()
+
+    _STREAM_TYPES[base] = Bounded
+    return Bounded
+
+
+def _inner_error(e: BaseException, kinds: tuple[type, ...]) -> BaseException | None:
+    """``e`` or the first exception of one of ``kinds`` it was raised from (an older ``openai``
+    wraps what a response hook raises in ``APIConnectionError``)."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        if isinstance(x, kinds):
+            return x
+        seen.add(id(x))
+        x = x.__cause__ or x.__context__
+    return None
+
+
+def check_reply(resp: Any, n: int = 1, allow_blank: bool = False) -> list:
     """The choices of a chat reply, ordered by index, when it is a usable completion; else
     :class:`BadReply` saying what is wrong: not a completion object (an HTML or other non-JSON
-    body the client hands back as text), no ``choices`` or fewer than the ``n`` asked for, or a
-    choice whose ``message.content`` is not a string (``null``: a refusal, a tool call, a cut body)."""
+    body the client hands back as text), no ``choices`` or fewer than the ``n`` asked for, a
+    choice whose ``message.content`` is not a string (``null``: a refusal, a tool call, a cut body),
+    or (unless ``allow_blank``: the start-up probe) one that is empty or whitespace only."""
     if resp is None or isinstance(resp, (str, bytes, list, int, float)):
         shown = repr(resp)[:60] if not isinstance(resp, (str, bytes)) else f"{len(resp)} chars of non-JSON text"
         raise BadReply(f"the body is not a JSON completion ({type(resp).__name__}: {shown})")
@@ -480,6 +707,9 @@ def check_reply(resp: Any, n: int = 1) -> list:
             why = f"refusal {str(refusal)[:80]!r}" if refusal else f"finish_reason {getattr(c, 'finish_reason', None)!r}"
             raise BadReply(f"choice {getattr(c, 'index', '?')} has no text (content: "
                            f"{'null' if content is None else type(content).__name__}; {why})")
+        if not allow_blank and not content.strip():
+            raise BadReply(f"choice {getattr(c, 'index', '?')} is empty ({len(content)} whitespace character(s); "
+                           f"finish_reason {getattr(c, 'finish_reason', None)!r})")
     try:
         ordered = sorted(choices, key=lambda c: int(getattr(c, "index", 0) or 0))
     except (TypeError, ValueError):

@@ -17,10 +17,13 @@ the public port that hands each request to the slot with the fewest requests in 
 :class:`SlotProxy` also counts, per slot, the seconds it was busy and the tokens the replies
 report (``usage``, incl. ``prompt_tokens_details.cached_tokens`` when a server sends it); ``GET
 /kgreason/stats`` returns them (used by ``kgreason bench llm --which server``). The proxy buffers
-each reply, so a streamed reply reaches the client in one piece. It answers 400 to a request it
+each reply, so a streamed reply reaches the client in one piece; it reads at most
+``max_reply_bytes`` (64 MiB) of it and answers 502 past that. It answers 400 to a request it
 cannot delimit or read (no, negative, non-numeric or duplicated ``Content-Length``, a chunked or
-oversized body, one shorter than announced: read for at most ``read_timeout_s``, a body that is
-not a JSON object) and closes that connection, so no handler thread waits on a bad client.
+oversized body, one shorter than announced, a body that is not a JSON object) and closes that
+connection, so no handler thread waits on a bad client. A request (request line, headers and
+body) must arrive within ``read_timeout_s`` (30 s) of the wait's start, however it trickles: a
+slower client gets a 408 and its connection is shut (``timed_out`` in the stats).
 
 **Local unless the user says otherwise.** A ``--host`` other than loopback needs an API key
 (``--api-key`` or ``$KGREASON_SERVE_API_KEY``) and prints a warning; the proxy then answers 401
@@ -58,6 +61,8 @@ log = logging.getLogger("kgreason.llm")
 KEY_ENV = "KGREASON_SERVE_API_KEY"
 #: the largest request body the proxy reads (a chat request is a few hundred kB at most)
 MAX_BODY_BYTES = 32 << 20
+#: the largest slot reply the proxy reads (a chat reply of a local model is a few kB; echo log-probs more)
+MAX_REPLY_BYTES = 64 << 20
 
 INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, ~8 min on 2 cores)"
 
@@ -129,8 +134,9 @@ class SlotProxy:
 
     def __init__(self, backends: Sequence[int], host: str = "127.0.0.1", port: int = 0,
                  timeout_s: float = 600.0, api_key: str | None = None, read_timeout_s: float = 30.0,
-                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         self.backends = list(backends)
+        self.max_reply_bytes = int(max_reply_bytes)
         self._key = api_key.encode() if api_key else None
         self.max_body_bytes = int(max_body_bytes)
         self.in_flight = [0] * len(self.backends)
@@ -139,17 +145,64 @@ class SlotProxy:
         self._busy_since: list[float | None] = [None] * len(self.backends)
         self._busy = [0.0] * len(self.backends)
         self.counts = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                       "replies_with_cached_field": 0, "errors": 0, "max_in_flight": 0, "refused": 0}
+                       "replies_with_cached_field": 0, "errors": 0, "max_in_flight": 0, "refused": 0,
+                       "timed_out": 0}
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             wbufsize = -1
             disable_nagle_algorithm = True
-            timeout = read_timeout_s  # a client that sends less than it announced cannot hold a thread
+            timeout = read_timeout_s  # each recv; the request as a whole: handle_one_request's deadline
 
             def log_message(self, *a):
                 pass
+
+            def handle_one_request(self) -> None:
+                """One request, whose request line, headers and body must all arrive within
+                ``read_timeout_s`` of the wait's start (issue 57 L3: the socket timeout bounds
+                each ``recv`` only, so a client trickling a byte at a time held the thread, before
+                the key check too). Past the deadline a timer answers 408 and shuts the socket;
+                the handler's blocked read then returns and the thread is free."""
+                self._read_lock = threading.Lock()
+                self._reading, self._timed_out = True, False
+                timer = threading.Timer(read_timeout_s, self._too_slow)
+                timer.daemon = True
+                timer.start()
+                try:
+                    super().handle_one_request()
+                except OSError:  # the socket the timer shut (or a client gone): nothing to answer
+                    self.close_connection = True
+                finally:
+                    timer.cancel()
+                    if self._timed_out:
+                        self.close_connection = True
+
+            def _read_done(self) -> bool:
+                """The request is read: stop the deadline. False when it had already passed."""
+                with self._read_lock:
+                    self._reading = False
+                    return not self._timed_out
+
+            def _too_slow(self) -> None:
+                with self._read_lock:
+                    if not self._reading:
+                        return
+                    self._timed_out = True
+                with proxy._lock:
+                    proxy.counts["timed_out"] += 1
+                msg = json.dumps({"error": {"message": f"the request was not read within {read_timeout_s:g} s",
+                                            "type": "invalid_request_error", "code": 408}}).encode()
+                try:
+                    self.connection.settimeout(1.0)
+                    self.connection.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                                            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(msg), msg))
+                except OSError:
+                    pass
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
             def _reply(self, code: int, data: bytes, ctype: str = "application/json") -> None:
                 self.send_response(code)
@@ -168,17 +221,22 @@ class SlotProxy:
                 err = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
                 self._reply(code, json.dumps(err).encode())
 
-            def _authorised(self) -> bool:
+            def _key_ok(self) -> bool:
                 if proxy._key is None:
                     return True
                 got = (self.headers.get("Authorization") or "").encode("utf-8", "replace")
-                if hmac.compare_digest(got, b"Bearer " + proxy._key):
+                return hmac.compare_digest(got, b"Bearer " + proxy._key)
+
+            def _authorised(self) -> bool:
+                if self._key_ok():
                     return True
                 self._refuse(401, "missing or wrong API key (send Authorization: Bearer <the key kgreason serve "
                                   "was started with>)")
                 return False
 
             def do_GET(self):  # noqa: N802
+                if not self._read_done():
+                    return
                 if not self._authorised():
                     return
                 if self.path.rstrip("/") == "/kgreason/stats":
@@ -186,9 +244,13 @@ class SlotProxy:
                 self._forward(b"")
 
             def do_POST(self):  # noqa: N802
-                if not self._authorised():
+                if not self._key_ok():  # the body is not read: the deadline ends here
+                    if self._read_done():
+                        self._authorised()
                     return
                 body, why = self._body()
+                if not self._read_done():
+                    return
                 if why:
                     return self._refuse(400, why)
                 self._forward(body)
@@ -237,9 +299,13 @@ class SlotProxy:
                     hdrs = {k: v for k, v in self.headers.items() if k.lower() in keep}
                     conn.request(self.command, self.path, body=body or None, headers=hdrs)
                     r = conn.getresponse()
-                    data = r.read()
+                    data = r.read(proxy.max_reply_bytes + 1)  # never more: a runaway slot cannot fill memory
                     code, ctype = r.status, r.getheader("Content-Type", "application/json")
                     conn.close()
+                    if len(data) > proxy.max_reply_bytes:
+                        code, ctype = 502, "application/json"
+                        data = json.dumps({"error": {"message": f"slot {slot}: the reply passed the proxy's ceiling "
+                                                                f"of {proxy.max_reply_bytes} bytes; not read further"}}).encode()
                 except OSError as e:
                     code, ctype = 502, "application/json"
                     data = json.dumps({"error": {"message": f"slot {slot} (port {proxy.backends[slot]}): {e}"}}).encode()

@@ -32,6 +32,7 @@ from kgreason.kg.store import KG
 from kgreason.llm.accounting import credit_cached, credit_paid, current_payer
 from kgreason.llm.parsing import ParseResult, parse_json
 from kgreason.reasoners.base import load_prompt, render
+from kgreason.textio import utf8_safe
 from kgreason.types import ChatRequest, Usage, to_jsonable
 
 _WS = re.compile(r"\s+")
@@ -226,7 +227,7 @@ def corpus_hash(passages: Sequence[tuple[str, str, str]], model: str = "", promp
     h = hashlib.sha256()
     h.update(json.dumps([model, prompt]).encode())
     for row in passages:
-        h.update(json.dumps(list(row), ensure_ascii=False).encode())
+        h.update(json.dumps(list(row), ensure_ascii=False).encode("utf-8", "surrogatepass"))
         h.update(b"\n")
     return h.hexdigest()[:16]
 
@@ -286,7 +287,7 @@ def _extract_missing(rows, done: dict[str, dict], log: Path, llm, *, validate: b
                 triples, bad = triple_parser(title, text, validate=validate)(comp.text).value
                 rec = {"id": pid, "triples": [list(t) for t in triples], "rejected": bad,
                        "usage": to_jsonable(comp.usage), "paid_by": payer}
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                f.write(utf8_safe(json.dumps(rec, ensure_ascii=False)) + "\n")
                 done[pid] = rec
                 made += 1
                 bar.update(1, rejected=bad)
@@ -357,7 +358,8 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     usage, rejected, triples, prov, by_passage = _collect(ids, done)
     kg = KG.from_triples(triples, name=name)
     kg.save(d / "kg")
-    (d / "provenance.json").write_text(json.dumps({"\t".join(t): v for t, v in prov.items()}, ensure_ascii=False))
+    (d / "provenance.json").write_text(utf8_safe(json.dumps({"\t".join(t): v for t, v in prov.items()},
+                                                            ensure_ascii=False)), encoding="utf-8")
     cost = {"passages": len(rows), "triples": len(triples), "rejected": rejected, "calls": usage.calls,
             "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
             "cost_usd": _price_usd(usage, price_per_mtok), "calls_this_run": made}

@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from kgreason.textio import utf8_safe
+
 
 def _default_group() -> str | None:
     """The Hydra sweep dir's name when running under ``--multirun`` (one group per sweep)."""
@@ -46,12 +48,14 @@ def group_from_sweep_dir(sweep_dir: str) -> str:
 
 
 def _cell(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, str)):
+    if isinstance(v, str):
+        return utf8_safe(v)
+    if v is None or isinstance(v, (bool, int)):
         return v
     if isinstance(v, float):
         return None if math.isnan(v) else v
     try:
-        return json.dumps(v, ensure_ascii=False, default=str)
+        return utf8_safe(json.dumps(v, ensure_ascii=False, default=str))
     except TypeError:
         return str(v)
 

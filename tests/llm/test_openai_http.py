@@ -323,12 +323,13 @@ def test_reasoning_models_are_configurable():
         OpenAIChat(model="gpt-4o-mini", base_url="http://x/v1", api_key_env=None, reasoning_effort="low")
 
 
-def test_a_reply_budget_alone_leaves_a_reasoning_model_nothing_to_say(caplog):
+def test_a_reply_budget_alone_leaves_a_reasoning_model_nothing_to_say():
     """300 tokens for the PDSQI reply are gone after 500 reasoning tokens: the reply is empty
-    (finish_reason length), with a warning naming the knob; the reasoning budget fits it."""
+    (finish_reason length), an unusable reply (issue 57 L5) whose error names the knob; the
+    reasoning budget fits it."""
     with FakeChatServer(openai_rules=True, reasoning_tokens=500) as srv:
-        with caplog.at_level("WARNING", logger="kgreason.llm"):
-            c = _reasoner(srv, reasoning_budget_tokens=0).generate([ChatRequest.of("grade", max_tokens=300)])[0]
-        assert c.text == "" and "reasoning_budget_tokens" in caplog.text
+        with pytest.raises(LLMError, match=r"choice 0 is empty .*'length'.*max_completion_tokens=300; raise "
+                                           r"llm.reasoning_budget_tokens \(now 0\)"):
+            _reasoner(srv, reasoning_budget_tokens=0, max_retries=0).generate([ChatRequest.of("grade", max_tokens=300)])
         c = _reasoner(srv).generate([ChatRequest.of("grade", max_tokens=300)])[0]
         assert c.text == "echo: grade" and c.usage.reasoning_tokens == 500

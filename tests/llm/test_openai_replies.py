@@ -95,8 +95,9 @@ def _key(monkeypatch):
 
 def _llm(srv, sleeps, **kw):
     kw.setdefault("max_retries", 2)
+    kw.setdefault("timeout_s", 5)
     return OpenAIChat(model="m", base_url=srv.base_url, api_key_env=KEY_ENV, sleep=sleeps.append,
-                      rng=random.Random(0), timeout_s=5, **kw)
+                      rng=random.Random(0), **kw)
 
 
 @pytest.mark.parametrize("bad,says", [
@@ -212,3 +213,244 @@ def test_the_cache_stores_only_whole_replies(tmp_path):
     assert llm.generate([ChatRequest.of("q")])[0].texts == ()
     assert len(llm.score(ChatRequest.of("q").messages, ["a", "b"])) == 2
     assert len(store) == 0
+
+
+# --------------------------------------------------------------------------- issue 57: L5, M2
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t \n"])
+def test_an_empty_or_blank_reply_is_a_failed_attempt_never_cached(tmp_path, text):
+    """Issue 57 L5: an empty or whitespace-only reply was a success, cached and replayed."""
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    sleeps: list[float] = []
+    with Scripted([good(text)] * 3) as srv:
+        llm = CachedLLM(_llm(srv, sleeps), store)
+        with pytest.raises(LLMError, match=r"failed after 3 attempts; last status: unusable reply \(choice 0 is "
+                                           r"empty"):
+            llm.generate([ChatRequest.of("q")])
+        assert srv.n == 3 and len(sleeps) == 2 and len(store) == 0
+    with Scripted([good(text)], then=good("fine")) as srv:
+        assert CachedLLM(_llm(srv, sleeps), store).generate([ChatRequest.of("q")])[0].text == "fine"
+        assert srv.n == 2 and len(store) == 1
+    with Scripted([good("a", n=2)[:2] + (json.dumps({"choices": [
+            {"index": 0, "message": {"content": "a"}}, {"index": 1, "message": {"content": text}}]}).encode(),)],
+                  then=good("b", n=2)) as srv:  # one blank sample of n fails the call too
+        assert _llm(srv, []).generate([ChatRequest.of("q", n=2)])[0].texts == ("b", "b") and srv.n == 2
+
+
+def test_the_start_up_probe_takes_a_blank_one_token_reply():
+    """The probe asks for one token, which may well be a newline: the endpoint answered."""
+    with Scripted([], then=good("\n")) as srv:
+        assert _llm(srv, []).probe(wait_s=5).text == "\n" and srv.n == 1
+
+
+def _raw_reply(text_json: bytes) -> tuple:
+    """A 200 whose reply text is ``text_json`` spliced in as it is (bytes the JSON encoder would not write)."""
+    body = (b'{"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [{"index": 0, '
+            b'"message": {"role": "assistant", "content": "' + text_json + b'"}, "finish_reason": "stop"}], '
+            b'"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}')
+    return 200, {"Content-Type": "application/json"}, body
+
+
+@pytest.mark.parametrize("raw", [b"Paris \\ud800 x", b"Paris \xed\xa0\x80 x", b"Paris \\udfff\\ud800 x"])
+def test_a_lone_surrogate_is_replaced_counted_and_every_store_takes_the_row(tmp_path, raw):
+    """Issue 57 M2: a reply holding a lone UTF-16 surrogate (escaped, or as the bytes ed a0 80)
+    could be stored nowhere: the call cache raised, and with the cache off predictions.jsonl
+    raised on every resume. The client replaces it with U+FFFD and counts the reply."""
+    from kgreason.runs import PredictionStore
+
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    with Scripted([], then=_raw_reply(raw)) as srv:
+        llm = CachedLLM(_llm(srv, []), store)
+        c = llm.generate([ChatRequest.of("q")])[0]
+        assert srv.n == 1
+    assert c.text.startswith("Paris \ufffd") and c.text.endswith(" x")
+    c.text.encode("utf-8")  # strict: nothing left that UTF-8 cannot hold
+    assert c.usage.replies_cleaned == 1 and c.usage.calls == 1 and len(store) == 1
+    hit = CachedLLM(_llm(srv, []), store).generate([ChatRequest.of("q")])[0]
+    assert hit.cached and hit.text == c.text and hit.usage.replies_cleaned == 1
+    led = Ledger()
+    for u in (c.usage, hit.usage):
+        led.add("answer", u)
+    m = ledger_metrics([led], 1)
+    assert m["llm/replies_cleaned"] == 2 and m["llm/calls"] == 1 and m["llm/cache_hits"] == 1
+    preds = PredictionStore(tmp_path / "predictions.jsonl")
+    preds.append({"id": "e1", "answers": [c.text], "raw": c.text})
+    again = PredictionStore(tmp_path / "predictions.jsonl")
+    assert again.rows["e1"]["raw"] == c.text
+
+
+# --------------------------------------------------------------------------- issue 57: M1
+
+
+class Streaming:
+    """A loopback server whose reply body is ``body(handler)``'s chunks, written as they come
+    (chunked transfer, or a ``Content-Length`` when ``length`` is given). Bounded: each reply
+    stops after ``max_s`` seconds or when the client goes away."""
+
+    def __init__(self, chunks, length=None, max_s=30.0, then=None):
+        self.n, self.sent = 0, []
+        srv = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                srv.n += 1
+                if then is not None and srv.n > 1:
+                    code, headers, body = then
+                    self.send_response(code)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if length is None:
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_header("Content-Length", str(length))
+                self.end_headers()
+                t0, sent = time.monotonic(), 0
+                try:
+                    for chunk in chunks():
+                        if time.monotonic() - t0 > max_s:
+                            break
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if length is None else chunk)
+                        self.wfile.flush()
+                        sent += len(chunk)
+                except OSError:  # the client hung up: what the test wants
+                    pass
+                srv.sent.append((sent, time.monotonic() - t0))
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *a):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _endless(size=1 << 20):
+    head = b'{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"content": "'
+    block = b"y" * size
+
+    def gen():
+        yield head
+        while True:
+            yield block
+    return gen
+
+
+def test_an_endless_reply_is_cut_off_at_its_byte_ceiling_in_bounded_memory(tmp_path):
+    """Issue 57 M1: against a server streaming 1 MiB chunks without end the client grew to 2.8 GB
+    and then wrote a MemoryError row. Now the body is read against a ceiling derived from
+    ``max_reply_chars`` (:func:`reply_byte_ceiling`): the attempt fails as an unusable reply past
+    it, is retried, and nothing is cached. Memory stays within 100 MB of where it started (the
+    process's resident size, sampled every 10 ms while the call runs)."""
+    import psutil
+
+    from kgreason.llm.openai_http import reply_byte_ceiling
+
+    proc = psutil.Process()
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    base = proc.memory_info().rss
+    peak, stop = [base], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            time.sleep(0.01)
+    threading.Thread(target=sample, daemon=True).start()
+    try:
+        with Streaming(_endless(), max_s=20) as srv:
+            llm = CachedLLM(_llm(srv, [], max_retries=1, timeout_s=15), store)
+            t0 = time.monotonic()
+            with pytest.raises(LLMError, match=r"failed after 2 attempts; last status: unusable reply \(the body "
+                                               r"passed .* bytes, the ceiling"):
+                llm.generate([ChatRequest.of("q")])
+            took = time.monotonic() - t0
+    finally:
+        stop.set()
+    ceiling = reply_byte_ceiling(200_000)
+    assert srv.n == 2 and len(store) == 0
+    assert took < 10, took  # far inside the 15 s deadline: the ceiling ends it, not the clock
+    assert peak[0] - base < 100 * 2**20, f"grew by {(peak[0] - base) / 2**20:.0f} MB"
+    assert all(sent < ceiling + 64 * 2**20 for sent, _ in srv.sent)  # the client hung up early
+
+
+def test_a_huge_finite_reply_is_refused_retried_and_never_cached(tmp_path):
+    """A 20 MB reply (announced in its Content-Length) to a client whose ``max_reply_chars`` is
+    1,000 was read whole and cut; now it is an unusable reply: retried, never cached."""
+    body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "y" * 20_000_000},
+                                    "finish_reason": "stop"}]}).encode()
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    with Scripted([(200, {"Content-Type": "application/json"}, body)] * 3) as srv:
+        llm = CachedLLM(_llm(srv, [], max_reply_chars=1000), store)
+        with pytest.raises(LLMError, match=r"failed after 3 attempts; last status: unusable reply \(the body "
+                                           r"(announces|passed) .*bytes, the ceiling .*llm.max_reply_chars=1000"):
+            llm.generate([ChatRequest.of("q")])
+        assert srv.n == 3 and len(store) == 0
+    # the cut still holds for a reply within the ceiling
+    with Scripted([], then=good("z" * 5000)) as srv:
+        c = _llm(srv, [], max_reply_chars=1000).generate([ChatRequest.of("q")])[0]
+        assert c.text == "z" * 1000 and c.usage.replies_cut == 1
+
+
+def test_a_trickling_reply_ends_at_the_attempts_deadline():
+    """Issue 57 M1/L2: ``timeout_s`` was httpx's per-read timeout, so a server sending one byte
+    every 0.2 s held the call for as long as it liked. It is each attempt's deadline now."""
+    def trickle():
+        yield b'{"id": "x", "choices": [{"index": 0, "message": {"content": "'
+        while True:
+            time.sleep(0.2)
+            yield b"y"
+
+    sleeps: list[float] = []
+    with Streaming(trickle, max_s=25) as srv:
+        t0 = time.monotonic()
+        with pytest.raises(LLMError, match=r"failed after 2 attempts; last status: timeout \(no complete reply "
+                                           r"within llm.timeout_s=1.5 s\)"):
+            _llm(srv, sleeps, max_retries=1, timeout_s=1.5).generate([ChatRequest.of("q")])
+        took = time.monotonic() - t0
+        for _ in range(50):  # the server sees the hang-up at its next write
+            if len(srv.sent) == 2:
+                break
+            time.sleep(0.1)
+    # each attempt held the server for its 1.5 s deadline (+ the server's next 0.2 s write, which
+    # finds the client gone), not for the server's 25 s; the whole call, set-up included, far less
+    assert srv.n == 2 and len(srv.sent) == 2 and all(d < 1.5 + 1.0 for _, d in srv.sent), srv.sent
+    assert took < 15, took
+
+
+def test_a_compressed_reply_is_unpacked_within_the_ceiling(tmp_path):
+    """A server may gzip its reply although the client asks for none: a small one is read as
+    usual, and a small body that unpacks past the ceiling (20 MB of text in about 20 kB) is an
+    unusable reply, found without unpacking it whole."""
+    import gzip
+
+    def packed(text):
+        code, headers, body = good(text)
+        return code, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body)
+
+    with Scripted([], then=packed("fine")) as srv:
+        assert _llm(srv, []).generate([ChatRequest.of("q")])[0].text == "fine"
+    bomb = packed("y" * 20_000_000)
+    assert len(bomb[2]) < 100_000
+    store = KeyValueStore(tmp_path / "calls.sqlite")
+    with Scripted([bomb] * 2) as srv:
+        with pytest.raises(LLMError, match=r"unusable reply \(the body unpacks to more than \d+ bytes, the ceiling"):
+            CachedLLM(_llm(srv, [], max_retries=1, max_reply_chars=1000), store).generate([ChatRequest.of("q")])
+        assert srv.n == 2 and len(store) == 0
