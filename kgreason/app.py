@@ -162,8 +162,12 @@ def main(cfg: DictConfig) -> float | None:
         _refuse_resume_without_run(hc.overrides.task, out_dir)
         check_run(cfg)  # an ablation a sweep axis or override would cancel: refused (kgreason/compose.py)
         result = run(cfg, out_dir)
-    except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would
-        raise SystemExit(128 + e.signum) from None
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: run() logged the one line (what was done, how to go on)
+        if debug():
+            raise
+        # exit as a process killed by the signal would (130 for SIGINT, 143 for SIGTERM), without
+        # the traceback through Hydra and the model library that would bury the line above
+        raise SystemExit(128 + (e.signum if isinstance(e, RunInterrupted) else 2)) from None
     except RunDirLocked as e:  # another run writes this dir (a sweep's job too): stop at once, touch nothing
         restore_hydra_record(out_dir)  # the running launch's .hydra/, not this one's
         print(f"kgreason: error: {e}", file=sys.stderr)

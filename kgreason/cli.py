@@ -222,7 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int | None:
     from kgreason.app import main as app
 
     sys.argv = [sys.argv[0] if argv is None else "kgreason", *args]
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # Ctrl-C before the run took over (imports, composing the config)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("kgreason: interrupted (SIGINT) before the run started; nothing was answered", file=sys.stderr)
+        return _exit(130, argv)
     return None
 
 

@@ -623,7 +623,7 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
         log.error("could not write partial metrics.json: %s", e)
         done = -1
     log.warning("run interrupted by %s after %d of %d examples; rows are kept in %s and metrics.json holds "
-                "the partial figures (run/partial: true). Resume with: %s", signame, done, len(examples),
+                "the partial figures (run/partial: true). Resume with the same command, or: %s", signame, done, len(examples),
                 out_dir / "predictions.jsonl", resume_command(out_dir))
 
 
@@ -649,7 +649,7 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
     got = f" ({where['what']}: {where['done']} of {where['total']} {where['unit']} done)" if where else ""
     log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; what the set-up "
                 "finished is kept (SubQRAG's index: every extracted passage) and a resume goes on from there. "
-                "Resume with: %s", signame, got, done, n, resume_command(out_dir))
+                "Resume with the same command, or: %s", signame, got, done, n, resume_command(out_dir))
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:

@@ -168,6 +168,57 @@ def lock_run_dir(out_dir: str | Path):
         os.close(fd)
 
 
+def dir_in_use(out_dir: str | Path) -> bool:
+    """Another live process holds ``<out_dir>/run.lock`` (:func:`lock_run_dir`); a stale lock
+    file of a killed run is not a hold. Nothing is created or changed."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(out_dir) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def unfinished_run(out_dir: str | Path, digest: str) -> int | None:
+    """The rows written so far when ``out_dir`` holds an unfinished run (stopped by a signal, a
+    kill, a crash or a dead endpoint: no complete ``metrics.json``) made with the config whose
+    fingerprint is ``digest`` (``fingerprint.json``, kgreason/record.py) and no live process
+    holds it; else ``None``."""
+    d = Path(out_dir)
+    try:
+        fp = json.loads((d / "fingerprint.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(fp, dict) or fp.get("sha256") != digest:
+        return None
+    try:
+        m = json.loads((d / "metrics.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        m = {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or m.get("run/status", "partial" if m.get("run/partial") or not m else "complete") == "complete":
+        return None
+    pred = d / "predictions.jsonl"
+    if not pred.is_file() and not (d / "prepare_stopped.json").is_file():
+        return None
+    if dir_in_use(d):
+        return None
+    try:
+        return sum(1 for line in pred.read_bytes().splitlines() if line.strip()) if pred.is_file() else 0
+    except OSError:
+        return None
+
+
 class PredictionStore:
     """Append-only JSONL keyed by example id (the last row per id wins).
 
