@@ -741,6 +741,8 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
             raise
         (out_dir / PREPARE_STOPPED).unlink(missing_ok=True)  # an earlier sitting's stop: the set-up is done now
         stage["name"] = "run"
+        if pending:
+            _mark_metrics_stale(out_dir)  # before the first new row: a kill -9 from here never leaves them "complete"
         try:
             _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was answered is summed up, then the run stops
@@ -769,6 +771,29 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
             raise RunFailed(f"{metrics['run/errors']} of {len(rows)} examples failed "
                             f"(error rate {rate:.3f} > max_error_rate {limit}); see {out_dir}/predictions.jsonl")
         return RunResult(metrics=metrics, reports=reports, out_dir=out_dir)
+
+
+def _mark_metrics_stale(out_dir: Path) -> None:
+    """An earlier sitting's ``metrics.json`` (a finished run whose errored examples are retried, a
+    partial one) stops being the run's figures once this sitting appends rows: it is marked
+    ``run/status: partial`` (``run/partial: true``) before the first new row, so a sitting killed
+    where it cannot write anything (``kill -9``, a power cut) leaves a run that ``tables`` marks
+    partial and the same command resumes, never the old numbers shown as complete. The end of
+    the sitting (or its Ctrl-C/SIGTERM) writes the new figures over it."""
+    path = out_dir / "metrics.json"
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        m = None
+    if not isinstance(m, dict):  # unreadable: it can hold no figure of this run any more
+        path.unlink(missing_ok=True)
+        return
+    if m.get("run/status") == "partial" and m.get("run/partial") is True:
+        return
+    m.update({"run/status": "partial", "run/partial": True})
+    write_json(path, m)
 
 
 def _answer_all(cfg: DictConfig, c: Components, pending: list[Example], store: PredictionStore,
