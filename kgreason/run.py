@@ -598,10 +598,14 @@ def resume_command(out_dir: Path) -> str:
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
     except Exception:  # noqa: BLE001 - only for the message
         overrides = None
+    from kgreason.paths import hydra_quote
+
+    # the dir quoted for Hydra, then the whole argument for the shell: the line works pasted in bash
+    run_dir = shlex.quote(f"hydra.run.dir={hydra_quote(str(out_dir))}")
     if overrides is None:
-        return f"python -m kgreason <the same overrides> hydra.run.dir={shlex.quote(str(out_dir))}"
+        return f"python -m kgreason <the same overrides> {run_dir}"
     kept = [o for o in overrides if not o.startswith("hydra.run.dir=")]
-    return " ".join(["python -m kgreason", *map(shlex.quote, kept), shlex.quote(f"hydra.run.dir={out_dir}")])
+    return " ".join(["python -m kgreason", *map(shlex.quote, kept), run_dir])
 
 
 def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_dir: Path, prepared: Ledger,
