@@ -157,7 +157,7 @@ def test_hydra_names_with_dot_dot_are_refused_before_anything_is_written(tmp_pat
 
 def test_hydra_names_with_dot_dot_are_refused_for_a_sweep_too(tmp_path):
     sweep = tmp_path / "s" / "t" / "sweep"
-    p = _kgreason(*BASE, "dataset.limit=2", "seed=0,1", "hydra.job.name=../../../escaped", "--multirun",
+    p = _kgreason("--multirun", *BASE, "dataset.limit=2", "seed=0,1", "hydra.job.name=../../../escaped",
                   f"hydra.sweep.dir={sweep}")
     _one_error_line(p)
     assert not list(tmp_path.rglob("escaped*"))
