@@ -121,6 +121,31 @@ def restore_hydra_record(run_dir: str | Path) -> bool:
     return True
 
 
+#: run dir (resolved) -> the names it held before this launch (``None``: the dir was not there)
+_ENTRIES_BEFORE: dict[str, frozenset[str] | None] = {}
+
+
+def note_entries(run_dir: str | Path) -> None:
+    """Remember what ``run_dir`` holds before Hydra makes it or writes into it, so that a start
+    refused later removes only what this launch made (:func:`made_by_this_launch`)."""
+    try:
+        _ENTRIES_BEFORE[_key(run_dir)] = frozenset(p.name for p in Path(run_dir).iterdir())
+    except FileNotFoundError:
+        _ENTRIES_BEFORE[_key(run_dir)] = None
+    except OSError:
+        _ENTRIES_BEFORE[_key(run_dir)] = frozenset({"?"})  # unreadable: treat it as an earlier dir
+
+
+def made_by_this_launch(run_dir: str | Path) -> tuple[bool, frozenset[str]] | None:
+    """``(dir made by this launch, names it held before)`` as :func:`note_entries` saw them;
+    ``None`` when nothing was noted (a run started outside the Hydra app)."""
+    key = _key(run_dir)
+    if key not in _ENTRIES_BEFORE:
+        return None
+    before = _ENTRIES_BEFORE[key]
+    return (before is None, before or frozenset())
+
+
 def forget_hydra_record(run_dir: str | Path) -> None:
     """The launch runs on the dir: what Hydra wrote for it is the dir's record now."""
     _HYDRA_BEFORE.pop(_key(run_dir), None)
@@ -135,6 +160,7 @@ class KeepHydraRecord(Callback):
     registered after ``SweepCheck``, this runs before its exit status is decided."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        note_entries(str(config.hydra.run.dir))
         keep_hydra_record(str(config.hydra.run.dir))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
