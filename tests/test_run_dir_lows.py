@@ -122,6 +122,16 @@ def test_a_full_disk_while_writing_rows_is_one_line(tmp_path):
     assert "No space left on device" in line and "predictions.jsonl" in line, line
 
 
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_file_and_line(tmp_path):
+    (tmp_path / "cd" / "local").mkdir(parents=True)
+    bad = tmp_path / "cd" / "local" / "default.yaml"
+    bad.write_text("a: 1\nb: [1, 2\n")
+    line = _one_error_line(_kgreason("--config-dir", str(tmp_path / "cd"), *BASE, "dataset.limit=2",
+                                     f"hydra.run.dir={tmp_path / 'run'}"))
+    assert f"{bad}:3:1: invalid YAML" in line, line
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------- L10: a refused start deletes only what it made
 @pytest.mark.parametrize("kept", ["wandb", "run.log", ".hydra", "failed.json"])
 def test_a_refused_start_keeps_an_existing_folder_and_what_it_held(tmp_path, kept):
