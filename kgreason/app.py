@@ -8,6 +8,7 @@ wheel (``kgreason/conf``) when installed (:func:`kgreason.paths.config_dir`).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -20,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from kgreason.callbacks import forget_hydra_record, restore_hydra_record
+from kgreason.callbacks import forget_hydra_record, made_by_this_launch, restore_hydra_record
 from kgreason.compose import check_run, failed_marker, refused_marker
 from kgreason.paths import config_dir, explain_missing, inside
 
@@ -51,6 +52,13 @@ def debug() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
+#: OSError numbers that are the machine's answer, not a bug: a full disk or quota, a read-only or
+#: failing file system, a permission, a path that is not what it should be (docs/running.md)
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM,
+                       errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP, errno.EMFILE,
+                       errno.ENFILE, errno.EFBIG, errno.ENOENT}
+
+
 def is_user_error(e: BaseException) -> bool:
     """A configuration, data or environment error the message explains in full (a bug is not one:
     it keeps its traceback). Hydra's instantiate wraps what a constructor raised; look inside."""
@@ -69,6 +77,8 @@ def is_user_error(e: BaseException) -> bool:
     seen = 0
     while e is not None and seen < 5:
         if isinstance(e, user):
+            return True
+        if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:  # the disk or the file system said no
             return True
         if not isinstance(e, InstantiationException):
             return False
@@ -126,7 +136,12 @@ _START_ONLY = {".hydra", "run.log", "wandb", "failed.json"}
 def _drop_empty_run_dir(out_dir: Path) -> bool:
     """Remove a run dir that holds only what a failed start wrote (Hydra's config copy, an empty
     log, an empty offline W&B run), so ``kgreason sync`` and ``tables`` never see it. Returns
-    whether the dir is kept (it holds earlier rows, a record, or anything else)."""
+    whether the dir is kept (it holds earlier rows, a record, or anything else).
+
+    Only what this launch made is removed (issue 57, L10): a dir that was there before the launch
+    (``KeepHydraRecord`` noted what it held) keeps itself and everything it held (an earlier
+    ``wandb/``, ``run.log``, ``.hydra/``, ``failed.json``); only the start-up files this launch
+    added are removed from it."""
     try:
         names = {p.name for p in out_dir.iterdir()}
     except OSError:
@@ -134,6 +149,15 @@ def _drop_empty_run_dir(out_dir: Path) -> bool:
     here = Path.cwd().resolve()
     if not names <= _START_ONLY or out_dir.resolve() in (here, *here.parents, Path.home().resolve()):
         return True  # never the working dir, one above it, or home (hydra.run.dir=. in a new folder)
+    seen = made_by_this_launch(out_dir)
+    if seen is not None and not seen[0]:  # an earlier dir: remove only the start-up files this launch added
+        for name in names - seen[1]:
+            p = out_dir / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        return True
     shutil.rmtree(out_dir, ignore_errors=True)
     return False
 
@@ -171,8 +195,12 @@ def main(cfg: DictConfig) -> float | None:
         _refuse_resume_without_run(hc.overrides.task, out_dir)
         check_run(cfg)  # an ablation a sweep axis or override would cancel: refused (kgreason/compose.py)
         result = run(cfg, out_dir)
-    except RunInterrupted as e:  # SIGTERM: logged and summed up by run(); exit as a terminated process would
-        raise SystemExit(128 + e.signum) from None
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: run() logged the one line (what was done, how to go on)
+        if debug():
+            raise
+        # exit as a process killed by the signal would (130 for SIGINT, 143 for SIGTERM), without
+        # the traceback through Hydra and the model library that would bury the line above
+        raise SystemExit(128 + (e.signum if isinstance(e, RunInterrupted) else 2)) from None
     except RunDirLocked as e:  # another run writes this dir (a sweep's job too): stop at once, touch nothing
         restore_hydra_record(out_dir)  # the running launch's .hydra/, not this one's
         print(f"kgreason: error: {e}", file=sys.stderr)

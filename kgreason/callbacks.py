@@ -121,6 +121,31 @@ def restore_hydra_record(run_dir: str | Path) -> bool:
     return True
 
 
+#: run dir (resolved) -> the names it held before this launch (``None``: the dir was not there)
+_ENTRIES_BEFORE: dict[str, frozenset[str] | None] = {}
+
+
+def note_entries(run_dir: str | Path) -> None:
+    """Remember what ``run_dir`` holds before Hydra makes it or writes into it, so that a start
+    refused later removes only what this launch made (:func:`made_by_this_launch`)."""
+    try:
+        _ENTRIES_BEFORE[_key(run_dir)] = frozenset(p.name for p in Path(run_dir).iterdir())
+    except FileNotFoundError:
+        _ENTRIES_BEFORE[_key(run_dir)] = None
+    except OSError:
+        _ENTRIES_BEFORE[_key(run_dir)] = frozenset({"?"})  # unreadable: treat it as an earlier dir
+
+
+def made_by_this_launch(run_dir: str | Path) -> tuple[bool, frozenset[str]] | None:
+    """``(dir made by this launch, names it held before)`` as :func:`note_entries` saw them;
+    ``None`` when nothing was noted (a run started outside the Hydra app)."""
+    key = _key(run_dir)
+    if key not in _ENTRIES_BEFORE:
+        return None
+    before = _ENTRIES_BEFORE[key]
+    return (before is None, before or frozenset())
+
+
 def forget_hydra_record(run_dir: str | Path) -> None:
     """The launch runs on the dir: what Hydra wrote for it is the dir's record now."""
     _HYDRA_BEFORE.pop(_key(run_dir), None)
@@ -135,6 +160,7 @@ class KeepHydraRecord(Callback):
     registered after ``SweepCheck``, this runs before its exit status is decided."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        note_entries(str(config.hydra.run.dir))
         keep_hydra_record(str(config.hydra.run.dir))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -181,3 +207,65 @@ class KeepHydraRecord(Callback):
             tmp = root / "multirun.yaml.tmp"
             tmp.write_bytes(self._multirun)
             tmp.replace(root / "multirun.yaml")
+
+
+def unfinished_twin(config: DictConfig) -> tuple[Path, int] | None:
+    """The latest unfinished run of the same configuration as this launch (``(dir, rows)``), when
+    this launch would start a new run dir of the default layout: ``hydra.run.dir`` not given on
+    the command line, the dir it names not there yet, and ``resume`` not false. The run dirs
+    looked at are those beside the new one's day folder (``<output>/runs/*/*``); a dir another
+    process holds is skipped (kgreason/runs.py ``unfinished_run``)."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    from kgreason.record import fingerprint
+    from kgreason.runs import unfinished_run
+
+    given = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)]
+    if any(o.lstrip("+~").split("=", 1)[0] == "hydra.run.dir" for o in given):
+        return None
+    if not config.get("resume", True):
+        return None
+    new = Path(str(config.hydra.run.dir))
+    if new.exists():
+        return None
+    HydraConfig.instance().set_config(config)  # the task config may read ${hydra:...}
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]  # as Hydra hands the config to the run (fingerprint.json was made from that)
+    digest, _ = fingerprint(task)
+    found = []
+    for fp in new.parent.parent.glob("*/*/fingerprint.json"):
+        rows = unfinished_run(fp.parent, digest)
+        if rows is not None:
+            mtimes = [p.stat().st_mtime for p in (fp.parent / "predictions.jsonl", fp) if p.exists()]
+            found.append((max(mtimes), fp.parent, rows))
+    if not found:
+        return None
+    _, d, rows = max(found, key=lambda t: (t[0], str(t[1])))
+    return d, rows
+
+
+class GoOn(Callback):
+    """The same command again goes on with the latest unfinished run of the same configuration
+    (:func:`unfinished_twin`) instead of starting a new run dir beside it: Hydra is pointed at
+    that dir before it makes or writes anything, so no empty new dir is left. One line says so;
+    ``resume=false`` (or an explicit ``hydra.run.dir``) starts a new dir instead. Runs before
+    ``KeepHydraRecord``, so the kept ``.hydra/`` is the resumed dir's."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from omegaconf import open_dict, read_write
+
+        try:
+            twin = unfinished_twin(config)
+        except Exception:  # noqa: BLE001 - a config this check cannot resolve: the run reports it itself
+            return
+        if twin is None:
+            return
+        d, rows = twin
+        print(f"kgreason: going on with the unfinished run of this configuration in {d} ({rows} rows written); "
+              "resume=false starts a new run dir instead", file=sys.stderr)
+        with read_write(config.hydra.run), open_dict(config.hydra.run):
+            config.hydra.run.dir = str(d)

@@ -219,10 +219,49 @@ def main(argv: Sequence[str] | None = None) -> int | None:
     if typo:
         print(f"kgreason: error: {typo}", file=sys.stderr)
         return _exit(2, argv)
+    bad = config_file_problem(args)
+    if bad:
+        print(f"kgreason: error: {bad}", file=sys.stderr)
+        return _exit(2, argv)
     from kgreason.app import main as app
 
     sys.argv = [sys.argv[0] if argv is None else "kgreason", *args]
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # Ctrl-C before the run took over (imports, composing the config)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("kgreason: interrupted (SIGINT) before the run started; nothing was answered", file=sys.stderr)
+        return _exit(130, argv)
+    return None
+
+
+def config_file_problem(args: Sequence[str]) -> str | None:
+    """One line naming the first config file a launch reads that is unreadable or not valid YAML
+    (file, line, column, what the parser expected), else None. Checked: the machine's own
+    settings (``conf/local/*.yaml``, edited by hand) and every YAML file under a ``--config-dir``;
+    Hydra would stop on them with a traceback. The shipped configs are tested, not checked here."""
+    import yaml
+
+    dirs = [config_dir() / "local"]
+    for i, a in enumerate(args):
+        if a in ("--config-dir", "-cd") and i + 1 < len(args):
+            dirs.append(Path(args[i + 1]))
+        elif a.startswith("--config-dir="):
+            dirs.append(Path(a.split("=", 1)[1]))
+    for d in dirs:
+        for f in sorted(Path(d).expanduser().rglob("*.yaml")) if Path(d).expanduser().is_dir() else ():
+            try:
+                yaml.safe_load(f.read_text(encoding="utf-8"))
+            except OSError as e:
+                return f"{f}: cannot be read ({e.strerror})"
+            except UnicodeDecodeError:
+                return f"{f}: not UTF-8 text"
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+                what = " ".join(str(getattr(e, "problem", None) or e).split())
+                return f"{f}{where}: invalid YAML ({what}); fix the file or move it away"
     return None
 
 

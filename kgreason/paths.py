@@ -175,6 +175,17 @@ def inside(root: str | Path, path: str | Path, field: str) -> Path:
     return p
 
 
+def hydra_quote(value: str) -> str:
+    """``value`` written so that Hydra's override parser gives it back as it is (``key=<this>``):
+    as it is when it holds only letters, digits and ``_./@+-``; else single-quoted, with a quote,
+    the backslashes before a quote or at the end, and ``${`` escaped (a path with spaces, commas,
+    ``=``, quotes or brackets would otherwise be split, swept or refused by Hydra)."""
+    if re.fullmatch(r"[A-Za-z0-9_./@+-]+", value):
+        return value
+    s = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value).replace("'", "\\'").replace("${", "\\${")
+    return f"'{s}'"
+
+
 def _string_leaves(node: Any, prefix: str = ""):
     if isinstance(node, dict):
         for k, v in node.items():

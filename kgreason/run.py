@@ -621,10 +621,14 @@ def resume_command(out_dir: Path) -> str:
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
     except Exception:  # noqa: BLE001 - only for the message
         overrides = None
+    from kgreason.paths import hydra_quote
+
+    # the dir quoted for Hydra, then the whole argument for the shell: the line works pasted in bash
+    run_dir = shlex.quote(f"hydra.run.dir={hydra_quote(str(out_dir))}")
     if overrides is None:
-        return f"python -m kgreason <the same overrides> hydra.run.dir={shlex.quote(str(out_dir))}"
+        return f"python -m kgreason <the same overrides> {run_dir}"
     kept = [o for o in overrides if not o.startswith("hydra.run.dir=")]
-    return " ".join(["python -m kgreason", *map(shlex.quote, kept), shlex.quote(f"hydra.run.dir={out_dir}")])
+    return " ".join(["python -m kgreason", *map(shlex.quote, kept), run_dir])
 
 
 def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_dir: Path, prepared: Ledger,
@@ -646,7 +650,7 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
         log.error("could not write partial metrics.json: %s", e)
         done = -1
     log.warning("run interrupted by %s after %d of %d examples; rows are kept in %s and metrics.json holds "
-                "the partial figures (run/partial: true). Resume with: %s", signame, done, len(examples),
+                "the partial figures (run/partial: true). Resume with the same command, or: %s", signame, done, len(examples),
                 out_dir / "predictions.jsonl", resume_command(out_dir))
 
 
@@ -672,7 +676,7 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
     got = f" ({where['what']}: {where['done']} of {where['total']} {where['unit']} done)" if where else ""
     log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; what the set-up "
                 "finished is kept (SubQRAG's index: every extracted passage) and a resume goes on from there. "
-                "Resume with: %s", signame, got, done, n, resume_command(out_dir))
+                "Resume with the same command, or: %s", signame, got, done, n, resume_command(out_dir))
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
@@ -771,6 +775,8 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
             raise
         (out_dir / PREPARE_STOPPED).unlink(missing_ok=True)  # an earlier sitting's stop: the set-up is done now
         stage["name"] = "run"
+        if pending:
+            _mark_metrics_stale(out_dir)  # before the first new row: a kill -9 from here never leaves them "complete"
         try:
             _answer_all(cfg, c, pending, store, len(examples) - len(pending), workers)
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was answered is summed up, then the run stops
@@ -799,6 +805,29 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
             raise RunFailed(f"{metrics['run/errors']} of {len(rows)} examples failed "
                             f"(error rate {rate:.3f} > max_error_rate {limit}); see {out_dir}/predictions.jsonl")
         return RunResult(metrics=metrics, reports=reports, out_dir=out_dir)
+
+
+def _mark_metrics_stale(out_dir: Path) -> None:
+    """An earlier sitting's ``metrics.json`` (a finished run whose errored examples are retried, a
+    partial one) stops being the run's figures once this sitting appends rows: it is marked
+    ``run/status: partial`` (``run/partial: true``) before the first new row, so a sitting killed
+    where it cannot write anything (``kill -9``, a power cut) leaves a run that ``tables`` marks
+    partial and the same command resumes, never the old numbers shown as complete. The end of
+    the sitting (or its Ctrl-C/SIGTERM) writes the new figures over it."""
+    path = out_dir / "metrics.json"
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        m = None
+    if not isinstance(m, dict):  # unreadable: it can hold no figure of this run any more
+        path.unlink(missing_ok=True)
+        return
+    if m.get("run/status") == "partial" and m.get("run/partial") is True:
+        return
+    m.update({"run/status": "partial", "run/partial": True})
+    write_json(path, m)
 
 
 def _answer_all(cfg: DictConfig, c: Components, pending: list[Example], store: PredictionStore,

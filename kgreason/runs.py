@@ -111,6 +111,11 @@ class RunDirLocked(RuntimeError):
     """Another run holds the run dir (its ``run.lock``); the message names the dir and the holder."""
 
 
+class RunDirUnsafe(RunDirLocked):
+    """``<run dir>/run.lock`` is a symbolic link or not a regular file: nothing is written through
+    it; the run stops at once, as on a held lock."""
+
+
 @contextlib.contextmanager
 def lock_run_dir(out_dir: str | Path):
     """Hold an exclusive, non-blocking ``flock`` on ``<out_dir>/run.lock`` while the block runs.
@@ -126,10 +131,21 @@ def lock_run_dir(out_dir: str | Path):
     """
     import fcntl
 
+    import stat
+
     out_dir = Path(out_dir)
     path = out_dir / LOCK_NAME
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link (a planted run.lock -> file would be truncated), never a FIFO's open
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            what = "a symbolic link" if os.path.islink(path) else "not a regular file"
+            raise RunDirUnsafe(f"{path} is {what} ({e.strerror}); kgreason writes its lock only to a plain file "
+                               "of its own: remove it, or use another hydra.run.dir") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise RunDirUnsafe(f"{path} is not a regular file; kgreason writes its lock only to a plain file "
+                               "of its own: remove it, or use another hydra.run.dir")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -167,6 +183,76 @@ def lock_run_dir(out_dir: str | Path):
         with contextlib.suppress(OSError):
             os.unlink(path)
         os.close(fd)
+
+
+def dir_in_use(out_dir: str | Path) -> bool:
+    """Another live process holds ``<out_dir>/run.lock`` (:func:`lock_run_dir`); a stale lock
+    file of a killed run is not a hold. Nothing is created or changed."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(out_dir) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def unfinished_run(out_dir: str | Path, digest: str) -> int | None:
+    """The rows written so far when ``out_dir`` holds an unfinished run (stopped by a signal, a
+    kill, a crash or a dead endpoint: no complete ``metrics.json``) made with the config whose
+    fingerprint is ``digest`` (``fingerprint.json``, kgreason/record.py) and no live process
+    holds it; else ``None``."""
+    d = Path(out_dir)
+    try:
+        fp = json.loads((d / "fingerprint.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(fp, dict) or fp.get("sha256") != digest:
+        return None
+    try:
+        m = json.loads((d / "metrics.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        m = {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or m.get("run/status", "partial" if m.get("run/partial") or not m else "complete") == "complete":
+        return None
+    pred = d / "predictions.jsonl"
+    if not pred.is_file() and not (d / "prepare_stopped.json").is_file():
+        return None
+    if dir_in_use(d):
+        return None
+    try:
+        return sum(1 for line in pred.read_bytes().splitlines() if line.strip()) if pred.is_file() else 0
+    except OSError:
+        return None
+
+
+def row_problem(row: Mapping[str, Any]) -> str | None:
+    """Why a parsed row cannot be a run's row, or None: its ``id`` must be a string, its
+    ``metrics`` (when present) an object of metric name -> number or null, its ``error`` (when
+    present) text or null. A row of another shape would pass the resume and then stop every
+    summary of the run (issue 57, L13)."""
+    if not isinstance(row.get("id"), str):
+        return f"'id' is {type(row.get('id')).__name__}, expected a string"
+    if "metrics" in row:
+        m = row["metrics"]
+        if not isinstance(m, dict):
+            return f"'metrics' is {type(m).__name__}, expected an object of metric name -> number or null"
+        bad = [k for k, v in m.items() if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))]
+        if bad:
+            return f"'metrics' holds {bad[0]!r}: {m[bad[0]]!r}, expected a number or null"
+    if row.get("error") is not None and not isinstance(row["error"], str):
+        return f"'error' is {type(row['error']).__name__}, expected text or null"
+    return None
 
 
 class PredictionStore:
@@ -217,6 +303,8 @@ class PredictionStore:
             if reason is None and any(k not in row for k in self.required):
                 reason = "a JSON object without " + ", ".join(repr(k) for k in self.required if k not in row)
             if reason is None:
+                reason = row_problem(row)
+            if reason is None:
                 self.rows[row["id"]] = row
                 good.append(raw)
                 continue
@@ -238,7 +326,8 @@ class PredictionStore:
             os.fsync(f.fileno())
         tmp.replace(self.path)
         if self.damaged:
-            where = ", ".join(f"line {d['line']}" + (f" (id {d['id']})" if d["id"] else "") for d in self.damaged[:10])
+            where = ", ".join(f"line {d['line']} ({'id ' + str(d['id']) + ': ' if d['id'] else ''}{d['reason']})"
+                              for d in self.damaged[:10])
             more = f" and {len(self.damaged) - 10} more" if len(self.damaged) > 10 else ""
             log.warning("%s: %d damaged line(s) set aside in %s: %s%s; %d good row(s) kept; the examples of the "
                         "set-aside lines have no row now and are answered again", self.path, len(self.damaged),

@@ -19,6 +19,7 @@ stops the whole sweep with one line (exit 2), with secret values scrubbed, and n
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,13 +105,61 @@ def check_sweep(config: Any) -> int:
     return len(jobs)
 
 
+def _makeable(path: Path, field: str) -> None:
+    """A ValueError naming ``field`` when ``path`` cannot be a folder: it is a file, or its
+    nearest existing parent is a file or not writable (Hydra would stop on ``mkdir`` with a
+    traceback, before any kgreason code runs)."""
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{field}={path}: it is a file, not a folder")
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{field}={path} cannot be made: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{field}={path} cannot be made: {parent} is not writable by this user")
+
+
+def check_job_paths(config: Any, job_dir: str | Path, field: str) -> None:
+    """Raise a ValueError (one line) when a file Hydra writes for a job would land outside its
+    folder ``job_dir`` (issue 57, L11): ``hydra.job.name`` names the log (``<name>.log``) and must
+    be one safe file name; ``hydra.output_subdir`` (the ``.hydra/`` record; null: none) must be
+    a folder inside the job's. Also refuses a ``job_dir`` (``field``) that cannot be made."""
+    from omegaconf import OmegaConf
+
+    from kgreason.paths import safe_component
+
+    name = OmegaConf.select(config, "hydra.job.name")
+    if name is not None:
+        safe_component(str(name), "hydra.job.name")
+    sub = OmegaConf.select(config, "hydra.output_subdir")
+    job_dir = Path(str(job_dir))
+    if sub is not None:
+        if str(sub).startswith(("/", "~")) or ".." in Path(str(sub)).parts:
+            raise ValueError(f"hydra.output_subdir={sub!r} cannot be used: a folder inside the run dir is expected "
+                             "(no absolute path, no '..')")
+        inside(job_dir, job_dir / str(sub), "hydra.output_subdir")
+    _makeable(job_dir, field)
+
+
 class SweepPathGuard(Callback):
-    """Hydra callback: :func:`check_sweep` before the first job's folder is made."""
+    """Hydra callback: :func:`check_sweep` before the first job's folder is made; before a single
+    run, :func:`check_job_paths` (the same checks of Hydra's own names for each job of a sweep)."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        try:
+            check_job_paths(config, str(config.hydra.run.dir), "hydra.run.dir")
+        except ValueError as e:
+            print(secrets.scrub(f"kgreason: error: {e}; nothing was written"), file=sys.stderr)
+            sys.exit(2)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         try:
+            check_job_paths(config, str(config.hydra.sweep.dir), "hydra.sweep.dir")
             n = check_sweep(config)
-        except SweepRefused as e:
+        except (SweepRefused, ValueError) as e:
             print(secrets.scrub(f"kgreason: error: {e}. The sweep did not start; nothing was written."),
                   file=sys.stderr)
             sys.exit(2)

@@ -16,6 +16,7 @@ from kgreason.tables.paired import paired_comparisons, render_paired
 from kgreason.tables.paper import paper_comparison, render_paper
 from kgreason.tables.render import (caption, column_note, render_csv, render_latex, render_markdown, render_missing,
                                     tex_label)
+from kgreason.tables.repeats import supersede
 from kgreason.tables.rows import RunRows
 
 
@@ -115,12 +116,13 @@ def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     root = Path(root)
     ci = ci or CIOptions()
     c = gather(root)
+    superseded = supersede(c)  # repeats of one configuration: the newest complete run (kgreason/tables/repeats.py)
     df, missing = c.df, c.missing
     if df.empty:
         raise ValueError(_no_values(c))
     kept_rows, same = _drop_constant_empty(df, list(rows))
     rows, cols = table_axes(df, kept_rows, list(cols))
-    warnings = [f"Warning: {w}" for w in c.warnings]
+    warnings = [f"Warning: {w}" for w in c.warnings] + superseded
     warnings += partial_notes(c, rows, cols, allow_partial)
     examples = {name: j.rows for name, j in c.jobs.items() if j.rows is not None}
     wide = pivot(df, rows, cols, metrics, examples if ci.kind == "bootstrap" else None, ci, jobs=c.jobs)

@@ -193,6 +193,8 @@ class Job:
     sampled_calls: float | None = None  # llm/sampled_calls (None: not recorded)
     rows: RunRows | None = None
     failed: str | None = None          # the reason of a failed.json beside the metrics.json
+    fingerprint: str | None = None     # run.json's config fingerprint: repeats of one configuration share it
+    finished: float = 0.0              # when its metrics.json was last written (mtime): the newest repeat wins
 
     def partial_text(self) -> str:
         if self.n_examples is not None and self.n_expected is not None:
@@ -213,6 +215,7 @@ class Collected:
     missing: list[dict[str, str]]
     jobs: dict[str, Job]
     warnings: list[str]
+    fingerprints: dict[str, str] = field(default_factory=dict)  # job name -> run.json fingerprint (missing jobs too)
 
 
 def _failure_reason(job: Path, rows: RunRows | None = None) -> str:
@@ -253,6 +256,16 @@ def _failure_reason(job: Path, rows: RunRows | None = None) -> str:
     if pred.exists():
         return "no metrics.json (run interrupted?)"
     return "no metrics.json and no predictions (not started?)"
+
+
+def run_fingerprint(job: Path) -> str | None:
+    """The config fingerprint of ``job``'s ``run.json`` (kgreason/record.py), or None (no record,
+    an older run dir, unreadable: such a dir is never taken for a repeat of another)."""
+    try:
+        fp = json.loads((job / "run.json").read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return fp if isinstance(fp, str) and fp else None
 
 
 def _read_metrics(mpath: Path, name: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -302,8 +315,12 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
     rows: list[dict[str, Any]] = []
     jobs: dict[str, Job] = {}
     warnings: list[str] = []
+    fingerprints: dict[str, str] = {}
     for path, info in infos:
         name = info["job"]
+        fp = run_fingerprint(path)
+        if fp is not None:
+            fingerprints[name] = fp
         pred = path / "predictions.jsonl"
         run_rows = None
         if pred.exists():
@@ -321,7 +338,7 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
         if doc is None:
             missing.append({"job": name, "reason": why})
             continue
-        job = Job(path, name, info, rows=run_rows)
+        job = Job(path, name, info, rows=run_rows, fingerprint=fp, finished=mpath.stat().st_mtime)
         for k, v in _in_dataset_order(doc, path):
             if k.startswith(MEASURES) and v is not None and not isinstance(v, (int, float)):
                 warnings.append(f"{name}/metrics.json: {k} is {str(v)[:40]!r} (not a number): left out of the table")
@@ -347,7 +364,7 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
         jobs[name] = job
     extra = sorted({k for r in rows for k in r} - set(TIDY_COLUMNS))
     df = pd.DataFrame(rows, columns=TIDY_COLUMNS[:-3] + extra + TIDY_COLUMNS[-3:])
-    return Collected(df, missing, jobs, warnings)
+    return Collected(df, missing, jobs, warnings, fingerprints)
 
 
 def collect(root: str | Path) -> tuple[pd.DataFrame, list[dict[str, str]]]:
