@@ -171,3 +171,17 @@ def test_valid_overrides_pass_the_typo_check():
                  ["+brand_new=1"], ["llm=qwen_coder_1_5b", "llm.route=llamacpp"], ["hydra.sweep.dir=x"],
                  ["experiment=sgr_table1", "llm.model=gpt-4"], ["seed=range(0,3)"]):
         assert check(args) is None, args
+
+
+def test_an_hf_model_that_does_not_resolve_stops_before_the_first_example_in_one_line(tmp_path):
+    """Issue 59 item 3: ``llm=hf llm.model=NotAModel dataset.limit=30`` logged the same 4-line
+    error 30 times and kept a failed run dir; now the start-up check names the model once, says
+    the hf route does not download, and leaves no run dir."""
+    p, run_dir = _kgreason(tmp_path, "reasoner=io", "llm=hf", "llm.model=Qwen/Qwen2.5-NotAModel", "dataset.limit=30",
+                           env={"HF_HUB_CACHE": str(tmp_path / "empty_hub_cache")})
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr
+    hits = [ln for ln in p.stderr.splitlines() if "Qwen2.5-NotAModel" in ln]
+    assert len(hits) == 1 and "does not download" in hits[0], p.stderr
+    assert "example" not in p.stderr.lower().replace("examples", ""), p.stderr
+    assert not run_dir.exists()
