@@ -189,3 +189,18 @@ def test_ask_refuses_a_typo_and_a_bare_word_in_one_line(tmp_path):
 
     assert main(["Who?", "reasoner=rgg"]) == 2
     assert main(["Who", "directed", "it?"]) == 2
+
+
+def test_the_readmes_python_entry_point_runs_as_written(tmp_path):
+    """The README's Python block (one configuration from Python, its metrics read) runs as pasted."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    code = next(b for b in blocks if "from kgreason.run import run" in b)
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "KGREASON_PROGRESS": "off", "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    hits, n, out = p.stdout.split()
+    assert 0.0 <= float(hits) <= 1.0 and int(n) == 20
+    assert (tmp_path / out / "metrics.json").is_file()
