@@ -59,7 +59,7 @@ KEY_ENV = "KGREASON_SERVE_API_KEY"
 #: the largest request body the proxy reads (a chat request is a few hundred kB at most)
 MAX_BODY_BYTES = 32 << 20
 
-INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, ~8 min on 2 cores)"
+INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, 4-14 min on 2 cores)"
 
 
 def llama_server_available() -> str | None:
