@@ -147,7 +147,7 @@ TOOLS: dict[str, Tool] = {
                  "kgreason show outputs/runs/2026-01-31/12-00-00_embedded_tog emb-1hop-000 [--out page.html]",
                  _show),
     "data": Tool("list the datasets and KGs (source, licence, files, present?); fetch or prepare them",
-                 "kgreason data list [--json]   |   kgreason data fetch metaqa cwq [--dest DIR]   |   "
+                 "kgreason data list [--json]   |   kgreason data fetch cwq hotpotqa [--dest DIR]   |   "
                  "kgreason data prepare umls --from umls-2024AA-metathesaurus.zip",
                  _module_main("kgreason.data.command")),
 }

@@ -185,3 +185,16 @@ def test_an_hf_model_that_does_not_resolve_stops_before_the_first_example_in_one
     assert len(hits) == 1 and "does not download" in hits[0], p.stderr
     assert "example" not in p.stderr.lower().replace("examples", ""), p.stderr
     assert not run_dir.exists()
+
+
+def test_a_missing_data_file_names_the_catalog_line_that_gets_it(tmp_path):
+    """Issue 59 item 6: the missing-file error of a run names `kgreason data fetch NAME` (or the
+    `prepare` line) from the catalog, not only the setting and the variable."""
+    empty = tmp_path / "data"
+    empty.mkdir()
+    p, run_dir = _kgreason(tmp_path, "dataset=cwq", "kg=freebase_slice", "reasoner=retrieval_only", f"paths.data={empty}")
+    assert p.returncode == 2, p.stderr
+    assert "get it with: kgreason data fetch cwq" in p.stderr and "Traceback" not in p.stderr
+    p, _ = _kgreason(tmp_path, "dataset=embedded", "kg=umls_semnet", "reasoner=retrieval_only", f"paths.data={empty}",
+                     "preflight.min_link_rate=0")
+    assert "kgreason data fetch umls_semnet" in p.stderr or "kgreason data prepare umls" in p.stderr, p.stderr
