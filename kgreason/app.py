@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from kgreason.callbacks import forget_hydra_record, made_by_this_launch, restore_hydra_record
-from kgreason.compose import check_run, failed_marker, refused_marker
+from kgreason.compose import check_run, failed_marker, fetch_hint, refused_marker
 from kgreason.paths import config_dir, explain_missing, inside
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -210,6 +210,9 @@ def main(cfg: DictConfig) -> float | None:
             restore_hydra_record(out_dir)  # this launch answered nothing: the dir's .hydra/ is the earlier one's
         missing = isinstance(e, FileNotFoundError) or "not found" in str(e) or "No such file" in str(e)
         hint = explain_missing(cfg, str(e)) if missing else None
+        get = fetch_hint(cfg, hc.runtime.choices, str(e)) if missing else None
+        if get:  # the catalog's line that gets the file (kgreason data fetch NAME / prepare NAME --from FILE)
+            hint = f"{hint}\n{get}" if hint else get
         err = FileNotFoundError(f"{e}\n{hint}") if hint else e
         if single and not debug() and is_user_error(e):
             if hint is None:

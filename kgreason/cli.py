@@ -1,7 +1,8 @@
 """The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
 
 * ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
-* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``, ``sync``, ``data``.
+* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``, ``sync``,
+  ``ask``, ``show``, ``data``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
 ``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
@@ -46,6 +47,12 @@ def _index(argv: list[str]) -> int:
     if argv and argv[0] == "kg":
         return _module_main("kgreason.embedstore")(argv[1:])
     return _module_main("kgreason.reasoners.subqrag_index")(argv)
+
+
+def _show(argv: list[str]) -> int:
+    from kgreason.tables.question import show_main
+
+    return show_main(argv)
 
 
 def _bench(argv: list[str]) -> int:
@@ -132,8 +139,15 @@ TOOLS: dict[str, Tool] = {
     "sync": Tool("upload a run's or a sweep's offline W&B runs",
                  "kgreason sync outputs/multirun/2026-01-31/12-00-00 [--dry-run]",
                  sync_main),
+    "ask": Tool("answer one question with any method; one HTML page: answer, every model call, the subgraph drawn",
+                "kgreason ask \"Which company produced The Hollow Orchard?\" reasoner=tog llm=openai "
+                "llm.model=gpt-4o-mini [--topic NAME] [--out page.html]",
+                _module_main("kgreason.ask")),
+    "show": Tool("the same page for one example of a finished run (from predictions.jsonl and run.json)",
+                 "kgreason show outputs/runs/2026-01-31/12-00-00_embedded_tog emb-1hop-000 [--out page.html]",
+                 _show),
     "data": Tool("list the datasets and KGs (source, licence, files, present?); fetch or prepare them",
-                 "kgreason data list [--json]   |   kgreason data fetch metaqa cwq [--dest DIR]   |   "
+                 "kgreason data list [--json]   |   kgreason data fetch cwq hotpotqa [--dest DIR]   |   "
                  "kgreason data prepare umls --from umls-2024AA-metathesaurus.zip",
                  _module_main("kgreason.data.command")),
 }

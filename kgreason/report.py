@@ -171,12 +171,37 @@ REPLAYED_NOTE = (" A row marked (replayed) was answered from the call cache: its
                  "the method costs.")
 
 
+def question_pages(t: Tables, out: Path, n: int) -> list[str]:
+    """Write the page (:mod:`kgreason.tables.question`) of each run's first ``n`` examples under
+    ``<out>/questions/<run>/``; the Markdown list items that link them (relative to ``out``)."""
+    from kgreason.tables.question import load_row, page_name, question_page, load_record
+
+    items = []
+    for job in dict.fromkeys(t.df["job"]) if n > 0 else ():
+        run_dir = t.root / job if (t.root / job).is_dir() else t.root
+        path = run_dir / "predictions.jsonl"
+        if not path.is_file():
+            continue
+        ids = [json.loads(ln)["id"] for ln in path.read_text(encoding="utf-8").splitlines()[:n] if ln.strip()]
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(job)).strip("._") or "run"
+        for ex_id in ids:
+            rel = Path("questions") / slug / page_name(ex_id)
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_text(question_page(load_row(run_dir, ex_id), load_record(run_dir), source=str(run_dir)),
+                                   encoding="utf-8")
+            items.append(f"- [{slug}: {ex_id}]({rel.as_posix()})")
+    return items
+
+
 def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
                  metrics: Sequence[str] | None = None, ci: CIOptions | None = None, baseline: str | None = None,
                  paper: str | bool | None = None, digits: int = 3, allow_partial: bool = False,
-                 labels: dict[str, str] | None = None) -> tuple[str, str]:
+                 labels: dict[str, str] | None = None, questions_out: Path | None = None,
+                 n_questions: int = 3) -> tuple[str, str]:
     """The report as ``(markdown, html)``. Refuses (``ValueError``) what :func:`build_tables`
-    refuses, e.g. a partial run among complete seeds without ``allow_partial``."""
+    refuses, e.g. a partial run among complete seeds without ``allow_partial``. With
+    ``questions_out``, the first ``n_questions`` examples of each run get their page
+    (:func:`question_pages`), linked in a "Questions" section."""
     root = Path(root)
     t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial, labels)
     figs = _figure_png(t) + _hops_png(t)
@@ -205,6 +230,11 @@ def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), col
         parts += ["## Figures", ""]
         for title, b64 in figs:
             parts += [f"![{title}](data:image/png;base64,{b64})", ""]
+    links = question_pages(t, Path(questions_out), n_questions) if questions_out is not None else []
+    if links:
+        parts += ["## Questions", "", "Each run's first examples, one page each (answer, every model call, the "
+                  "subgraph the method used); `kgreason show RUN_DIR EXAMPLE_ID` writes the page of any other.", ""]
+        parts += links + [""]
     if t.missing:
         parts += ["## Missing or failed runs", ""] + [f"- {m['job']}: {m['reason']}" for m in t.missing] + [""]
     md = "\n".join(parts).rstrip() + "\n"
@@ -223,6 +253,7 @@ def _inline(s: str) -> str:
     s = html.escape(s, quote=False)
     s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
     s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    s = re.sub(r"\[([^\]]+)\]\((questions/[A-Za-z0-9._/-]+\.html)\)", r'<a href="\2">\1</a>', s)  # question pages
     return s
 
 
@@ -281,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--paper", nargs="?", const=True, default=None, metavar="PRESET")
     ap.add_argument("--out", default=None, help="output dir (default: the given dir)")
     ap.add_argument("--name", default="report")
+    ap.add_argument("--questions", type=int, default=3, metavar="N",
+                    help="write and link the page of each run's first N examples (0: none; default 3)")
     ap.add_argument("--allow-partial", action="store_true",
                     help="average a partial run with complete seeds of the same setting (marked); refused otherwise")
     ap.add_argument("--label", action="append", default=None, metavar="METRIC=LABEL",
@@ -289,16 +322,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kgreason.paths import safe_component
 
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
+    out = Path(args.out) if args.out else Path(args.dir)
     try:
         safe_component(args.name, "--name")  # <name>.md/.html are written into --out, never beside it
         md, page = build_report(args.dir, split(args.rows), split(args.cols),
                                 split(args.metrics) if args.metrics else None,
                                 CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline, args.paper,
-                                allow_partial=args.allow_partial, labels=parse_labels(args.label))
+                                allow_partial=args.allow_partial, labels=parse_labels(args.label),
+                                questions_out=out, n_questions=args.questions)
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.md").write_text(md, encoding="utf-8")
     (out / f"{args.name}.html").write_text(page, encoding="utf-8")

@@ -221,3 +221,30 @@ def test_a_repeated_run_says_its_answers_came_from_the_call_cache(tmp_path):
     off, _ = _kgreason(tmp_path, *args, "llm_cache.mode=off", env=env, run_dir=tmp_path / "c")
     assert off.returncode == 0, off.stderr
     assert "LLM calls 12 · cache hits 0" in off.stdout and "replayed" not in off.stdout
+
+
+def test_an_hf_model_that_does_not_resolve_stops_before_the_first_example_in_one_line(tmp_path):
+    """Issue 59 item 3: ``llm=hf llm.model=NotAModel dataset.limit=30`` logged the same 4-line
+    error 30 times and kept a failed run dir; now the start-up check names the model once, says
+    the hf route does not download, and leaves no run dir."""
+    p, run_dir = _kgreason(tmp_path, "reasoner=io", "llm=hf", "llm.model=Qwen/Qwen2.5-NotAModel", "dataset.limit=30",
+                           env={"HF_HUB_CACHE": str(tmp_path / "empty_hub_cache")})
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr
+    hits = [ln for ln in p.stderr.splitlines() if "Qwen2.5-NotAModel" in ln]
+    assert len(hits) == 1 and "does not download" in hits[0], p.stderr
+    assert "example" not in p.stderr.lower().replace("examples", ""), p.stderr
+    assert not run_dir.exists()
+
+
+def test_a_missing_data_file_names_the_catalog_line_that_gets_it(tmp_path):
+    """Issue 59 item 6: the missing-file error of a run names `kgreason data fetch NAME` (or the
+    `prepare` line) from the catalog, not only the setting and the variable."""
+    empty = tmp_path / "data"
+    empty.mkdir()
+    p, run_dir = _kgreason(tmp_path, "dataset=cwq", "kg=freebase_slice", "reasoner=retrieval_only", f"paths.data={empty}")
+    assert p.returncode == 2, p.stderr
+    assert "get it with: kgreason data fetch cwq" in p.stderr and "Traceback" not in p.stderr
+    p, _ = _kgreason(tmp_path, "dataset=embedded", "kg=umls_semnet", "reasoner=retrieval_only", f"paths.data={empty}",
+                     "preflight.min_link_rate=0")
+    assert "kgreason data fetch umls_semnet" in p.stderr or "kgreason data prepare umls" in p.stderr, p.stderr

@@ -256,3 +256,37 @@ def test_a_client_built_with_a_timeout_no_call_can_meet_is_refused():
     for bad in (0, -1, float("inf")):
         with pytest.raises(LLMError, match=r"llm.timeout_s=.*expected a finite number of seconds > 0"):
             OpenAIChat(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None, timeout_s=bad)
+
+
+def test_hf_model_that_is_neither_a_directory_nor_in_the_hf_cache_is_named_in_one_line(tmp_path, monkeypatch):
+    """Issue 59 item 3: ``llm=hf`` never downloads, so a hub id missing from the HF cache (or a
+    path that is not a model directory) stops before anything is built, in one line saying so."""
+    import huggingface_hub.constants as hub_constants
+
+    from kgreason.preflight import check_local_llm
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+
+    def hf(model):
+        return check_local_llm(_cfg(llm={"_target_": "kgreason.llm.hf.HFCausalLM", "model": model}), uses_llm=True)
+
+    (problem,) = hf("Qwen/Qwen2.5-NotAModel")
+    assert problem.startswith("llm.model='Qwen/Qwen2.5-NotAModel': not a local directory and not in the Hugging "
+                              "Face cache") and "does not download" in problem and "\n" not in problem
+    assert str(cache) in problem
+    assert "no such model directory" in hf(str(tmp_path / "nowhere"))[0]
+    (tmp_path / "empty").mkdir()
+    assert "has no config.json" in hf(str(tmp_path / "empty"))[0]
+    (tmp_path / "empty" / "config.json").write_text("{}")
+    assert hf(str(tmp_path / "empty")) == []
+    # a hub id whose snapshot is in the cache passes, offline
+    snap = cache / "models--org--tiny" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (cache / "models--org--tiny" / "refs").mkdir()
+    (cache / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    assert hf("org/tiny") == []
+    # a replay loads no model; a reasoner without an LLM needs none
+    cfg = _cfg(llm={"_target_": "kgreason.llm.hf.HFCausalLM", "model": "Qwen/Qwen2.5-NotAModel"})
+    assert check_local_llm(cfg, uses_llm=False) == []

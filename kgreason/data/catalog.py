@@ -69,6 +69,21 @@ class Source:
     full: Recipe | None = None       # `kgreason data fetch NAME --full`: the whole official release
     prepare: str | None = None       # `kgreason data prepare NAME --from FILE`: converter name
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    extra: str | None = None         # a pip extra `fetch` needs that set-up does not install (rog: hub)
+
+    def missing_extra(self) -> str | None:
+        """``pip install 'kgreason[EXTRA]'`` when this entry's fetch needs an extra that is not
+        installed, else None."""
+        import importlib.util
+
+        mod = EXTRA_MODULES.get(self.extra or "")
+        if mod and importlib.util.find_spec(mod) is None:
+            return f"pip install 'kgreason[{self.extra}]'"
+        return None
+
+
+#: the module that tells whether a pip extra is installed
+EXTRA_MODULES = {"hub": "datasets"}
 
 
 def github(repo: str, commit: str, path: str) -> str:
@@ -267,7 +282,9 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
            "public",
            sample=Recipe((Remote("rog_webqsp_test.jsonl", hub=("rmanluo/RoG-webqsp", None, "test"), check="jsonl"),), "rog",
                          "<data>/rog/webqsp_test.jsonl (point ROG_JSONL at it)"),
-           aliases=("rog_subgraphs",)),
+           aliases=("rog_subgraphs",),
+           # the `datasets` library (and pyarrow, ~100 MB) only for this one Hub download: not in set-up
+           extra="hub"),
     Source("embedded", "The embedded world (KG, KGQA, multi-hop and clinical questions)",
            "generated in code (kgreason/kg/embedded.py, kgreason/data/embedded.py)", "MIT (this project)",
            "~1.8k entities, ~6.7k triples", "generated"),

@@ -124,7 +124,8 @@ def how_to_get(src: Source | None) -> str:
         return "nothing to get"
     parts = []
     if src.sample:
-        parts.append(f"kgreason data fetch {src.name}")
+        parts.append(f"kgreason data fetch {src.name}" + (f" (needs pip install 'kgreason[{src.extra}]')"
+                                                          if src.extra else ""))
     if src.full:
         parts.append(f"kgreason data fetch {src.name} --full  ({src.full.writes})")
     if src.prepare:
@@ -220,20 +221,27 @@ def fetchable() -> list[str]:
 def fetch_all(root: Path, *, full: bool = False, verify: bool = True) -> int:
     """Fetch every :func:`fetchable` entry into ``root``, one after another: one that fails is
     reported and the others still come; then say what needs the user's hand. Exit 1 if any failed."""
-    from kgreason.data.fetch import FetchError, fetch
+    from kgreason.data.fetch import FetchError, NoNetwork, fetch
 
     names, failed = fetchable(), []
+    extras = {n: SOURCES[n].missing_extra() for n in names if SOURCES[n].missing_extra()}
+    names = [n for n in names if n not in extras]  # an entry whose extra set-up did not install: named below
     print(f"fetching {len(names)} entries into {root}: {', '.join(names)}")
     for i, name in enumerate(names, 1):
         src = lookup(name)
         print(f"[{i}/{len(names)}] {name}")
         try:
             _report(src, fetch(src, root, full=full, verify=verify), full)
+        except NoNetwork as e:  # every other entry would fail the same way: one line, then stop
+            print(f"kgreason data fetch: {e}", file=sys.stderr)
+            return 1
         except (FetchError, OSError, ImportError) as e:
             failed.append(name)
             print(f"  error: {e}", file=sys.stderr)
     by_hand = [f"{n} ({s.access}: {how_to_get(s)})" for n, s in SOURCES.items()
                if s.access in ("manual", "licensed", "credentialed", "server", "export")]
+    by_hand += [f"{n} (needs an extra set-up does not install: {cmd}, then kgreason data fetch {n})"
+                for n, cmd in extras.items()]
     if by_hand:
         print("not fetched (need your hand; docs/data.md):\n  " + "\n  ".join(by_hand))
     if failed:
@@ -288,6 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return fetch_all(root, full=args.full, verify=not args.no_verify)
             for name in args.names:
                 src = lookup(name)
+                if src.missing_extra():
+                    print(f"error: kgreason data fetch {src.name} needs the `{src.extra}` extra, which set-up does "
+                          f"not install: {src.missing_extra()}", file=sys.stderr)
+                    return 1
                 written = fetch(src, root, full=args.full, verify=not args.no_verify)
                 _report(src, written, args.full)
             return 0

@@ -35,6 +35,7 @@ import stat
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import tempfile
 import zipfile
@@ -60,6 +61,35 @@ LOCK_WAIT_S = 6 * 3600.0
 
 class FetchError(RuntimeError):
     """A download or conversion that cannot finish; the message says what to do next."""
+
+
+class NoNetwork(FetchError):
+    """A host name did not resolve: there is no network (or no DNS). ``kgreason data fetch``
+    stops at the first one instead of trying every other source."""
+
+
+#: what a failed name resolution says, in the exceptions urllib, requests/urllib3 and httpx raise
+_NO_DNS = ("Name or service not known", "Temporary failure in name resolution", "nodename nor servname",
+           "getaddrinfo failed", "No address associated with hostname", "NameResolutionError",
+           "Failed to resolve", "Could not resolve host")
+
+
+def no_network(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it wraps) is a failed host-name resolution."""
+    import socket
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, socket.gaierror) or any(m in str(x) for m in _NO_DNS):
+            return True
+        reason = getattr(x, "reason", None)
+        todo += [x.__cause__, x.__context__, reason if isinstance(reason, BaseException) else None]
+    return False
 
 
 # ----------------------------------------------------------------------------- network (thin)
@@ -274,6 +304,12 @@ def fetch_remote(remote: Remote, staging: Path, *, verify: bool = True, log: Cal
                              "not the expected file") from e
         except Exception as e:  # noqa: BLE001 - network errors of every kind end the same way
             got = part.stat().st_size if part.exists() else 0
+            if no_network(e):
+                host = urllib.parse.urlsplit(remote.url).hostname if remote.url else "huggingface.co"
+                raise NoNetwork(f"no network: {host} could not be resolved ({type(e).__name__}); nothing more is "
+                                f"tried. By hand: fetch {where} on a machine with a network and put it at {dest}, "
+                                "then run the same command here (it checks and converts what it finds); licensed "
+                                "and manual entries: kgreason data prepare NAME --from FILE (docs/data.md)") from e
             raise FetchError(f"{where}: download stopped ({type(e).__name__}: {e}); {got:,} bytes kept in "
                              f"{part}; run the same command again to resume") from e
     got = part.stat().st_size

@@ -64,7 +64,7 @@ MAX_BODY_BYTES = 32 << 20
 #: the largest slot reply the proxy reads (a chat reply of a local model is a few kB; echo log-probs more)
 MAX_REPLY_BYTES = 64 << 20
 
-INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, ~8 min on 2 cores)"
+INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, 4-14 min on 2 cores)"
 
 
 def llama_server_available() -> str | None:

@@ -405,8 +405,12 @@ class ToG(BaseReasoner):
             s.retrieved.setdefault(p.entity, None)
             h, r, tl, _ = p.chain[-1]
             s.gathered.setdefault((h, r, tl), None)
+        # triples: the (head, relation, tail) that brought each kept entity in, as the KG stores
+        # it (the drawing of `kgreason ask` / `show` reads the beam per depth from them)
         t.add("beam", "entities", depth=d, candidates=len(cands),
-              kept=[kg.entity_label(p.entity) for p in s.beam], scores=[p.score for p in s.beam])
+              kept=[kg.entity_label(p.entity) for p in s.beam], scores=[p.score for p in s.beam],
+              triples=[[kg.entity_label(h), kg.relation_names[r], kg.entity_label(tl)]
+                       for h, r, tl, _ in (p.chain[-1] for p in s.beam)])
         return self._paths_text(s.beam)
 
     def reason(self, t: Trace, q: str, d: int, s: _Search) -> tuple[bool, list[str]]:

@@ -20,6 +20,7 @@ import pytest
 
 from kgreason import cli
 from kgreason.data import command, fetch as fetch_mod
+from kgreason.data import catalog
 from kgreason.data.catalog import CONFIGS, SOURCES, Remote, lookup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -407,6 +408,7 @@ def test_fetch_rog_from_the_hub_stays_under_the_data_root_whatever_rog_jsonl_say
                                                                                    capsys):
     monkeypatch.setattr(fetch_mod, "hub_download",
                         lambda hub_id, config, split, part: shutil.copy(ASSETS / "rog_subgraphs.jsonl", part))
+    monkeypatch.setitem(catalog.EXTRA_MODULES, "hub", "json")  # the hub extra counts as installed here
     assert command.main(["fetch", "rog"]) == 0
     target = root / "rog" / "webqsp_test.jsonl"
     assert target.read_bytes() == (ASSETS / "rog_subgraphs.jsonl").read_bytes()
@@ -605,12 +607,83 @@ def test_fetch_with_no_name_gets_every_public_entry_and_names_what_needs_a_hand(
         return []
 
     monkeypatch.setattr(fetch_mod, "fetch", fake_fetch)
+    monkeypatch.setitem(catalog.EXTRA_MODULES, "hub", "json")  # the hub extra counts as installed here
     rc = command.main(["fetch"])
     out, err = capsys.readouterr()
     public = [n for n, s in SOURCES.items() if s.access == "public" and s.sample is not None]
-    assert got == public and {"cwq", "hotpotqa", "fb15k237"} <= set(got)
+    assert got == public and {"cwq", "hotpotqa", "fb15k237", "rog"} <= set(got)
     assert rc == 1 and "1 of" in err and "kgreason data fetch grailqa" in err
     for name in ("metaqa", "umls", "probsum"):
         assert f"\n  {name} (" in out, out
     monkeypatch.setattr(fetch_mod, "fetch", lambda src, dest, full=False, verify=True: [])
     assert command.main(["fetch"]) == 0
+
+
+# ----------------------------------------------------------------------------- no network (issue 59 item 6)
+
+
+def test_without_a_network_fetch_stops_at_the_first_name_resolution_failure_in_one_line(root, monkeypatch, capsys):
+    """No DNS (simulated: every host name fails to resolve, as with no network): `kgreason data
+    fetch` used to try all 11 sources and advise "run the same command again to resume" 11 times;
+    it stops after the first failure with one line saying there is no network and where to put
+    the file by hand."""
+    import socket
+
+    asked = []
+
+    def no_dns(host, *a, **k):
+        asked.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setitem(catalog.EXTRA_MODULES, "hub", "json")
+    assert command.main(["fetch"]) == 1
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and len(asked) == 1, (lines, asked)
+    line = lines[0]
+    first = command.fetchable()[0]
+    assert line.startswith("kgreason data fetch: no network:") and asked[0] in line
+    assert "resume" not in line and str(root) in line and "put it at" in line  # the file's place by hand
+    assert f"[2/" not in out  # nothing after the first entry was tried
+    # one named entry: the same one line
+    assert command.main(["fetch", first]) == 1
+    err = capsys.readouterr().err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [ln for ln in err.splitlines() if "no network" in ln]
+    assert fetch_mod.no_network(OSError("download failed")) is False
+
+
+def test_rog_is_marked_as_needing_the_hub_extra_that_set_up_does_not_install(root, monkeypatch, capsys):
+    """`rog` downloads through the `datasets` library (`kgreason[hub]`), which set-up leaves out
+    (it is ~100 MB for this one entry): `data list`, `fetch rog` and `fetch` alone say so."""
+    monkeypatch.setitem(catalog.EXTRA_MODULES, "hub", "kgreason_no_such_module")
+    assert SOURCES["rog"].extra == "hub"
+    assert command.main(["fetch", "rog"]) == 1
+    err = capsys.readouterr().err
+    assert "pip install 'kgreason[hub]'" in err and len(err.strip().splitlines()) == 1
+    assert command.main(["list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["entries"]
+    assert any("kgreason[hub]" in json.dumps(r) for r in rows if "rog" in json.dumps(r))
+    got = []
+    monkeypatch.setattr(fetch_mod, "fetch", lambda src, dest, full=False, verify=True: got.append(src.name) or [])
+    assert command.main(["fetch"]) == 0
+    out = capsys.readouterr().out
+    assert "rog" not in got and "rog (needs an extra set-up does not install: pip install 'kgreason[hub]'" in out
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "kgreason[hub]" in readme
+
+
+def test_help_and_docs_name_only_entries_that_can_be_fetched():
+    """`kgreason data --help`'s example and every `kgreason data fetch NAME` in the README and
+    docs name entries with a download recipe (metaqa, Google Drive only, was suggested)."""
+    import re
+
+    texts = {"kgreason data example": cli.TOOLS["data"].example}
+    texts.update({p.name: p.read_text(encoding="utf-8") for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]})
+    seen = 0
+    for where, text in texts.items():
+        for m in re.finditer(r"kgreason data fetch((?: [a-z][a-z0-9_]*)+)", text):
+            for name in m.group(1).split():
+                seen += 1
+                assert lookup(name).sample is not None, f"{where}: `kgreason data fetch {name}` cannot fetch {name}"
+    assert seen >= 3
