@@ -25,10 +25,11 @@ entity, as ToG starts from all topic entities of the question):
    ``entity_score``; one neighbour takes the relation's score without a call); an entity's score
    is its score times its relation's score; an unparseable reply scores them uniformly (ToG:
    "all entities are created equal") (:meth:`ToG.score_entities`);
-5. **entity pruning**: the new beam is the ``W`` best (entity, path) candidates over all
-   relations, zero scores dropped (ToG's ``entity_prune``); each kept candidate's triplet joins
-   the triplets gathered so far (the release's ``cluster_chain_of_entities``)
-   (:meth:`ToG.prune_entities`);
+5. **entity pruning**: the ``W`` best (entity, path) candidates over all relations, zero
+   scores dropped (ToG's ``entity_prune``); each kept candidate's triplet joins the triplets
+   gathered so far (the release's ``cluster_chain_of_entities``), and the new beam holds each of
+   their entities once (the release's next frontier is a dict keyed by entity, so an entity two
+   relations reach is explored once) (:meth:`ToG.prune_entities`);
 6. **reasoning** (the release's ``reasoning``): the question with EVERY triplet gathered at every
    depth so far; a reply opening with ``{Yes}`` IS the answer (read from that reply, no further
    call), ``{No}`` → next depth (:meth:`ToG.reason`).
@@ -67,7 +68,7 @@ vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine): the same per-entity and
 per-(entity, relation) steps, no LLM call; all-zero scores become uniform (ToG). Score ties keep
 candidate order (relations by name, neighbours by MID), so every backend is deterministic.
 
-Per-example extra: ``beam_sizes`` (per depth, always ≤ W), ``retrieved`` (every entity that
+Per-example extra: ``beam_sizes`` (distinct entities of each depth's frontier, always ≤ W), ``retrieved`` (every entity that
 entered the beam → answer_coverage), ``search_space`` (distinct triples encountered),
 ``llm_calls``, ``depth_reached``, ``calls_per_depth``, ``end``, ``retrieval_empty``.
 """
@@ -394,19 +395,27 @@ class ToG(BaseReasoner):
                       float(sc[i]) * rel_score) for i, (nb, x) in enumerate(zip(nbs, tids))]
 
     def prune_entities(self, t: Trace, d: int, s: _Search, cands: list[_Path]) -> str:
-        """Step 5, entity pruning: the new beam is the ``W`` best candidates over all (entity,
-        relation) pairs, zero scores dropped. Returns the beam's paths as text."""
+        """Step 5, entity pruning: the ``W`` best candidates over all (entity, relation) pairs,
+        zero scores dropped, each giving its triplet; the new beam holds each of their entities
+        ONCE (its best-scored path), as the release's next frontier is a dict keyed by entity
+        (``main_freebase.py``: ``topic_entity = {entity: ... for entity in entities_id}``): an
+        entity two kept candidates reach is explored once at the next depth. Returns the beam's
+        paths as text."""
         kg, W = self.kg, self.width
         scores = np.asarray([c.score for c in cands], dtype=np.float64)
-        s.beam = [cands[i] for i in top_w(scores, W) if scores[i] != 0]
-        assert len(s.beam) <= W, "beam exceeded its width"
-        s.beam_sizes.append(len(s.beam))
-        for p in s.beam:
+        kept = [cands[i] for i in top_w(scores, W) if scores[i] != 0]
+        frontier: dict[int, _Path] = {}  # the release's topic_entity dict: one slot per entity
+        for p in kept:
+            frontier.setdefault(p.entity, p)  # its best-scored path (kept is best first)
             s.retrieved.setdefault(p.entity, None)
             h, r, tl, _ = p.chain[-1]
-            s.gathered.setdefault((h, r, tl), None)
+            s.gathered.setdefault((h, r, tl), None)  # every kept candidate's triplet, as the release
+        s.beam = list(frontier.values())
+        assert len(s.beam) <= W, "beam exceeded its width"
+        s.beam_sizes.append(len(s.beam))
         t.add("beam", "entities", depth=d, candidates=len(cands),
-              kept=[kg.entity_label(p.entity) for p in s.beam], scores=[p.score for p in s.beam])
+              kept=[kg.entity_label(p.entity) for p in kept], scores=[p.score for p in kept],
+              frontier=[kg.entity_label(p.entity) for p in s.beam])
         return self._paths_text(s.beam)
 
     def reason(self, t: Trace, q: str, d: int, s: _Search) -> tuple[bool, list[str]]:

@@ -171,3 +171,26 @@ def test_the_composed_defaults_are_the_releases_and_the_ablations_the_earlier_be
         assert compose_cfg(["reasoner=tog", f"ablation={abl}"], tmp_path / abl).reasoner[field] == value
     for r in ("rag", "rag_text", "reknos", "sgr"):
         assert compose_cfg([f"reasoner={r}"], tmp_path / r).reasoner.on_empty == "answer"
+
+
+def test_an_entity_reached_by_two_relations_is_explored_once():
+    """main_freebase: after entity_prune the next frontier is ``topic_entity = {entity: name for
+    entity in entities_id}``, a dict keyed by entity, so an entity two kept candidates reach is
+    explored once at the next depth; both triplets join cluster_chain_of_entities (issue 57)."""
+    world = [("quillmark", P + "maintainer", "Odile Brandt"), ("quillmark", P + "author", "Odile Brandt"),
+             ("quillmark", P + "published_on", "2021-06-14"),
+             ("Odile Brandt", "registry.person.employer", "Larkspur Labs")]
+    both = ("1. {registry.package.maintainer (Score: 0.6)}: the person\n"
+            "2. {registry.package.author (Score: 0.4)}: the person too")
+    llm = ScriptedLLM(rules=[_quillmark(both), _odile("1. {registry.person.employer (Score: 1.0)}: the employer"),
+                             {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."}], default="Answer: x")
+    pred = ToG(kg=KG.from_triples(world), llm=llm, width=3, depth=2).answer(EX)
+    assert len([p for p in _prompts(llm, "TASK: score relations") if "Topic entity: Odile Brandt\n" in p]) == 1
+    assert _purposes(pred).count("prune_relations") == 2  # quillmark, then Odile Brandt once
+    assert pred.extra["beam_sizes"] == [1, 1]
+    beams = [s.data for s in pred.trace if s.kind == "beam"]
+    assert beams[0]["kept"] == ["Odile Brandt", "Odile Brandt"] and beams[0]["frontier"] == ["Odile Brandt"]
+    assert beams[1]["kept"] == ["Larkspur Labs"] and beams[1]["frontier"] == ["Larkspur Labs"]
+    first = _prompts(llm, "TASK: decide")[0]
+    assert "quillmark | registry.package.maintainer | Odile Brandt" in first
+    assert "quillmark | registry.package.author | Odile Brandt" in first  # both triplets are kept
