@@ -36,19 +36,20 @@ entity, as ToG starts from all topic entities of the question):
 
 Ends (``extra["end"]``), as ``main_freebase.py``:
 
-* ``no_topic``: no topic entity linked → the chain-of-thought prompt without knowledge
-  (``generate_without_explored_paths``; our ``prompts/cot/answer.txt``);
+* ``no_topic``: no topic entity linked → the release's six-example chain-of-thought prompt
+  without knowledge (``generate_without_explored_paths`` with ``cot_prompt``; ours
+  ``prompts/tog/answer_without_knowledge.txt``);
 * ``yes``: the ``{Yes}`` reply's answer;
 * ``half_stop``: a depth found no candidate, or every candidate scored 0 → the answer prompt with
-  every triplet gathered so far (``half_stop`` → ``generate_answer``);
-* ``depth_limit``: ``{No}`` at depth ``D`` → the chain-of-thought prompt without knowledge (the
-  release's ``if not flag_printed`` branch; ``at_depth_limit: triplets`` answers from the
+  every triplet gathered so far (``half_stop`` → ``generate_answer``), an empty list when the
+  beam emptied at depth 1 (as the release);
+* ``depth_limit``: ``{No}`` at depth ``D`` → the same chain-of-thought prompt without knowledge
+  (the release's ``if not flag_printed`` branch; ``at_depth_limit: triplets`` answers from the
   triplets instead).
 
 A search that kept no triplet at all (no topic, or the beam emptied at depth 1) is
-``extra["retrieval_empty"] = True`` and is answered without knowledge (``on_empty: abstain``:
-no call, no answer); the release sends its answer prompt with an empty triplet list there,
-which is the same question with no knowledge.
+``extra["retrieval_empty"] = True``; ``on_empty: abstain`` (ablation) makes no call and gives no
+answer there.
 
 Exploration calls (steps 2 and 4) run at ``temperature_exploration`` (ToG's default 0.4), the
 reasoning and answer calls at ``temperature_reasoning`` (0). So the calls per question grow with
@@ -61,7 +62,8 @@ worked examples from an invented package registry no evaluated KG uses: ``prune_
 example, replies ``Score: s1, s2, ...`` in list order), ``reason`` (step 6; five ``{Yes}`` /
 ``{No}`` examples over ``head | relation | tail`` triplets, a ``{Yes}`` ending "the answer is
 {X}") and ``answer`` (five examples ending on an ``Answer:`` line); the answer without knowledge
-uses the CoT reasoner's ``prompts/cot/answer.txt``; docs/reasoners.md.
+``answer_without_knowledge`` (the release's ``cot_prompt``: six ``First, ... Second, ...``
+examples of general knowledge, ending on an ``Answer:`` line); docs/reasoners.md.
 
 Pruning backends (``prune``): ``llm`` (the calls above), ``bm25`` (rank_bm25 over candidate text
 vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine): the same per-entity and
@@ -224,11 +226,11 @@ class ToG(BaseReasoner):
         temperature_reasoning: temperature of the reasoning and answer calls (ToG: 0).
         max_reasks: re-asks on an unparseable pruning / reasoning / answer reply (kit policy;
             0 = none, as ToG).
-        on_empty: ``answer`` (the release: a question with no topic entity, or whose search kept
-            no triplet, is answered by the chain-of-thought prompt without knowledge) |
+        on_empty: ``answer`` (the release: no topic entity → its chain-of-thought prompt without
+            knowledge; a beam emptied at depth 1 → its answer prompt with an empty triplet list) |
             ``abstain`` (no call, no answer: ablation ``on_empty_abstain``).
         at_depth_limit: ``without_knowledge`` (the release: depth D reached with ``{No}`` →
-            chain-of-thought answer without knowledge) | ``triplets`` (answer prompt with the
+            its chain-of-thought answer without knowledge) | ``triplets`` (answer prompt with the
             gathered triplets: ablation ``tog_depth_limit_triplets``).
         cap_relations: False (the release keeps every relation the pruning reply lists) | True
             (at most W per entity, as the prompt asks: ablation ``tog_relation_cap_w``).
@@ -254,8 +256,9 @@ class ToG(BaseReasoner):
         self.width, self.depth = int(width), int(depth)
         self.sample_at, self.num_retain, self.seed = int(sample_at), int(num_retain_entity), int(seed)
         self.temperature, self.max_tokens = temperature_reasoning, max_tokens
-        self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune_relations", "score_entities", "reason", "answer")}
-        self.cot_prompt = load_prompt("cot", "answer")
+        self.prompts_dir = prompts_dir
+        self.prompts = {s: load_prompt(prompts_dir, s) for s in
+                        ("prune_relations", "score_entities", "reason", "answer", "answer_without_knowledge")}
         self.on_empty, self.at_depth_limit, self.cap_relations = on_empty, at_depth_limit, bool(cap_relations)
         templates = {"relations": self.prompts["prune_relations"], "entities": self.prompts["score_entities"]}
         self.pruner = Pruner(prune, llm, templates, embedder, max_tokens, temperature_exploration)
@@ -297,9 +300,13 @@ class ToG(BaseReasoner):
         empty = not s.gathered  # nothing linked, or no triplet kept at any depth
         if end == "yes":
             pass
-        elif empty:
-            answers = [] if self.on_empty == "abstain" else self.answer_without_knowledge(t, q)
+        elif empty and self.on_empty == "abstain":
+            answers = []
+        elif end == "no_topic":  # release: len(topic_entity) == 0 -> generate_without_explored_paths
+            answers = self.answer_without_knowledge(t, q)
         elif end == "half_stop" or self.at_depth_limit == "triplets":
+            # release: half_stop -> generate_answer with cluster_chain_of_entities, an empty
+            # triplet list when the beam emptied at depth 1
             answers = self._ask(t, "answer", parse_answers, question=q, paths=self._triplets_text(s)).value or []
         else:  # depth D reached with {No}: release's generate_without_explored_paths
             answers = self.answer_without_knowledge(t, q)
@@ -311,12 +318,14 @@ class ToG(BaseReasoner):
         )
 
     def answer_without_knowledge(self, t: Trace, q: str) -> list[str]:
-        """The release's ``generate_without_explored_paths``: the chain-of-thought prompt
-        (``prompts/cot/answer.txt``, the CoT reasoner's) with the question alone, at the reasoning
+        """The release's ``generate_without_explored_paths``: its own six-example
+        chain-of-thought prompt (``cot_prompt``; ours ``prompts/tog/answer_without_knowledge.txt``,
+        six examples of that form in our words) with the question alone, at the reasoning
         temperature and ToG's ``max_tokens``."""
-        req = ChatRequest.of(render(self.cot_prompt, question=q), temperature=self.temperature,
-                             max_tokens=self.max_tokens)
-        return self.ask(t, "answer_without_knowledge", req, parse_answers, prompt_id="cot/answer").value or []
+        req = ChatRequest.of(render(self.prompts["answer_without_knowledge"], question=q),
+                             temperature=self.temperature, max_tokens=self.max_tokens)
+        return self.ask(t, "answer_without_knowledge", req, parse_answers,
+                        prompt_id=f"{self.prompts_dir}/answer_without_knowledge").value or []
 
     @staticmethod
     def _n_calls(t: Trace) -> int:
