@@ -455,6 +455,7 @@ class SubQRAG(BaseReasoner):
         n_before = len(self.graph)  # answering before prepare() is a programming error: it raises here
         t = Trace()
         t.extra["triples_written"] = 0  # Eq. 4 writes into G by this question
+        t.extra["pool_size"] = len(self._pool or [])  # the fallback's passage pool (retrieval/pool_size)
         try:
             return self._answer(t, example)
         except Exception as e:  # noqa: BLE001 - recorded like the run loop records any failure

@@ -237,6 +237,7 @@ def test_a_fallback_extracts_from_every_passage_its_answer_read(tmp_path, emb_di
     assert all(f"{t}: " in prompt for t in read)  # every passage read goes to the extraction
     assert sorted(w["passage"] for w in p.extra["write_back"]) == sorted(read)  # and gives its triple
     assert p.extra["triples_written"] == 3
+    assert p.extra["pool_size"] == 3  # the pool its fallback read from (retrieval/pool_size, issue 57)
     p2, read2, (prompt2,) = run(tmp_path / "top2", extract_passages=2)
     assert read2 == read and f"{read[2]}: " not in prompt2
     assert sorted(w["passage"] for w in p2.extra["write_back"]) == sorted(read[:2])
