@@ -333,7 +333,10 @@ def retrieval_figures(rows: list[Mapping[str, Any]]) -> dict[str, float]:
       test uses); ``retrieval/retrieved_size_n_paths`` likewise for ``retrieved_n_paths``;
     * ``retrieval/empty_rate``: mean of ``extra["retrieval_empty"]`` (the reasoner took its
       "nothing linked / nothing retrieved" path);
-    * ``retrieval/search_space``: mean of ``extra["search_space"]``."""
+    * ``retrieval/search_space``: mean of ``extra["search_space"]``;
+    * ``retrieval/pool_size``: mean of ``extra["pool_size"]``, the passages a text-QA question was
+      retrieved from (rag_text, SubQRAG: the run's one pool, so every row holds the same number;
+      ``passages=own``: the question's own paragraphs)."""
     out: dict[str, float] = {}
     extras = [r.get("extra") or {} for r in rows]
     for key, name in (("retrieved", "retrieval/retrieved_size"), ("retrieved_n_paths", "retrieval/retrieved_size_n_paths")):
@@ -346,6 +349,9 @@ def retrieval_figures(rows: list[Mapping[str, Any]]) -> dict[str, float]:
     spaces = [e["search_space"] for e in extras if e.get("search_space") is not None]
     if spaces:
         out["retrieval/search_space"] = sum(spaces) / len(spaces)
+    pools = [e["pool_size"] for e in extras if e.get("pool_size") is not None]
+    if pools:
+        out["retrieval/pool_size"] = sum(pools) / len(pools)
     return out
 
 

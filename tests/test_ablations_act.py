@@ -115,6 +115,7 @@ CASES: dict[str, dict] = {
     "sgr_schema_either_way_fallback": _SGR_SCHEMA,
     "subqrag_memory_answer_named": _SUBQRAG, "subqrag_no_decomposition": _SUBQRAG, "subqrag_no_rewriting": _SUBQRAG,
     "subqrag_no_update": _SUBQRAG_MISSED, "subqrag_require_grounded": _SUBQRAG, "subqrag_topk": _SUBQRAG,
+    "subqrag_extract_top2": _SUBQRAG,  # the fallback's extraction call lists 2 of its 3 read passages
     "tog_bm25": _TOG, "tog_embedding": _TOG,
     # ablations of the empty-retrieval path and of ToG as released (issue 43, branch methods)
     "on_empty_abstain": _TOG, "tog_depth_limit_triplets": _TOG_REL, "tog_relation_cap_w": _TOG_REL,

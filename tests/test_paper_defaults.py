@@ -39,6 +39,9 @@ PAPER_DEFAULTS = [
     ("subqrag", "fallback_memory", "eq3", "subqrag_memory_answer_named", "answer_named",
      "subqrag.txt §2.3 Eq. 3: a sub-question's triples are the top-k by cosine to it (applied to the "
      "fallback passages' triples; §2.3 names no other rule)"),
+    ("subqrag", "extract_passages", None, "subqrag_extract_top2", 2,
+     "subqrag.txt §2.3: \"we retrieve relevant documents and generate the answer based on their context. From "
+     "these documents, new triples ... are extracted\" (every passage the fallback's answer read)"),
 ]
 CLASSES = {"sgr": "kgreason.reasoners.sgr.SGR", "logoskg_dx": "kgreason.reasoners.logoskg_dx.LogosKGDx",
            "subqrag": "kgreason.reasoners.subqrag.SubQRAG"}

@@ -77,6 +77,9 @@ ROWS: dict[str, tuple[list[str], str, list[str]]] = {
     "hotpotqa_subqrag_require_grounded": (HOTPOT, "subqrag", ["ablation=subqrag_require_grounded"]),
     # not chosen on questions, but the rule before issue 29's held-out run (T_used_i after a fallback)
     "hotpotqa_subqrag_memory_answer_named": (HOTPOT, "subqrag", ["ablation=subqrag_memory_answer_named"]),
+    # not chosen on questions either: the fallback's extraction read 2 of its 3 passages before
+    # issue 57 (every SubQRAG row measured before then ran this way); the paper extracts from all
+    "hotpotqa_subqrag_extract_top2": (HOTPOT, "subqrag", ["ablation=subqrag_extract_top2"]),
     # the paper tables' own ablations the model can exercise (reported on the held-out split, each
     # beside its full method with the paired difference): SubQRAG Table 2, SGR Table 2 / Fig. 2-3,
     # ReKnoS forward-only and no few-shot

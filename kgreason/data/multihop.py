@@ -6,6 +6,15 @@ supporting titles as ``supporting``. When a separate corpus file is given (Hippo
 ``corpus`` attribute holding the full passage list (the retrieval pool of the 1,000-question
 HippoRAG/SubQRAG protocol).
 
+**The passage pool** (``pool``, recorded as ``es.pool``; read by
+:func:`kgreason.reasoners.rag_text.dataset_pool`): ``protocol`` (default) is the corpus file plus
+the paragraphs of every question of the protocol sample, the questions after ``sample`` and
+before ``limit`` (``es.pool_questions``), so the pool does not depend on how many of them a run
+answers or which split it takes. SubQRAG §3.1: "using the same retrieval corpus and sampling
+1,000 questions". The shared samples hold fewer questions than 1,000 (HotpotQA 500, MuSiQue
+200, 2Wiki 200): there the pool is every question of the file. ``questions_run`` is kgreason's
+behaviour before issue 57: the paragraphs of the questions run only (it shrinks with ``limit``).
+
 Formats (detected per record):
 
 * HotpotQA official: ``_id, question, answer, supporting_facts [[title, sent]], context
@@ -134,7 +143,22 @@ def parse_musique(rec: dict, where: str) -> Example:
                                             for d in decomp if isinstance(d, dict)]})
 
 
-def _finish(es: ExampleSet, corpus: str | None) -> ExampleSet:
+POOLS = ("protocol", "questions_run")
+
+
+def _build(name: str, recs, parse, src: str, *, limit, sample, sample_seed, corpus, pool) -> ExampleSet:
+    """The question set (``sample`` then ``limit``, as :class:`ExampleSet`) with its pool: the
+    corpus file as ``corpus`` and, for ``pool=protocol``, the questions the pool's paragraphs
+    come from as ``pool_questions`` (every sampled question, before ``limit``)."""
+    if pool not in POOLS:
+        raise DataError(f"{name}: pool must be protocol or questions_run, got {pool!r}")
+    es = build_set(name, recs, parse, src, limit=None, sample=sample, sample_seed=sample_seed)
+    protocol = list(es.examples)
+    if limit is not None:
+        es.examples = es.examples[: int(limit)]
+    es.pool = pool  # type: ignore[attr-defined]
+    if pool == "protocol":
+        es.pool_questions = protocol  # type: ignore[attr-defined]
     if corpus is not None:
         es.corpus = read_corpus(corpus)  # type: ignore[attr-defined]
     return es
@@ -153,37 +177,40 @@ def _records(name, path, split, source, hub_id, hub_name):
 def load_hotpotqa(path: str | None = None, split: str = "validation", limit: int | None = None,
                   sample: int | None = None, sample_seed: int = 0, source: str = "local",
                   corpus: str | None = None, hub_id: str = "hotpot_qa",
-                  hub_name: str = "distractor") -> ExampleSet:
-    """HotpotQA (official / IRCoT / HippoRAG question file + ``corpus``)."""
+                  hub_name: str = "distractor", pool: str = "protocol") -> ExampleSet:
+    """HotpotQA (official / IRCoT / HippoRAG question file + ``corpus``); ``pool``: module docstring."""
     recs, src = _records("hotpotqa", path, split, source, hub_id, hub_name)
-    es = build_set("hotpotqa", recs, parse_hotpot, src, limit=limit, sample=sample, sample_seed=sample_seed)
-    return _finish(es, corpus)
+    return _build("hotpotqa", recs, parse_hotpot, src, limit=limit, sample=sample, sample_seed=sample_seed,
+                  corpus=corpus, pool=pool)
 
 
 def load_musique(path: str | None = None, split: str = "validation", limit: int | None = None,
                  sample: int | None = None, sample_seed: int = 0, source: str = "local",
                  corpus: str | None = None, answerable_only: bool = True,
-                 hub_id: str = "dgslibisey/MuSiQue", hub_name: str | None = None) -> ExampleSet:
-    """MuSiQue-Ans official JSONL (``answerable_only`` drops MuSiQue-Full's unanswerable twins)."""
+                 hub_id: str = "dgslibisey/MuSiQue", hub_name: str | None = None,
+                 pool: str = "protocol") -> ExampleSet:
+    """MuSiQue-Ans official JSONL (``answerable_only`` drops MuSiQue-Full's unanswerable twins);
+    ``pool``: module docstring."""
     recs, src = _records("musique", path, split, source, hub_id, hub_name)
 
     def parse(rec, where):
         ex = parse_musique(rec, where)
         return ex if (ex.extra["answerable"] or not answerable_only) else None
 
-    es = build_set("musique", recs, parse, src, limit=limit, sample=sample, sample_seed=sample_seed)
-    return _finish(es, corpus)
+    return _build("musique", recs, parse, src, limit=limit, sample=sample, sample_seed=sample_seed,
+                  corpus=corpus, pool=pool)
 
 
 def load_twowiki(path: str | None = None, split: str = "validation", limit: int | None = None,
                  sample: int | None = None, sample_seed: int = 0, source: str = "local",
                  corpus: str | None = None, hub_id: str = "xanhho/2WikiMultihopQA",
-                 hub_name: str | None = None) -> ExampleSet:
-    """2WikiMultiHopQA official (records without ``context`` keep an empty per-example corpus)."""
+                 hub_name: str | None = None, pool: str = "protocol") -> ExampleSet:
+    """2WikiMultiHopQA official (records without ``context`` keep an empty per-example corpus);
+    ``pool``: module docstring (the pool is HippoRAG's corpus file and the sample's paragraphs)."""
     recs, src = _records("twowiki", path, split, source, hub_id, hub_name)
-    es = build_set("twowiki", recs, parse_hotpot, src, limit=limit, sample=sample, sample_seed=sample_seed)
-    return _finish(es, corpus)
+    return _build("twowiki", recs, parse_hotpot, src, limit=limit, sample=sample, sample_seed=sample_seed,
+                  corpus=corpus, pool=pool)
 
 
-__all__ = ["load_hotpotqa", "load_musique", "load_twowiki", "read_corpus", "parse_hotpot",
+__all__ = ["POOLS", "load_hotpotqa", "load_musique", "load_twowiki", "read_corpus", "parse_hotpot",
            "parse_ircot", "parse_musique"]

@@ -68,13 +68,16 @@ def pooled_passages(corpus, examples) -> list[Passage]:
 
 def dataset_pool(dataset, spec: str | None, world_seed: int = 0) -> tuple[list[Passage], str]:
     """``(passages, origin)`` for a run. ``spec`` ``dataset``/None: :func:`pooled_passages` of the
-    dataset (origin ``dataset``); the embedded-world datasets (name ``embedded-*``), which ship no
+    dataset (origin ``dataset``): its corpus file and the paragraphs of its ``pool_questions``
+    when the loader set them (``dataset.pool=protocol``, kgreason/data/multihop.py: every question
+    of the protocol sample, not only those run), else of the questions run; the embedded-world datasets (name ``embedded-*``), which ship no
     paragraphs, use the world's verbalised corpus (origin ``embedded``). ``embedded`` or a JSONL
     path: that corpus (``embedded`` only with an embedded-world dataset). Raises when empty."""
     name = str(getattr(dataset, "name", "?"))
     is_world = name.startswith("embedded")
     if spec in (None, "dataset"):
-        pool = pooled_passages(getattr(dataset, "corpus", None), dataset)
+        questions = getattr(dataset, "pool_questions", None)
+        pool = pooled_passages(getattr(dataset, "corpus", None), dataset if questions is None else questions)
         if pool:
             return pool, "dataset"
         if not is_world:
@@ -162,7 +165,7 @@ class RagText(BaseReasoner):
         if not passages:  # nothing to retrieve from: the question alone, as IO
             t.add("retrieve", "dense_passages", titles=[], scores=[], pool=0)
             answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
-            return t.finish(example, answers, retrieved_passages=[], retrieval_empty=True)
+            return t.finish(example, answers, retrieved_passages=[], retrieval_empty=True, pool_size=0)
         hits = self.index.get(passages).search([example.question], self.top_k)[0]
         top = [passages[h.id] for h in hits]
         t.add("retrieve", "dense_passages", titles=[p[0] for p in top], scores=[h.score for h in hits],
@@ -172,4 +175,4 @@ class RagText(BaseReasoner):
                              max_tokens=self.max_tokens)
         ans = self.ask(t, "answer", req, parse_answer_field).value
         return t.finish(example, [ans] if ans else [], retrieved_passages=[p[0] for p in top],
-                        retrieval_empty=not top)
+                        retrieval_empty=not top, pool_size=len(passages))

@@ -16,8 +16,10 @@ Per question (Fig. 1):
    generator called every sub-question sufficient, answering with relation names and its own
    knowledge, so the corpus fallback never ran (docs/subqrag.md; chosen on 3 validation questions).
 4. **Dynamic graph update** (§2.3, Eq. 4, ``T*_new = Extract(D)``): when they do not suffice,
-   the top passages (cosine) answer the sub-question. The first ``extract_passages`` of them
-   (``D``) go, with the sub-question, to one question-guided extraction call
+   the top passages (cosine) answer the sub-question. Every one of them (``D``; §2.3: "we
+   retrieve relevant documents and generate the answer based on their context. From these
+   documents, new triples ... are extracted"; the ablation ``subqrag_extract_top2`` keeps the
+   first ``extract_passages``) goes, with the sub-question, to one question-guided extraction call
    (prompts/subqrag/update_extract.txt), so it can state what the generic offline pass missed.
    Its triples are validated with the offline rule (well-formed, head and tail mentioned in one
    read passage), de-duplicated against G and the new ones written into G (embedded for Eq. 3)
@@ -198,7 +200,9 @@ class SubQRAG(BaseReasoner):
         top_k: triples retrieved per sub-question (Eq. 3; paper: 5).
         passage_top_k: passages used by the corpus fallback (§2.3).
         extract_passages: how many of those passages (``D`` of Eq. 4) go to the question-guided
-            extraction, and give their offline-index triples to the memory.
+            extraction, and give their offline-index triples to the memory. None (default,
+            §2.3: the documents the answer was generated from) = every passage read; an int
+            keeps the first that many (ablation ``subqrag_extract_top2``: 2, a shorter call).
         decomposition / rewriting / update: Table 2 ablation switches.
         update_scope: which questions see a write-back (Eq. 4). ``run`` (default; §2.3 "continually
             update the pre-constructed KG"): every later sub-question and question, in dataset
@@ -235,7 +239,7 @@ class SubQRAG(BaseReasoner):
     metrics = ("triples_written", "triples_written_total")
 
     def __init__(self, *, kg=None, retriever=None, llm, top_k: int = 5, passage_top_k: int = 3,
-                 extract_passages: int = 2, decomposition: bool = True, rewriting: bool = True,
+                 extract_passages: int | None = None, decomposition: bool = True, rewriting: bool = True,
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
                  corpus: str | None = "dataset", world_seed: int = 0, validate: bool = True,
                  max_tokens: int = 256, kg_source: str = "auto",
@@ -257,7 +261,11 @@ class SubQRAG(BaseReasoner):
 
             require_in_memory(kg, "SubQRAG with kg_source=injected (embeds every KG triple)")
         self.llm = llm
-        self.top_k, self.passage_top_k, self.extract_passages = top_k, passage_top_k, extract_passages
+        if extract_passages is not None and int(extract_passages) < 1:
+            raise ValueError(f"SubQRAG: extract_passages must be null (every passage read) or >= 1, "
+                             f"got {extract_passages!r}")
+        self.top_k, self.passage_top_k = top_k, passage_top_k
+        self.extract_passages = None if extract_passages is None else int(extract_passages)
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
         self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
         self.max_tokens = max_tokens
@@ -387,7 +395,7 @@ class SubQRAG(BaseReasoner):
 
     def fallback(self, t: Trace, subq: str, example: Example) -> tuple[str, list[int]]:
         """§2.3 corpus fallback + Eq. 4: ``(answer, T_used_i)``. The top passages answer the
-        sub-question; the first ``extract_passages`` of them (``D``) give their offline-index
+        sub-question; all of them (``D``; the first ``extract_passages`` when set) give their offline-index
         triples (read, §2.1) and go with the sub-question to one guided extraction whose valid
         triples are de-duplicated against G and the new ones written into G (:meth:`update_graph`).
         ``T_used_i`` are chosen among all these triples by ``fallback_memory``, new to G or not."""
@@ -401,7 +409,7 @@ class SubQRAG(BaseReasoner):
         if not self.update:
             return ans, []
         g = self.graph
-        read = [(self._pids[h.id], *passages[h.id]) for h in hits[: self.extract_passages]]
+        read = [(self._pids[h.id], *passages[h.id]) for h in hits[: self.extract_passages]]  # None: all
         found: list[int] = []  # graph ids of the read passages' triples: offline ones, then the guided reply's
         for pid, _title, _text in read:
             if pid in self._indexed:
@@ -447,6 +455,7 @@ class SubQRAG(BaseReasoner):
         n_before = len(self.graph)  # answering before prepare() is a programming error: it raises here
         t = Trace()
         t.extra["triples_written"] = 0  # Eq. 4 writes into G by this question
+        t.extra["pool_size"] = len(self._pool or [])  # the fallback's passage pool (retrieval/pool_size)
         try:
             return self._answer(t, example)
         except Exception as e:  # noqa: BLE001 - recorded like the run loop records any failure

@@ -25,29 +25,31 @@ entity, as ToG starts from all topic entities of the question):
    ``entity_score``; one neighbour takes the relation's score without a call); an entity's score
    is its score times its relation's score; an unparseable reply scores them uniformly (ToG:
    "all entities are created equal") (:meth:`ToG.score_entities`);
-5. **entity pruning**: the new beam is the ``W`` best (entity, path) candidates over all
-   relations, zero scores dropped (ToG's ``entity_prune``); each kept candidate's triplet joins
-   the triplets gathered so far (the release's ``cluster_chain_of_entities``)
-   (:meth:`ToG.prune_entities`);
+5. **entity pruning**: the ``W`` best (entity, path) candidates over all relations, zero
+   scores dropped (ToG's ``entity_prune``); each kept candidate's triplet joins the triplets
+   gathered so far (the release's ``cluster_chain_of_entities``), and the new beam holds each of
+   their entities once (the release's next frontier is a dict keyed by entity, so an entity two
+   relations reach is explored once) (:meth:`ToG.prune_entities`);
 6. **reasoning** (the release's ``reasoning``): the question with EVERY triplet gathered at every
    depth so far; a reply opening with ``{Yes}`` IS the answer (read from that reply, no further
    call), ``{No}`` → next depth (:meth:`ToG.reason`).
 
 Ends (``extra["end"]``), as ``main_freebase.py``:
 
-* ``no_topic``: no topic entity linked → the chain-of-thought prompt without knowledge
-  (``generate_without_explored_paths``; our ``prompts/cot/answer.txt``);
+* ``no_topic``: no topic entity linked → the release's six-example chain-of-thought prompt
+  without knowledge (``generate_without_explored_paths`` with ``cot_prompt``; ours
+  ``prompts/tog/answer_without_knowledge.txt``);
 * ``yes``: the ``{Yes}`` reply's answer;
 * ``half_stop``: a depth found no candidate, or every candidate scored 0 → the answer prompt with
-  every triplet gathered so far (``half_stop`` → ``generate_answer``);
-* ``depth_limit``: ``{No}`` at depth ``D`` → the chain-of-thought prompt without knowledge (the
-  release's ``if not flag_printed`` branch; ``at_depth_limit: triplets`` answers from the
+  every triplet gathered so far (``half_stop`` → ``generate_answer``), an empty list when the
+  beam emptied at depth 1 (as the release);
+* ``depth_limit``: ``{No}`` at depth ``D`` → the same chain-of-thought prompt without knowledge
+  (the release's ``if not flag_printed`` branch; ``at_depth_limit: triplets`` answers from the
   triplets instead).
 
 A search that kept no triplet at all (no topic, or the beam emptied at depth 1) is
-``extra["retrieval_empty"] = True`` and is answered without knowledge (``on_empty: abstain``:
-no call, no answer); the release sends its answer prompt with an empty triplet list there,
-which is the same question with no knowledge.
+``extra["retrieval_empty"] = True``; ``on_empty: abstain`` (ablation) makes no call and gives no
+answer there.
 
 Exploration calls (steps 2 and 4) run at ``temperature_exploration`` (ToG's default 0.4), the
 reasoning and answer calls at ``temperature_reasoning`` (0). So the calls per question grow with
@@ -60,14 +62,15 @@ worked examples from an invented package registry no evaluated KG uses: ``prune_
 example, replies ``Score: s1, s2, ...`` in list order), ``reason`` (step 6; five ``{Yes}`` /
 ``{No}`` examples over ``head | relation | tail`` triplets, a ``{Yes}`` ending "the answer is
 {X}") and ``answer`` (five examples ending on an ``Answer:`` line); the answer without knowledge
-uses the CoT reasoner's ``prompts/cot/answer.txt``; docs/reasoners.md.
+``answer_without_knowledge`` (the release's ``cot_prompt``: six ``First, ... Second, ...``
+examples of general knowledge, ending on an ``Answer:`` line); docs/reasoners.md.
 
 Pruning backends (``prune``): ``llm`` (the calls above), ``bm25`` (rank_bm25 over candidate text
 vs question) or ``embedding`` (all-MiniLM-L6-v2 cosine): the same per-entity and
 per-(entity, relation) steps, no LLM call; all-zero scores become uniform (ToG). Score ties keep
 candidate order (relations by name, neighbours by MID), so every backend is deterministic.
 
-Per-example extra: ``beam_sizes`` (per depth, always ≤ W), ``retrieved`` (every entity that
+Per-example extra: ``beam_sizes`` (distinct entities of each depth's frontier, always ≤ W), ``retrieved`` (every entity that
 entered the beam → answer_coverage), ``search_space`` (distinct triples encountered),
 ``llm_calls``, ``depth_reached``, ``calls_per_depth``, ``end``, ``retrieval_empty``.
 """
@@ -223,11 +226,11 @@ class ToG(BaseReasoner):
         temperature_reasoning: temperature of the reasoning and answer calls (ToG: 0).
         max_reasks: re-asks on an unparseable pruning / reasoning / answer reply (kit policy;
             0 = none, as ToG).
-        on_empty: ``answer`` (the release: a question with no topic entity, or whose search kept
-            no triplet, is answered by the chain-of-thought prompt without knowledge) |
+        on_empty: ``answer`` (the release: no topic entity → its chain-of-thought prompt without
+            knowledge; a beam emptied at depth 1 → its answer prompt with an empty triplet list) |
             ``abstain`` (no call, no answer: ablation ``on_empty_abstain``).
         at_depth_limit: ``without_knowledge`` (the release: depth D reached with ``{No}`` →
-            chain-of-thought answer without knowledge) | ``triplets`` (answer prompt with the
+            its chain-of-thought answer without knowledge) | ``triplets`` (answer prompt with the
             gathered triplets: ablation ``tog_depth_limit_triplets``).
         cap_relations: False (the release keeps every relation the pruning reply lists) | True
             (at most W per entity, as the prompt asks: ablation ``tog_relation_cap_w``).
@@ -253,8 +256,9 @@ class ToG(BaseReasoner):
         self.width, self.depth = int(width), int(depth)
         self.sample_at, self.num_retain, self.seed = int(sample_at), int(num_retain_entity), int(seed)
         self.temperature, self.max_tokens = temperature_reasoning, max_tokens
-        self.prompts = {s: load_prompt(prompts_dir, s) for s in ("prune_relations", "score_entities", "reason", "answer")}
-        self.cot_prompt = load_prompt("cot", "answer")
+        self.prompts_dir = prompts_dir
+        self.prompts = {s: load_prompt(prompts_dir, s) for s in
+                        ("prune_relations", "score_entities", "reason", "answer", "answer_without_knowledge")}
         self.on_empty, self.at_depth_limit, self.cap_relations = on_empty, at_depth_limit, bool(cap_relations)
         templates = {"relations": self.prompts["prune_relations"], "entities": self.prompts["score_entities"]}
         self.pruner = Pruner(prune, llm, templates, embedder, max_tokens, temperature_exploration)
@@ -296,9 +300,13 @@ class ToG(BaseReasoner):
         empty = not s.gathered  # nothing linked, or no triplet kept at any depth
         if end == "yes":
             pass
-        elif empty:
-            answers = [] if self.on_empty == "abstain" else self.answer_without_knowledge(t, q)
+        elif empty and self.on_empty == "abstain":
+            answers = []
+        elif end == "no_topic":  # release: len(topic_entity) == 0 -> generate_without_explored_paths
+            answers = self.answer_without_knowledge(t, q)
         elif end == "half_stop" or self.at_depth_limit == "triplets":
+            # release: half_stop -> generate_answer with cluster_chain_of_entities, an empty
+            # triplet list when the beam emptied at depth 1
             answers = self._ask(t, "answer", parse_answers, question=q, paths=self._triplets_text(s)).value or []
         else:  # depth D reached with {No}: release's generate_without_explored_paths
             answers = self.answer_without_knowledge(t, q)
@@ -310,12 +318,14 @@ class ToG(BaseReasoner):
         )
 
     def answer_without_knowledge(self, t: Trace, q: str) -> list[str]:
-        """The release's ``generate_without_explored_paths``: the chain-of-thought prompt
-        (``prompts/cot/answer.txt``, the CoT reasoner's) with the question alone, at the reasoning
+        """The release's ``generate_without_explored_paths``: its own six-example
+        chain-of-thought prompt (``cot_prompt``; ours ``prompts/tog/answer_without_knowledge.txt``,
+        six examples of that form in our words) with the question alone, at the reasoning
         temperature and ToG's ``max_tokens``."""
-        req = ChatRequest.of(render(self.cot_prompt, question=q), temperature=self.temperature,
-                             max_tokens=self.max_tokens)
-        return self.ask(t, "answer_without_knowledge", req, parse_answers, prompt_id="cot/answer").value or []
+        req = ChatRequest.of(render(self.prompts["answer_without_knowledge"], question=q),
+                             temperature=self.temperature, max_tokens=self.max_tokens)
+        return self.ask(t, "answer_without_knowledge", req, parse_answers,
+                        prompt_id=f"{self.prompts_dir}/answer_without_knowledge").value or []
 
     @staticmethod
     def _n_calls(t: Trace) -> int:
@@ -394,23 +404,31 @@ class ToG(BaseReasoner):
                       float(sc[i]) * rel_score) for i, (nb, x) in enumerate(zip(nbs, tids))]
 
     def prune_entities(self, t: Trace, d: int, s: _Search, cands: list[_Path]) -> str:
-        """Step 5, entity pruning: the new beam is the ``W`` best candidates over all (entity,
-        relation) pairs, zero scores dropped. Returns the beam's paths as text."""
+        """Step 5, entity pruning: the ``W`` best candidates over all (entity, relation) pairs,
+        zero scores dropped, each giving its triplet; the new beam holds each of their entities
+        ONCE (its best-scored path), as the release's next frontier is a dict keyed by entity
+        (``main_freebase.py``: ``topic_entity = {entity: ... for entity in entities_id}``): an
+        entity two kept candidates reach is explored once at the next depth. Returns the beam's
+        paths as text."""
         kg, W = self.kg, self.width
         scores = np.asarray([c.score for c in cands], dtype=np.float64)
-        s.beam = [cands[i] for i in top_w(scores, W) if scores[i] != 0]
-        assert len(s.beam) <= W, "beam exceeded its width"
-        s.beam_sizes.append(len(s.beam))
-        for p in s.beam:
+        kept = [cands[i] for i in top_w(scores, W) if scores[i] != 0]
+        frontier: dict[int, _Path] = {}  # the release's topic_entity dict: one slot per entity
+        for p in kept:
+            frontier.setdefault(p.entity, p)  # its best-scored path (kept is best first)
             s.retrieved.setdefault(p.entity, None)
             h, r, tl, _ = p.chain[-1]
-            s.gathered.setdefault((h, r, tl), None)
-        # triples: the (head, relation, tail) that brought each kept entity in, as the KG stores
+            s.gathered.setdefault((h, r, tl), None)  # every kept candidate's triplet, as the release
+        s.beam = list(frontier.values())
+        assert len(s.beam) <= W, "beam exceeded its width"
+        s.beam_sizes.append(len(s.beam))
+        # triples: the (head, relation, tail) that brought each kept candidate in, as the KG stores
         # it (the drawing of `kgreason ask` / `show` reads the beam per depth from them)
         t.add("beam", "entities", depth=d, candidates=len(cands),
-              kept=[kg.entity_label(p.entity) for p in s.beam], scores=[p.score for p in s.beam],
+              kept=[kg.entity_label(p.entity) for p in kept], scores=[p.score for p in kept],
+              frontier=[kg.entity_label(p.entity) for p in s.beam],
               triples=[[kg.entity_label(h), kg.relation_names[r], kg.entity_label(tl)]
-                       for h, r, tl, _ in (p.chain[-1] for p in s.beam)])
+                       for h, r, tl, _ in (p.chain[-1] for p in kept)])
         return self._paths_text(s.beam)
 
     def reason(self, t: Trace, q: str, d: int, s: _Search) -> tuple[bool, list[str]]:

@@ -105,3 +105,64 @@ def test_shared_samples(shared_data):
     assert len(t) == 200 and sum(bool(e.corpus) for e in t) == 164 and len(t.corpus) == 6119
     titles = {ti for ti, _ in t.corpus}
     assert sum(set(e.supporting) <= titles for e in t) == 23  # PROVENANCE: 23 fully covered
+
+
+# ---------------------------------------------------------------- the passage pool (issue 57)
+def _hotpot_recs(n):
+    return [dict(HOTPOT, _id=f"h{i}", question=f"Q{i}?",
+                 context=[[f"T{i}", [f"Paragraph {i}."]], ["Shared", ["Shared paragraph."]]]) for i in range(n)]
+
+
+def test_the_pool_is_the_protocol_corpus_whatever_the_number_of_questions_run(tmp_path):
+    """subqrag.txt §3.1: "using the same retrieval corpus and sampling 1,000 questions": the pool
+    is the paragraphs of every question of the protocol sample (here the file, which holds fewer
+    than 1,000), not of the questions run, so it does not shrink with ``limit`` or a split.
+    ``pool=questions_run`` is kgreason's behaviour before issue 57."""
+    from kgreason.data.base import select_split
+    from kgreason.reasoners.rag_text import dataset_pool
+
+    path = jsonl(tmp_path / "h.jsonl", _hotpot_recs(6))
+    full, _ = dataset_pool(load_hotpotqa(path), "dataset")
+    assert len(full) == 7  # 6 own paragraphs + the shared one, once
+    for kw in ({"limit": 2}, {"limit": 5}, {"sample": 6, "limit": 1}):
+        es = load_hotpotqa(path, **kw)
+        assert es.pool == "protocol" and dataset_pool(es, "dataset")[0] == full
+    es = select_split(load_hotpotqa(path), "heldout", dev_size=2, n=2)
+    assert len(es) == 2 and dataset_pool(es, "dataset")[0] == full
+    # a sample draws the protocol's questions: the pool is theirs, whatever limit then keeps
+    s3 = load_hotpotqa(path, sample=3, sample_seed=1)
+    s3_1 = load_hotpotqa(path, sample=3, sample_seed=1, limit=1)
+    assert dataset_pool(s3_1, "dataset")[0] == dataset_pool(s3, "dataset")[0]
+    assert len(dataset_pool(s3, "dataset")[0]) == 4
+    # the named setting: the paragraphs of the questions run
+    run2 = load_hotpotqa(path, limit=2, pool="questions_run")
+    assert run2.pool == "questions_run" and len(dataset_pool(run2, "dataset")[0]) == 3
+    m = load_musique(jsonl(tmp_path / "m.jsonl", [dict(MUSIQUE, id=f"2hop__{i}_{i}", paragraphs=[
+        dict(MUSIQUE["paragraphs"][0], paragraph_text=f"p{i}")]) for i in range(4)]), limit=1)
+    assert m.pool == "protocol" and len(dataset_pool(m, "dataset")[0]) == 4
+    with pytest.raises(DataError, match="pool must be protocol or questions_run, got 'all'"):
+        load_hotpotqa(path, pool="all")
+
+
+def test_twowiki_pool_is_the_corpus_file_and_every_sample_question(tmp_path):
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps([{"title": "Free Guy", "text": "Free Guy is a film."}]))
+    recs = [dict(TWOWIKI, _id=f"w{i}", context=[[f"P{i}", [f"Para {i}."]]]) for i in range(3)]
+    es = load_twowiki(jsonl(tmp_path / "q.jsonl", recs), corpus=str(corpus), limit=1)
+    from kgreason.reasoners.rag_text import dataset_pool
+
+    assert es.corpus == [("Free Guy", "Free Guy is a film.")]  # the corpus file, as before
+    assert len(dataset_pool(es, "dataset")[0]) == 4
+    run = load_twowiki(jsonl(tmp_path / "q.jsonl", recs), corpus=str(corpus), limit=1, pool="questions_run")
+    assert len(dataset_pool(run, "dataset")[0]) == 2
+
+
+def test_shared_sample_pools_do_not_depend_on_n(shared_data):
+    """The shared HotpotQA sample (500 questions, fewer than the protocol's 1,000) pools every
+    paragraph of its 500 questions: the same pool for N = 30 and N = 100."""
+    from kgreason.reasoners.rag_text import dataset_pool
+
+    p = str(shared_data / "hotpotqa" / "ircot_hotpotqa_dev500.jsonl")
+    a, b = (dataset_pool(load_hotpotqa(p, limit=n), "dataset")[0] for n in (30, 100))
+    assert a == b and len(a) > 1000
+    assert len(dataset_pool(load_hotpotqa(p, limit=30, pool="questions_run"), "dataset")[0]) == 300

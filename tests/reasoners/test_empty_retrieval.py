@@ -1,7 +1,8 @@
 """Empty retrieval, answered as each method's source does (issue 43, item 1; docs/reasoners.md,
 "Empty retrieval"): nothing linked / nothing retrieved never means a silent empty answer by
 default. rag, rag_text, ReKnoS and SGR ask the IO baseline's very request (their papers state no
-other path); ToG answers with its chain-of-thought prompt without knowledge
+other path); ToG answers as its authors' release does: its own chain-of-thought prompt without
+knowledge when no topic links, its answer prompt with no triplet when the beam empties at depth 1
 (tests/reasoners/test_tog_release.py). Every KG reasoner sets ``extra["retrieval_empty"]``
 (False when it retrieved something), the flag ``retrieval/empty_rate`` averages.
 ``on_empty: abstain`` (ablation ``on_empty_abstain``) keeps the earlier behaviour: no call, no

@@ -88,3 +88,29 @@ def test_twowiki_pool_is_the_hipporag_corpus_plus_the_questions_paragraphs(share
     assert origin == "dataset" and pool[: len(es.corpus)] == es.corpus and len(pool) > len(es.corpus)
     world = {t for t, _ in make_world(0).corpus}
     assert not world & {t for t, _ in pool}
+
+
+def test_every_text_qa_row_reports_its_pool_size_and_the_run_its_mean(emb_dir, tmp_path):
+    """issue 57: the pool a question retrieved from is stated beside every text-QA row:
+    ``extra["pool_size"]`` per row, ``retrieval/pool_size`` in metrics.json."""
+    from kgreason.run import retrieval_figures
+    from kgreason.types import to_jsonable
+
+    es = ExampleSet("docs", [Example(id="a", question="q?", answers=("x",), corpus=(EVEREST,)),
+                             Example(id="b", question="What is the capital of France?", answers=("Paris",))])
+    es.corpus = [PARIS, CAT, EVEREST]
+    r = RagText(llm=_llm(), top_k=1, embedder=Embedder(cache_dir=str(emb_dir)))
+    r.prepare(es)
+    rows = [to_jsonable(r.answer(ex)) for ex in es]
+    assert [row["extra"]["pool_size"] for row in rows] == [3, 3]
+    assert retrieval_figures(rows)["retrieval/pool_size"] == 3
+    own = RagText(llm=_llm(), top_k=1, passages="own", embedder=Embedder(cache_dir=str(emb_dir)))
+    assert own.answer(Example(id="c", question="q", corpus=(PARIS, CAT))).extra["pool_size"] == 2
+    assert "retrieval/pool_size" not in retrieval_figures([{"extra": {}}])
+
+
+@pytest.mark.parametrize("name", ["hotpotqa", "musique", "twowiki"])
+def test_the_composed_pool_is_the_protocol_corpus(name, tmp_path):
+    cfg = compose_cfg([f"dataset={name}"], tmp_path)
+    assert cfg.dataset.pool == "protocol"
+    assert compose_cfg([f"dataset={name}", "dataset.pool=questions_run"], tmp_path / "q").dataset.pool == "questions_run"

@@ -212,3 +212,39 @@ def test_the_default_scope_is_the_papers_continual_update(tmp_path):
     assert compose_cfg(["reasoner=subqrag"], tmp_path).reasoner.update_scope == "run"
     assert inspect.signature(SubQRAG).parameters["update_scope"].default == "run"
     assert compose_cfg(["reasoner=subqrag", "ablation=subqrag_no_update"], tmp_path).reasoner["update"] is False
+
+
+ALL_THREE = [["Alpha", "film by", "Bob Stone"], BORN, ["Zeta", "river in", "Eastland"]]
+
+
+def test_a_fallback_extracts_from_every_passage_its_answer_read(tmp_path, emb_dir):
+    """§2.3: "we retrieve relevant documents and generate the answer based on their context. From
+    these documents, new triples T*_new are extracted": every passage the fallback's answer read
+    (``passage_top_k``, 3 here) goes to the extraction and may give a triple (issue 57; before,
+    only the first 2 did). ``extract_passages=2`` is the ablation ``subqrag_extract_top2``."""
+    def run(root, **kw):
+        llm = ScriptedLLM(rules=[{"pattern": GUIDED + r" Where was Bob Stone born", "reply": json.dumps(ALL_THREE)},
+                                 *_rules()])
+        r = SubQRAG(kg=None, llm=llm, index_dir=str(root / "idx"), passage_top_k=3,
+                    embedder=Embedder(cache_dir=str(emb_dir)), **kw)
+        r.prepare(ExampleSet("docs", [EX1]))
+        p = r.answer(EX1)
+        read = next(s.data["titles"] for s in p.trace if s.kind == "retrieve" and s.name == "passages")
+        return p, read, _guided(llm)
+
+    p, read, (prompt,) = run(tmp_path / "all")
+    assert sorted(read) == ["Alpha", "Bob Stone", "Zeta"]
+    assert all(f"{t}: " in prompt for t in read)  # every passage read goes to the extraction
+    assert sorted(w["passage"] for w in p.extra["write_back"]) == sorted(read)  # and gives its triple
+    assert p.extra["triples_written"] == 3
+    assert p.extra["pool_size"] == 3  # the pool its fallback read from (retrieval/pool_size, issue 57)
+    p2, read2, (prompt2,) = run(tmp_path / "top2", extract_passages=2)
+    assert read2 == read and f"{read[2]}: " not in prompt2
+    assert sorted(w["passage"] for w in p2.extra["write_back"]) == sorted(read[:2])
+
+
+def test_extract_passages_defaults_to_every_passage_read(tmp_path):
+    from conftest import compose_cfg
+
+    assert compose_cfg(["reasoner=subqrag"], tmp_path).reasoner.extract_passages is None
+    assert compose_cfg(["reasoner=subqrag", "ablation=subqrag_extract_top2"], tmp_path / "a").reasoner.extract_passages == 2

@@ -231,6 +231,36 @@ def test_reasoning_and_answer_prompts_are_what_tog_sends():
         assert _blocks(prompt)[-1] == want
 
 
+# --------------------------------------------------------------------------- answer without knowledge
+
+def test_answer_without_knowledge_prompt_has_six_step_by_step_examples():
+    """The release's ``cot_prompt`` (``generate_without_explored_paths``: no topic entity, or
+    ``{No}`` at depth D): SIX examples, each reply a ``First, ... Second, ...`` chain ending on
+    its answer; ours end with our ``Answer:`` line. Its facts are general knowledge (the model has
+    no triplets here), in our own questions (tests/test_prompt_examples.py checks none copies an
+    evaluated question or template)."""
+    examples, query = _examples("answer_without_knowledge")
+    assert len(examples) == 6  # as cot_prompt
+    for block in examples:
+        sent, reply = _split(block)
+        assert len(sent.splitlines()) == 2 and sent.startswith("Q: ")  # the question alone
+        assert reply.startswith("First, ") and len(reply.splitlines()) == 2
+        assert reply.splitlines()[-1].startswith("Answer: ")
+        res = parse_answers(reply)
+        assert res.ok and res.value, reply
+    assert any(len(parse_answers(_split(b)[1]).value) > 1 for b in examples)  # one lists several answers
+    assert query.splitlines() == ["Q: {question}", "A:"]
+    assert load_prompt("tog", "answer_without_knowledge") != load_prompt("cot", "answer")
+
+
+def test_the_answer_without_knowledge_prompt_is_what_tog_sends():
+    llm = ScriptedLLM(rules=[{"pattern": r"^TASK: answer the question step by step", "reply": "First, x.\nAnswer: y"}])
+    q = "Which city hosts the registry's yearly meeting?"
+    pred = ToG(kg=_world(), llm=llm).answer(Example("ex", q, topic_entities=("nowhere",)))
+    (req,) = llm.calls
+    assert _blocks(req.messages[-1].content)[-1] == f"Q: {q}\nA:" and pred.answers == ("y",)
+
+
 # --------------------------------------------------------------------------- unevaluated domain
 
 @pytest.mark.parametrize("step", ["prune_relations", "score_entities", "reason", "answer"])

@@ -99,12 +99,16 @@ def test_the_reasoning_prompt_accumulates_every_depths_triplets():
 
 
 def test_no_topic_entity_gets_the_chain_of_thought_answer_without_knowledge():
-    """main_freebase: len(topic_entity) == 0 → generate_without_explored_paths (cot_prompt)."""
+    """main_freebase: len(topic_entity) == 0 → generate_without_explored_paths, whose prompt is
+    the release's own six-example ``cot_prompt`` (ours: prompts/tog/answer_without_knowledge.txt,
+    six examples in that form), not the CoT reasoner's two-example prompt (issue 57)."""
     r, llm = _tog([{"pattern": r"^TASK: answer", "reply": "Step.\nAnswer: Larkspur Labs"}])
     ex = Example("q2", "Where does the person behind nowhere-pkg work?", topic_entities=("nowhere-pkg",))
     pred = r.answer(ex)
     (req,) = llm.calls
-    assert req.messages[-1].content == render(load_prompt("cot", "answer"), question=ex.question)
+    assert req.messages[-1].content == render(load_prompt("tog", "answer_without_knowledge"), question=ex.question)
+    assert req.messages[-1].content != render(load_prompt("cot", "answer"), question=ex.question)
+    assert [s.data["prompt_id"] for s in pred.trace if s.kind == "llm"] == ["tog/answer_without_knowledge"]
     assert "(no paths found)" not in req.messages[-1].content and "Knowledge" not in req.messages[-1].content
     assert pred.answers == ("Larkspur Labs",) and pred.extra["end"] == "no_topic"
     assert pred.extra["retrieval_empty"] is True
@@ -114,11 +118,20 @@ def test_no_topic_entity_gets_the_chain_of_thought_answer_without_knowledge():
     assert llm2.calls == [] and pred2.answers == () and pred2.extra["retrieval_empty"] is True
 
 
-def test_a_beam_emptied_at_depth_one_is_answered_without_knowledge():
+def test_a_beam_emptied_at_depth_one_gets_the_answer_prompt_with_no_triplet():
+    """main_freebase: no candidate at depth 1 → half_stop → generate_answer with the (empty)
+    cluster_chain_of_entities: the release's answer prompt with an empty triplet list (issue 57),
+    not its chain-of-thought prompt."""
     r, llm = _tog([_quillmark("no relation helps"), {"pattern": r"^TASK: answer", "reply": "Answer: x"}])
     pred = r.answer(EX)
-    assert _purposes(pred) == ["prune_relations", "answer_without_knowledge"]
-    assert pred.extra["retrieval_empty"] is True and pred.answers == ("x",)
+    assert _purposes(pred) == ["prune_relations", "answer"]
+    assert pred.extra["end"] == "half_stop" and pred.extra["retrieval_empty"] is True and pred.answers == ("x",)
+    (prompt,) = _prompts(llm, "TASK: answer")
+    assert prompt == render(load_prompt("tog", "answer"), question=Q, paths="")
+    assert prompt.rstrip().endswith(f"Q: {Q}\nKnowledge triplets:\n\nA:")
+    r2, llm2 = _tog([_quillmark("no relation helps")], on_empty="abstain")  # ablation on_empty_abstain
+    pred2 = r2.answer(EX)
+    assert _purposes(pred2) == ["prune_relations"] and pred2.answers == ()
 
 
 def test_no_at_depth_d_is_answered_without_knowledge_as_the_release_does():
@@ -127,10 +140,11 @@ def test_no_at_depth_d_is_answered_without_knowledge_as_the_release_does():
              {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."},
              {"pattern": r"^TASK: answer the question step by step", "reply": "Answer: cot"},
              {"pattern": r"^TASK: answer the question from", "reply": "Answer: triplets"}]
-    r, _ = _tog(rules)
+    r, llm = _tog(rules)
     pred = r.answer(EX)
     assert pred.extra["end"] == "depth_limit" and _purposes(pred)[-1] == "answer_without_knowledge"
     assert pred.answers == ("cot",)
+    assert llm.calls[-1].messages[-1].content == render(load_prompt("tog", "answer_without_knowledge"), question=Q)
     r2, _ = _tog(rules, at_depth_limit="triplets")  # ablation tog_depth_limit_triplets
     assert r2.answer(EX).answers == ("triplets",)
 
@@ -171,3 +185,26 @@ def test_the_composed_defaults_are_the_releases_and_the_ablations_the_earlier_be
         assert compose_cfg(["reasoner=tog", f"ablation={abl}"], tmp_path / abl).reasoner[field] == value
     for r in ("rag", "rag_text", "reknos", "sgr"):
         assert compose_cfg([f"reasoner={r}"], tmp_path / r).reasoner.on_empty == "answer"
+
+
+def test_an_entity_reached_by_two_relations_is_explored_once():
+    """main_freebase: after entity_prune the next frontier is ``topic_entity = {entity: name for
+    entity in entities_id}``, a dict keyed by entity, so an entity two kept candidates reach is
+    explored once at the next depth; both triplets join cluster_chain_of_entities (issue 57)."""
+    world = [("quillmark", P + "maintainer", "Odile Brandt"), ("quillmark", P + "author", "Odile Brandt"),
+             ("quillmark", P + "published_on", "2021-06-14"),
+             ("Odile Brandt", "registry.person.employer", "Larkspur Labs")]
+    both = ("1. {registry.package.maintainer (Score: 0.6)}: the person\n"
+            "2. {registry.package.author (Score: 0.4)}: the person too")
+    llm = ScriptedLLM(rules=[_quillmark(both), _odile("1. {registry.person.employer (Score: 1.0)}: the employer"),
+                             {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."}], default="Answer: x")
+    pred = ToG(kg=KG.from_triples(world), llm=llm, width=3, depth=2).answer(EX)
+    assert len([p for p in _prompts(llm, "TASK: score relations") if "Topic entity: Odile Brandt\n" in p]) == 1
+    assert _purposes(pred).count("prune_relations") == 2  # quillmark, then Odile Brandt once
+    assert pred.extra["beam_sizes"] == [1, 1]
+    beams = [s.data for s in pred.trace if s.kind == "beam"]
+    assert beams[0]["kept"] == ["Odile Brandt", "Odile Brandt"] and beams[0]["frontier"] == ["Odile Brandt"]
+    assert beams[1]["kept"] == ["Larkspur Labs"] and beams[1]["frontier"] == ["Larkspur Labs"]
+    first = _prompts(llm, "TASK: decide")[0]
+    assert "quillmark | registry.package.maintainer | Odile Brandt" in first
+    assert "quillmark | registry.package.author | Odile Brandt" in first  # both triplets are kept
