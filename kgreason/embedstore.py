@@ -139,11 +139,13 @@ def out_of_space(err: OSError) -> bool:
     return err.errno is None and " requested and " in str(err) and str(err).endswith(" written")
 
 
-def reserved_npy(path: Path, dtype, shape: tuple[int, ...], *, what: str = "store") -> np.memmap:
+def reserved_npy(path: Path, dtype, shape: tuple[int, ...], *, what: str = "store",
+                 where: Path | None = None) -> np.memmap:
     """``np.lib.format.open_memmap(path, "w+", dtype, shape)`` whose bytes are reserved on the disk
     first (``posix_fallocate``): a sparse map on a full disk is killed by SIGBUS at the first page
     that finds no room, with no message; a reservation that does not fit is a
-    :class:`StoreNoSpace` naming the directory and the bytes needed (the file removed)."""
+    :class:`StoreNoSpace` naming ``where`` (default: the file's directory) and the bytes needed
+    (the file removed)."""
     path = Path(path)
     dtype = np.dtype(dtype)
     n_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -166,7 +168,7 @@ def reserved_npy(path: Path, dtype, shape: tuple[int, ...], *, what: str = "stor
     except OSError as e:
         path.unlink(missing_ok=True)
         if out_of_space(e):
-            raise no_space_error(path.parent, n_bytes, what, e) from None
+            raise no_space_error(Path(where) if where is not None else path.parent, n_bytes, what, e) from None
         raise
 
 
@@ -398,7 +400,7 @@ def _build(tmp: Path, path: Path, base: Path, kg, form: str, texts: list[str], k
     """Write the store into ``tmp`` (its bytes reserved first) and rename it to ``path``."""
     dim = embedder.dim
     what = f"embedding store {getattr(kg, 'name', 'kg')}/{form}"
-    out = reserved_npy(tmp / "vectors.npy", dtype, (len(texts), dim), what=what)
+    out = reserved_npy(tmp / "vectors.npy", dtype, (len(texts), dim), what=what, where=base)
     wide = None
     if dtype != "float32":  # the float32 store's vectors, rounded, when the machine has it
         k32 = store_key(form, key_texts, embedder.store_fingerprint(), "float32")

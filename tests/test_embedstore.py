@@ -345,7 +345,7 @@ def test_a_full_disk_during_a_store_build_is_a_one_line_error_and_leaves_no_temp
     out, err = p.communicate(timeout=300)
     assert p.returncode == 3, (p.returncode, err[-2000:])  # not -7 (SIGBUS)
     line = out.strip().splitlines()[-1]
-    assert str(small_tmpfs / "kg") in line and f"{200 * 384 * 4:,} bytes needed" in line, line
+    assert f"in {small_tmpfs / 'kg'}: no space" in line and f"{200 * 384 * 4:,} bytes needed" in line, line
     assert line.startswith("StoreNoSpace: ")
     assert not [x.name for x in (small_tmpfs / "kg").iterdir() if ".tmp." in x.name]
     from kgreason.app import is_user_error
