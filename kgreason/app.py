@@ -66,6 +66,7 @@ def is_user_error(e: BaseException) -> bool:
 
     from kgreason.callstore import StoreCorrupt
     from kgreason.data.base import DataError
+    from kgreason.embedstore import StoreNoSpace
     from kgreason.kg.cypher import GraphDBUnavailable
     from kgreason.preflight import PreflightError
     from kgreason.record import ResumeConfigMismatch
@@ -73,7 +74,7 @@ def is_user_error(e: BaseException) -> bool:
     from kgreason.textio import InputFileError
 
     user = (PreflightError, InputFileError, DataError, ResumeConfigMismatch, StoreCorrupt, RunFailed,
-            LLMUnavailable, GraphDBUnavailable, FileNotFoundError, ResumeRefused)
+            LLMUnavailable, GraphDBUnavailable, FileNotFoundError, ResumeRefused, StoreNoSpace)
     seen = 0
     while e is not None and seen < 5:
         if isinstance(e, user):

@@ -19,9 +19,14 @@ A store lives in ``<store_dir>/kg/<key>/`` (``vectors.npy`` + ``meta.json``); th
 form, every text in id order (so a changed KG, or one ordered differently, is another store), the
 embedder's model files and settings, and the dtype. It is built once, in length-sorted batches
 with a progress bar, under a file lock, into a temporary directory renamed into place, so
-concurrent runs and workers on one machine build it once and read the same file. ``meta.json``
-keeps the SHA-256 of ``vectors.npy``: a file that no longer matches (or cannot be read) is named
-in a warning and rebuilt.
+concurrent runs and workers on one machine build it once and read the same file (a waiting run
+logs for whom it waits). ``meta.json`` keeps the SHA-256 of ``vectors.npy``: a file that no
+longer matches (or cannot be read), or whose row count is not the KG's number of texts, is named
+in a warning and rebuilt. The matrix's bytes are reserved before it is written through the map
+(:func:`reserved_npy`), so a full disk is a one-line :class:`StoreNoSpace` (never SIGBUS) and the
+temporary directory is removed; one left by a build stopped with ``kill -9`` is removed by the
+next build (:func:`clean_stale_tmp`). The compiled-KG cache and SubQRAG's index use the same
+lock (:func:`store_lock`).
 
 At question time a ranking is a gather of the candidates' rows and one matrix-vector product
 (:meth:`KGStore.scores`), then a top-k that does not sort everything (:func:`top_k`); the only
@@ -30,14 +35,17 @@ text embedded is the question.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -101,6 +109,142 @@ def _file_sha256(path: Path) -> str:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
+
+
+class StoreNoSpace(OSError):
+    """A store (embedding store, compiled KG, partitioned KG) did not fit on its disk: the message
+    names the directory and the bytes it needed; the half-written temporary copy is removed."""
+
+
+def no_space_error(where: Path, needed: int, what: str, err: OSError | None = None, *,
+                   at_least: bool = False) -> StoreNoSpace:
+    """The :class:`StoreNoSpace` of ``what`` not fitting in ``where`` (``needed`` bytes)."""
+    try:
+        free = shutil.disk_usage(where).free
+        left = f", {free:,} free"
+    except OSError:
+        left = ""
+    need = f"{'at least ' if at_least else ''}{needed:,} bytes needed"
+    e = StoreNoSpace(f"{what} in {where}: no space left on the device: {need}{left}; free some space or "
+                     "point it at another directory")
+    e.errno = err.errno if err is not None and err.errno else errno.ENOSPC
+    return e
+
+
+def out_of_space(err: OSError) -> bool:
+    """``err`` says the disk (or the quota) is full: ENOSPC/EDQUOT, or numpy's short write
+    (``np.save`` on a full disk: ``N requested and M written``, no errno)."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return err.errno is None and " requested and " in str(err) and str(err).endswith(" written")
+
+
+def reserved_npy(path: Path, dtype, shape: tuple[int, ...], *, what: str = "store",
+                 where: Path | None = None) -> np.memmap:
+    """``np.lib.format.open_memmap(path, "w+", dtype, shape)`` whose bytes are reserved on the disk
+    first (``posix_fallocate``): a sparse map on a full disk is killed by SIGBUS at the first page
+    that finds no room, with no message; a reservation that does not fit is a
+    :class:`StoreNoSpace` naming ``where`` (default: the file's directory) and the bytes needed
+    (the file removed)."""
+    path = Path(path)
+    dtype = np.dtype(dtype)
+    n_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    try:
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=tuple(shape))
+        size = path.stat().st_size
+        fd = os.open(path, os.O_RDWR)
+        try:
+            try:
+                if not hasattr(os, "posix_fallocate"):  # macOS
+                    raise OSError(errno.ENOSYS, "no posix_fallocate")
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                _write_zeros(fd, size)  # no fallocate here: plain writes reserve the blocks
+        finally:
+            os.close(fd)
+        return out
+    except OSError as e:
+        path.unlink(missing_ok=True)
+        if out_of_space(e):
+            raise no_space_error(Path(where) if where is not None else path.parent, n_bytes, what, e) from None
+        raise
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    """Write every block of ``[0, size)`` that holds no data yet (reserving it), keeping what is there."""
+    block = 1 << 20
+    pos = 0
+    while pos < size:
+        n = min(block, size - pos)
+        data = os.pread(fd, n, pos)
+        os.pwrite(fd, data + b"\0" * (n - len(data)), pos)
+        pos += n
+
+
+@contextmanager
+def store_lock(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path`` while ``what`` is built or read: one builder per
+    machine, the others wait (logging for whom: the holder writes its pid and host into the lock
+    file) and then read what it wrote. A file system without ``flock`` is named in a warning and
+    the block runs unlocked."""
+    import fcntl
+
+    lock_path = Path(lock_path)
+    with open(lock_path, "a+", encoding="utf-8") as f:
+        locked = True
+        try:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                log.warning("%s is being built by %s; waiting for it to finish (lock %s)", what, holder, lock_path)
+                t0 = time.perf_counter()
+                fcntl.flock(f, fcntl.LOCK_EX)
+                log.warning("%s: waited %.1f s for %s; reading what it wrote", what, time.perf_counter() - t0, holder)
+        except OSError as e:
+            if isinstance(e, BlockingIOError):
+                raise
+            locked = False
+            log.warning("%s: cannot lock %s (%s); going on unlocked, so two runs may build it twice", what,
+                        lock_path, e)
+        if locked:
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+            f.flush()
+        yield
+
+
+def clean_stale_tmp(base: Path, held: str | None = None) -> list[Path]:
+    """Remove the ``<key>.tmp.<pid>/`` dirs under ``base`` that no build is writing: those of
+    ``held`` (the key whose lock the caller holds, so no one else builds it), and those of any
+    other key whose lock is free (taken without waiting while the dir is removed). A build
+    stopped by ``kill -9`` or a signal leaves such a dir; the next build of the key, or of any
+    key in ``base``, removes it. Returns the dirs removed."""
+    import fcntl
+
+    removed = []
+    for p in sorted(Path(base).glob("*.tmp.*")):
+        prefix, _, pid = p.name.rpartition(".tmp.")
+        if not pid.isdigit() or not p.is_dir():
+            continue
+        if prefix == held:
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            lock_p = Path(base) / f"{prefix}.lock"
+            try:
+                with open(lock_p, "a+") as f:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:  # held: a build is writing it (or no flock here: left alone)
+                continue
+        if not p.exists():
+            log.warning("removed %s, left by a build that was stopped (pid %s)", p, pid)
+            removed.append(p)
+    return removed
 
 
 def top_k(sims: np.ndarray, k: int | None, tau: float | None = None) -> np.ndarray:
@@ -211,8 +355,9 @@ def store_key(form: str, texts_sha: str, model_fp: str, dtype: str) -> str:
     return hashlib.sha256(json.dumps([FORMAT, form, texts_sha, model_fp, dtype]).encode()).hexdigest()
 
 
-def _read(path: Path, key: str, form: str) -> np.ndarray | None:
-    """The store at ``path`` if whole and matching; ``None`` (with a warning naming the file) if damaged."""
+def _read(path: Path, key: str, form: str, rows: int | None = None) -> np.ndarray | None:
+    """The store at ``path`` if whole and matching (``rows`` rows, one per text of the KG, when
+    given); ``None`` (with a warning naming the file) if damaged."""
     meta_p, vec_p = path / "meta.json", path / "vectors.npy"
     if not path.exists():
         return None
@@ -225,6 +370,10 @@ def _read(path: Path, key: str, form: str) -> np.ndarray | None:
         mat = np.load(vec_p, mmap_mode="r")
         if mat.shape != (meta["rows"], meta["dim"]) or str(mat.dtype) != meta["dtype"]:
             raise ValueError(f"shape {mat.shape} {mat.dtype} differs from meta.json's")
+        if rows is not None and mat.shape[0] != rows:  # a matrix and meta.json that agree, for another KG
+            raise ValueError(f"it has {mat.shape[0]:,} rows (meta.json too) where the KG has {rows:,} {form} texts")
+        if mat.ndim != 2 or mat.shape[1] < 1:
+            raise ValueError(f"shape {mat.shape} is not (rows, dim)")
         return mat
     except Exception as e:  # noqa: BLE001 - any damage means rebuild
         log.warning("embedding store %s is damaged (%s: %s); rebuilding it", vec_p, type(e).__name__, e)
@@ -246,6 +395,38 @@ def _embed_into(out: np.ndarray, texts: list[str], forward: Callable[[list[str]]
             p.update(len(ids))
 
 
+def _build(tmp: Path, path: Path, base: Path, kg, form: str, texts: list[str], key: str, key_texts: str, embedder,
+           dtype: str, precision: str, desc: str, t0: float) -> None:
+    """Write the store into ``tmp`` (its bytes reserved first) and rename it to ``path``."""
+    dim = embedder.dim
+    what = f"embedding store {getattr(kg, 'name', 'kg')}/{form}"
+    out = reserved_npy(tmp / "vectors.npy", dtype, (len(texts), dim), what=what, where=base)
+    wide = None
+    if dtype != "float32":  # the float32 store's vectors, rounded, when the machine has it
+        k32 = store_key(form, key_texts, embedder.store_fingerprint(), "float32")
+        wide = _read(base / k32[:32], k32, form, len(texts)) if (base / k32[:32]).exists() else None
+    if wide is not None:
+        out[:] = wide.astype(dtype)
+    else:
+        _embed_into(out, texts, embedder._forward_build, embedder.build_batch_size, desc)
+    out.flush()
+    del out
+    meta = {"format": FORMAT, "key": key, "form": form, "kg": getattr(kg, "name", None), "rows": len(texts),
+            "dim": dim, "dtype": dtype, "build_precision": precision, "model": embedder.model_name,
+            "sha256": _file_sha256(tmp / "vectors.npy"),
+            "build_s": round(time.perf_counter() - t0, 3)}
+    text = json.dumps(meta, indent=1)
+    try:
+        (tmp / "meta.json").write_text(text)
+    except OSError as e:
+        if out_of_space(e):
+            raise no_space_error(base, len(text), what, e) from None
+        raise
+    if path.exists():
+        shutil.rmtree(path)  # the damaged one
+    os.replace(tmp, path)
+
+
 def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32") -> KGStore:
     """The store of ``form`` for ``kg`` under ``root`` (built here if absent or damaged; in
     memory when ``root`` is None)."""
@@ -262,42 +443,25 @@ def open_store(kg, form: str, embedder, root: Path | None, dtype: str = "float32
         _embed_into(mat, texts, embedder._forward_build, embedder.build_batch_size, desc)
         return KGStore(form, mat, key, None, built_here=True, build_s=time.perf_counter() - t0, texts=texts,
                        precision=precision)
-    import fcntl
-
     base = Path(root) / "kg"
     base.mkdir(parents=True, exist_ok=True)
     path = base / key[:32]
-    mat = _read(path, key, form) if path.exists() else None
+    mat = _read(path, key, form, len(texts)) if path.exists() else None
     if mat is not None:
         return KGStore(form, mat, key, path, built_here=False, build_s=0.0, texts=texts, precision=precision)
-    with open(base / f"{key[:32]}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per store on the machine; the others wait, then read
-        mat = _read(path, key, form) if path.exists() else None
+    # one builder per store on the machine; the others wait, then read
+    with store_lock(base / f"{key[:32]}.lock", f"embedding store {path}"):
+        mat = _read(path, key, form, len(texts)) if path.exists() else None
         if mat is not None:
             return KGStore(form, mat, key, path, built_here=False, build_s=0.0, texts=texts, precision=precision)
+        clean_stale_tmp(base, held=key[:32])  # builds stopped by kill -9 or a signal
         tmp = base / f"{key[:32]}.tmp.{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        dim = embedder.dim
-        out = np.lib.format.open_memmap(tmp / "vectors.npy", mode="w+", dtype=dtype, shape=(len(texts), dim))
-        wide = None
-        if dtype != "float32":  # the float32 store's vectors, rounded, when the machine has it
-            k32 = store_key(form, key_texts, embedder.store_fingerprint(), "float32")
-            wide = _read(base / k32[:32], k32, form) if (base / k32[:32]).exists() else None
-        if wide is not None:
-            out[:] = wide.astype(dtype)
-        else:
-            _embed_into(out, texts, embedder._forward_build, embedder.build_batch_size, desc)
-        out.flush()
-        del out
-        meta = {"format": FORMAT, "key": key, "form": form, "kg": getattr(kg, "name", None), "rows": len(texts),
-                "dim": dim, "dtype": dtype, "build_precision": precision, "model": embedder.model_name,
-                "sha256": _file_sha256(tmp / "vectors.npy"),
-                "build_s": round(time.perf_counter() - t0, 3)}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if path.exists():
-            shutil.rmtree(path)  # the damaged one
-        os.replace(tmp, path)
+        try:
+            tmp.mkdir()
+            _build(tmp, path, base, kg, form, texts, key, key_texts, embedder, dtype, precision, desc, t0)
+        except BaseException:  # a full disk, an error, Ctrl-C or SIGTERM: no half-built store is left
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         mat = np.load(path / "vectors.npy", mmap_mode="r")
     build_s = time.perf_counter() - t0
     log.info("embedding store %s: %d rows (%s, %.1f MB) built in %.1f s", path, len(texts), dtype,
@@ -351,4 +515,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["FORMS", "DTYPES", "BUILD_PRECISIONS", "KGStore", "open_store", "top_k", "form_texts", "texts_digest", "forms_of",
-           "model_fingerprint", "store_key"]
+           "model_fingerprint", "store_key", "StoreNoSpace", "no_space_error", "out_of_space", "reserved_npy",
+           "store_lock", "clean_stale_tmp"]

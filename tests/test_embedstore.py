@@ -289,3 +289,138 @@ def test_index_kg_reads_overrides_after_forms(tmp_path, capsys):
     (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
     assert line["form"] == "relation_words" and line["build_precision"] == "bfloat16" and line["built_here"]
     assert line["path"].startswith(str(tmp_path))
+
+
+# ---------------------------------------------------------------------------- on-disk reliability (issue 57)
+_BUILD_SCRIPT = """
+import sys, time
+from pathlib import Path
+from kgreason.embed import Embedder
+from kgreason.embedstore import open_store
+from kgreason.kg.store import KG
+
+root, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+kg = KG.from_triples([(f"e{i}", "r", f"e{i + 1}") for i in range(n)], name="disk")
+class Emb(Embedder):
+    dim = 384  # MiniLM's, known without loading the model (it loads when a forward pass runs)
+
+
+emb = Emb(kg_store="float32")
+if mode == "hang":  # a build that never ends: the test stops it with a signal once it is writing
+    def forward(texts):
+        Path(root, "writing").touch()
+        time.sleep(600)
+    emb._forward_build = forward
+try:
+    st = open_store(kg, "triple", emb, root)
+except OSError as e:
+    print(type(e).__name__ + ":", e)
+    sys.exit(3)
+print("built", st.n)
+"""
+
+
+def _build_in_process(root, n, mode="build", **kw):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(root), str(n), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    from tmpfs_util import small_tmpfs
+
+    with small_tmpfs(tmp_path / "tmpfs", "1m", free=128 << 10) as d:
+        yield d
+
+
+def test_a_full_disk_during_a_store_build_is_a_one_line_error_and_leaves_no_temporary_store(small_tmpfs):
+    """Issue 57 M4: a store bigger than the free space (200 rows x 384 float32 = 300 KiB into a
+    1 MiB tmpfs with 128 KiB free) was written through a sparse memory map, and the process died of
+    SIGBUS (exit 135) with no message and its full-size temporary store left behind. Its bytes are
+    now reserved first: a StoreNoSpace naming the dir and the bytes needed, nothing left over."""
+    p = _build_in_process(small_tmpfs, 200)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 3, (p.returncode, err[-2000:])  # not -7 (SIGBUS)
+    line = out.strip().splitlines()[-1]
+    assert f"in {small_tmpfs / 'kg'}: no space" in line and f"{200 * 384 * 4:,} bytes needed" in line, line
+    assert line.startswith("StoreNoSpace: ")
+    assert not [x.name for x in (small_tmpfs / "kg").iterdir() if ".tmp." in x.name]
+    from kgreason.app import is_user_error
+    from kgreason.embedstore import StoreNoSpace
+
+    assert is_user_error(StoreNoSpace("x"))  # a run stops on it with the line, no traceback
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_a_build_stopped_by_a_signal_leaves_a_temp_dir_the_next_build_removes(tiny_kg, tmp_path, sig, E):
+    """Issue 57 L1: a build stopped by kill -9 or SIGTERM left its <key>.tmp.<pid>/ for good; the
+    next build of the store (under its lock) removes it."""
+    import signal
+    import time
+
+    p = _build_in_process(tmp_path, 5, "hang")
+    t0 = time.monotonic()
+    while not (tmp_path / "writing").exists():
+        assert p.poll() is None and time.monotonic() - t0 < 300, p.communicate()[1][-2000:]
+        time.sleep(0.1)
+    p.send_signal(getattr(signal, sig))
+    p.wait(timeout=60)
+    left = [x for x in (tmp_path / "kg").iterdir() if ".tmp." in x.name]
+    assert len(left) == 1 and left[0].name.endswith(f".tmp.{p.pid}")  # what the stopped build left
+    kg = KG.from_triples([(f"e{i}", "r", f"e{i + 1}") for i in range(5)], name="disk")
+    st = open_store(kg, "triple", E(kg_store="float32"), tmp_path)
+    assert st.built_here and st.n == 5
+    assert not [x for x in (tmp_path / "kg").iterdir() if ".tmp." in x.name]
+
+
+def test_a_stale_temp_dir_of_another_store_is_removed_only_when_no_build_holds_it(tiny_kg, tmp_path, E):
+    """L1: a build also removes the temp dirs of other stores in its folder whose lock is free,
+    and leaves one whose lock is held (a build in progress)."""
+    import fcntl
+
+    from kgreason.embedstore import clean_stale_tmp
+
+    base = tmp_path / "kg"
+    base.mkdir()
+    (base / "aaaa.tmp.99999999").mkdir()  # no lock held: stopped
+    (base / "bbbb.tmp.1").mkdir()
+    with open(base / "bbbb.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a build of bbbb is writing
+        assert [p.name for p in clean_stale_tmp(base)] == ["aaaa.tmp.99999999"]
+    assert (base / "bbbb.tmp.1").is_dir() and not (base / "aaaa.tmp.99999999").exists()
+
+
+def test_a_store_whose_meta_agrees_with_a_matrix_of_another_size_is_rebuilt(tiny_kg, tmp_path, caplog, E):
+    """Issue 57 L8: meta.json and vectors.npy that agree with each other (SHA-256, rows, dim) but
+    not with the KG (4 rows for 5 facts) were used; the row count is checked against the KG's
+    texts, named in a warning and the store rebuilt."""
+    import hashlib
+
+    st = open_store(tiny_kg, "triple", E(kg_store="float32"), tmp_path)
+    vec, meta_p = st.path / "vectors.npy", st.path / "meta.json"
+    short = np.array(st.matrix[:4])  # a copy: the file under the map is replaced
+    del st
+    vec.unlink()  # a new file (the old one stays whole for any map of it)
+    np.save(vec, short)
+    meta = json.loads(meta_p.read_text())
+    meta.update(rows=4, sha256=hashlib.sha256(vec.read_bytes()).hexdigest())
+    meta_p.write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="kgreason.embedstore"):
+        again = open_store(tiny_kg, "triple", E(kg_store="float32"), tmp_path)
+    assert again.n == tiny_kg.n_triples == 5 and again.built_here
+    assert "4 rows" in caplog.text and "5 triple texts" in caplog.text
+
+
+def test_reserved_npy_reserves_the_bytes_it_maps(tmp_path):
+    """The map's file holds its blocks before anything is written (not a sparse file)."""
+    from kgreason.embedstore import reserved_npy
+
+    m = reserved_npy(tmp_path / "x.npy", "float32", (1000, 64))
+    st = (tmp_path / "x.npy").stat()
+    assert m.shape == (1000, 64) and st.st_blocks * 512 >= 1000 * 64 * 4
+    m[:] = 1.0
+    m.flush()
+    assert np.load(tmp_path / "x.npy").sum() == 64000

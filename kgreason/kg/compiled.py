@@ -5,7 +5,10 @@ source file bytes (every file argument, including e.g. a name map passed in ``kw
 loader's qualified name and its other arguments. A hit loads with ``KG.load(mmap=True)``; a miss
 calls the loader, writes ``KG.save`` into a temporary directory and renames it into place (so a
 crashed compile never leaves a half-written cache). Editing the source file changes the key,
-which invalidates the cache.
+which invalidates the cache. A compile runs under a lock per key (``<key>.lock``): a second run
+waits for it and loads what it wrote; a compile stopped by ``kill -9`` leaves
+``<key>.tmp.<pid>/``, removed by the next compile; a full disk is a one-line
+:class:`~kgreason.embedstore.StoreNoSpace` naming the cache dir and the bytes needed.
 
 Hydra use (``conf/kg/metaqa.yaml``)::
 
@@ -22,11 +25,11 @@ import importlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from kgreason import progress
+from kgreason.embedstore import clean_stale_tmp, no_space_error, out_of_space, store_lock
 from kgreason.kg.loaders import MAX_NAME_CHARS, name_limit
 from kgreason.kg.store import KG
 from kgreason.textio import note_file
@@ -123,18 +126,25 @@ def _load_cached(fn: Callable[..., KG], path: Any, cache_dir: str | Path, max_na
     target = root / f"{fn.__name__}-{key[:24]}"
     if (target / "vocab.json").exists():
         return KG.load(target, mmap=True)
-    with progress.stage(f"compiling KG ({fn.__name__}) into {target}"):
-        kg = fn(path, **kw)
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
-    try:
-        kg.save(tmp)
+    with store_lock(root / f"{target.name}.lock", f"compiled KG {target}"):  # one compile per machine
+        if (target / "vocab.json").exists():  # compiled by the run this one waited for
+            return KG.load(target, mmap=True)
+        clean_stale_tmp(root, held=target.name)  # compiles stopped by kill -9 or a signal
+        with progress.stage(f"compiling KG ({fn.__name__}) into {target}"):
+            kg = fn(path, **kw)
+        tmp = root / f"{target.name}.tmp.{os.getpid()}"
         try:
+            kg.save(tmp)
+            if target.exists():
+                shutil.rmtree(target)  # an incomplete copy (no vocab.json)
             tmp.rename(target)
-        except OSError:  # another process compiled it first
-            shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        if tmp.exists():
+        except OSError as e:
+            if out_of_space(e):
+                arrays = sum(int(getattr(kg, k).nbytes) for k in ("heads", "rels", "tails", "entity_types"))
+                raise no_space_error(root, arrays, f"compiled KG {target.name}", e, at_least=True) from None
+            raise
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return KG.load(target, mmap=True)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kgreason.embedstore import reserved_npy
 from kgreason.kg.store import KG, RangeNames
 
 
@@ -83,7 +84,8 @@ def write_synthetic_kg(directory: str | Path, n_entities: int, n_triples: int, n
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    mm = {k: np.lib.format.open_memmap(d / f"{k}.npy", mode="w+", dtype=np.int32, shape=(n_triples,))
+    # bytes reserved before writing through the maps: a full disk is a StoreNoSpace, not SIGBUS
+    mm = {k: reserved_npy(d / f"{k}.npy", np.int32, (n_triples,), what="synthetic KG")
           for k in ("heads", "rels", "tails")}
     for start, h, r, t in _chunks(n_entities, n_triples, n_relations, seed, alpha, chunk):
         mm["heads"][start:start + len(h)] = h
@@ -92,7 +94,7 @@ def write_synthetic_kg(directory: str | Path, n_entities: int, n_triples: int, n
     for m in mm.values():
         m.flush()
     del mm
-    et = np.lib.format.open_memmap(d / "entity_types.npy", mode="w+", dtype=np.int32, shape=(n_entities,))
+    et = reserved_npy(d / "entity_types.npy", np.int32, (n_entities,), what="synthetic KG")
     for start in range(0, n_entities, chunk):
         et[start:start + chunk] = -1
     et.flush()

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from kgreason import progress
+from kgreason.embedstore import store_lock
 from kgreason.kg.store import KG
 from kgreason.llm.accounting import credit_cached, credit_paid, current_payer
 from kgreason.llm.parsing import ParseResult, parse_json
@@ -35,6 +37,7 @@ from kgreason.reasoners.base import load_prompt, render
 from kgreason.textio import utf8_safe
 from kgreason.types import ChatRequest, Usage, to_jsonable
 
+logger = logging.getLogger(__name__)
 _WS = re.compile(r"\s+")
 Triple = tuple[str, str, str]
 
@@ -256,6 +259,45 @@ def _price_usd(usage: Usage, price_per_mtok: tuple[float, float] | None) -> floa
     return (usage.prompt_tokens * price_per_mtok[0] + usage.completion_tokens * price_per_mtok[1]) / 1e6
 
 
+def _repair_tail(log: Path) -> None:
+    """End the extraction log with a newline before anything is appended to it: a last line
+    torn by a crash mid-write (no trailing newline) is cut off (that passage is redone), or, when
+    it is a whole record that lost only its newline, given one. Appended to as it was, it would
+    swallow the next record into an unreadable line (issue 57 L6)."""
+    if not log.exists():
+        return
+    with open(log, "rb+") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        keep, pos = 0, size
+        while pos > 0:  # the last newline, read backwards in blocks (the log of a big corpus is large)
+            start = max(0, pos - (1 << 16))
+            f.seek(start)
+            i = f.read(pos - start).rfind(b"\n")
+            if i >= 0:
+                keep = start + i + 1
+                break
+            pos = start
+        f.seek(keep)
+        tail = f.read()
+        try:
+            whole = isinstance(json.loads(tail.decode("utf-8")).get("id"), str)
+        except (ValueError, AttributeError):
+            whole = False
+        if whole:
+            f.seek(size)
+            f.write(b"\n")
+            logger.warning("%s: its last record had no newline (a write stopped after it); one added", log)
+        else:
+            f.truncate(keep)
+            logger.warning("%s: its last line was torn by an interrupted write (%d bytes, no newline); cut off, "
+                           "and that passage is extracted again", log, size - keep)
+
+
 def _read_extractions(log: Path) -> dict[str, dict]:
     """The per-passage extractions already made (a resumable log, one JSON object a line)."""
     done: dict[str, dict] = {}
@@ -346,24 +388,28 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     key = corpus_hash(rows, model, load_prompt("subqrag", "extract") + PARSER_VERSION)
     d = Path(index_dir) / key
     d.mkdir(parents=True, exist_ok=True)
-    done = _read_extractions(d / "extractions.jsonl")
-    cached = sum(1 for i in ids if i in done)
-    for pid in ids:  # a resumed run counts the passages it paid for before the kill as calls, any
-        if pid in done:  # other run's as cache hits, as the call cache does (docs/llm.md)
-            paid = Usage(**done[pid]["usage"])
-            if not credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), paid):
-                credit_cached(paid)
-    made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens,
-                            batch_size=batch_size)
-    usage, rejected, triples, prov, by_passage = _collect(ids, done)
-    kg = KG.from_triples(triples, name=name)
-    kg.save(d / "kg")
-    (d / "provenance.json").write_text(utf8_safe(json.dumps({"\t".join(t): v for t, v in prov.items()},
-                                                            ensure_ascii=False)), encoding="utf-8")
-    cost = {"passages": len(rows), "triples": len(triples), "rejected": rejected, "calls": usage.calls,
-            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "cost_usd": _price_usd(usage, price_per_mtok), "calls_this_run": made}
-    (d / "cost.json").write_text(json.dumps(cost, indent=1))
+    # one indexer per corpus (a sweep over SubQRAG settings starts several at once): the others
+    # wait, logging for whom, then read every passage it extracted instead of paying for it again
+    with store_lock(d / "index.lock", f"SubQRAG index {d}"):
+        _repair_tail(d / "extractions.jsonl")
+        done = _read_extractions(d / "extractions.jsonl")
+        cached = sum(1 for i in ids if i in done)
+        for pid in ids:  # a resumed run counts the passages it paid for before the kill as calls, any
+            if pid in done:  # other run's as cache hits, as the call cache does (docs/llm.md)
+                paid = Usage(**done[pid]["usage"])
+                if not credit_paid(f"index:{key}:{pid}", done[pid].get("paid_by"), paid):
+                    credit_cached(paid)
+        made = _extract_missing(rows, done, d / "extractions.jsonl", llm, validate=validate, max_tokens=max_tokens,
+                                batch_size=batch_size)
+        usage, rejected, triples, prov, by_passage = _collect(ids, done)
+        kg = KG.from_triples(triples, name=name)
+        kg.save(d / "kg")
+        (d / "provenance.json").write_text(utf8_safe(json.dumps({"\t".join(t): v for t, v in prov.items()},
+                                                                ensure_ascii=False)), encoding="utf-8")
+        cost = {"passages": len(rows), "triples": len(triples), "rejected": rejected, "calls": usage.calls,
+                "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                "cost_usd": _price_usd(usage, price_per_mtok), "calls_this_run": made}
+        (d / "cost.json").write_text(json.dumps(cost, indent=1))
     return IndexResult(kg=kg, triples=triples, provenance=prov, usage=usage, directory=d,
                        calls_made=made, passages_cached=cached, rejected=rejected, extra=cost,
                        by_passage=by_passage)

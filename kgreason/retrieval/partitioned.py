@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
+from kgreason.embedstore import reserved_npy
 from kgreason.kg.store import KG
 from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout
 from kgreason.types import Subgraph
@@ -131,7 +132,8 @@ def build_partitions(kg: KG, directory: str | Path, n_partitions: int, layouts=(
         np.cumsum(degree, out=indptr[1:])
         del degree
         tmp = ld / "_order.tmp.npy"
-        order = np.lib.format.open_memmap(tmp, mode="w+", dtype=tid_dtype, shape=(m,)) if m else np.zeros(0, tid_dtype)
+        # its bytes reserved first: a sparse map on a full disk dies of SIGBUS (issue 57 M4)
+        order = reserved_npy(tmp, tid_dtype, (m,), what="partitioned KG") if m else np.zeros(0, tid_dtype)
         _group_by(key, indptr, order)
         # entities grouped by partition, ascending ids within each (counting sort again)
         has = ent_part >= 0

@@ -175,3 +175,91 @@ def test_a_well_formed_reply_whose_every_triple_is_ungrounded_says_so():
     # A reply that is not a triple list at all keeps the old message.
     bad = parse("I cannot extract triples from this passage.")
     assert not bad.ok and "JSON list" in bad.error
+
+
+# ---------------------------------------------------------------------------- on-disk reliability (issue 57)
+class _SlowLLM(FailingLLM):
+    """The first indexer: inside its extraction call it waits until the second indexer has
+    started (and a moment more, so that one reaches the index), then answers."""
+
+    def __init__(self, flags):
+        super().__init__()
+        self.flags = flags
+
+    def generate(self, requests):
+        import time
+
+        (self.flags / "A_extracting").touch()
+        t0 = time.monotonic()
+        while not (self.flags / "B_started").exists() and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        return super().generate(requests)
+
+
+def _indexer(root, tag):
+    """One indexing process: its log and what it paid go to ``root/<tag>.*``."""
+    import logging
+
+    logging.basicConfig(filename=str(root / f"{tag}.log"), level=logging.INFO, force=True)
+    if tag == "B":
+        (root / "B_started").touch()
+    llm = _SlowLLM(root) if tag == "A" else FailingLLM()
+    res = index_corpus(PASSAGES, llm, root / "index")
+    (root / f"{tag}.json").write_text(json.dumps({"calls": len(llm.calls), "made": res.calls_made,
+                                                  "cached": res.passages_cached, "triples": len(res.triples)}))
+
+
+def test_two_processes_indexing_one_corpus_pay_each_extraction_once(tmp_path):
+    """Issue 57 M3: two runs indexing one corpus at once (a sweep over SubQRAG settings) each paid
+    every extraction call, and extractions.jsonl held every passage twice. The index is locked per
+    corpus: the second process waits (its log says for whom) and reads what the first wrote."""
+    import multiprocessing as mp
+    import time
+
+    ctx = mp.get_context("fork")
+    a = ctx.Process(target=_indexer, args=(tmp_path, "A"))
+    a.start()
+    t0 = time.monotonic()
+    while not (tmp_path / "A_extracting").exists():
+        assert a.is_alive() and time.monotonic() - t0 < 120
+        time.sleep(0.05)
+    b = ctx.Process(target=_indexer, args=(tmp_path, "B"))
+    b.start()
+    a.join(120)
+    b.join(120)
+    assert a.exitcode == 0 and b.exitcode == 0
+    ra, rb = (json.loads((tmp_path / f"{t}.json").read_text()) for t in "AB")
+    assert ra["calls"] == 4 and rb["calls"] == 0  # 4 passages, 4 calls in all
+    assert rb["cached"] == 4 and rb["triples"] == ra["triples"] == 5
+    (log,) = (tmp_path / "index").glob("*/extractions.jsonl")
+    ids = [json.loads(line)["id"] for line in log.read_text().splitlines()]
+    assert sorted(ids) == ["p1", "p2", "p3", "p4"]  # each passage once
+    waited = (tmp_path / "B.log").read_text()
+    assert "is being built by pid" in waited and "waiting" in waited
+
+
+def test_a_torn_last_line_of_the_extraction_log_swallows_no_later_record(tmp_path, caplog):
+    """Issue 57 L6: a crash mid-write left a last line without its newline; the next record was
+    appended onto it, the joined line could not be read, and that passage was lost (paid again on
+    every later run). The torn tail is cut off before anything is appended."""
+    crash = FailingLLM(fail_after=2)
+    with pytest.raises(RuntimeError):
+        index_corpus(PASSAGES, crash, tmp_path, batch_size=1)
+    (log,) = tmp_path.glob("*/extractions.jsonl")
+    with log.open("a") as f:
+        f.write('{"id": "p3", "triples": [["Carol Day", "bo')  # the write a crash stopped
+    with caplog.at_level("WARNING", logger="kgreason.reasoners.subqrag_index"):
+        res = index_corpus(PASSAGES, FailingLLM(), tmp_path, batch_size=1)
+    assert res.calls_made == 2 and "torn" in caplog.text and str(log) in caplog.text
+    assert [json.loads(x)["id"] for x in log.read_text().splitlines()] == ["p1", "p2", "p3", "p4"]
+    assert index_corpus(PASSAGES, FailingLLM(fail_after=0), tmp_path).calls_made == 0  # nothing lost
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    """L6: a last record written whole but for its newline is kept (given the newline), not redone."""
+    index_corpus(PASSAGES[:2], FailingLLM(), tmp_path)
+    (log,) = tmp_path.glob("*/extractions.jsonl")
+    log.write_bytes(log.read_bytes().rstrip(b"\n"))
+    assert index_corpus(PASSAGES[:2], FailingLLM(fail_after=0), tmp_path).calls_made == 0
+    assert log.read_bytes().endswith(b"\n") and len(log.read_text().splitlines()) == 2

@@ -48,3 +48,38 @@ def test_bad_load_mode():
     kg = random_kg(np.random.default_rng(0))
     with pytest.raises(ValueError, match="load must be 'mmap' or 'read'"):
         PartitionedRetriever(kg, load="eager")
+
+
+_FULL_DISK_SCRIPT = """
+import sys
+from kgreason.embedstore import StoreNoSpace
+from kgreason.kg.synthetic import synthetic_kg, write_synthetic_kg
+from kgreason.retrieval.partitioned import build_partitions
+
+root, what = sys.argv[1], sys.argv[2]
+try:
+    if what == "synthetic":
+        write_synthetic_kg(root + "/syn", 1000, 200_000)  # 2.4 MB of arrays
+    else:
+        build_partitions(synthetic_kg(1000, 200_000), root + "/parts", 4)  # an 800 KB order map
+except StoreNoSpace as e:
+    print(e)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("what", ["synthetic", "partitions"])
+def test_memory_mapped_writers_on_a_full_disk_say_so_instead_of_dying_of_sigbus(tmp_path, what):
+    """Issue 57 M4 for the other memory-mapped writers (the synthetic KG's arrays, the
+    partitioner's order map): their bytes are reserved before the map is written, so a full disk
+    is a one-line StoreNoSpace (exit 3 here) rather than SIGBUS (-7)."""
+    import subprocess
+    import sys
+
+    from tmpfs_util import small_tmpfs
+
+    with small_tmpfs(tmp_path / "tmpfs", "1m", free=256 << 10) as d:
+        r = subprocess.run([sys.executable, "-c", _FULL_DISK_SCRIPT, str(d), what], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+        assert str(d) in r.stdout and "bytes needed" in r.stdout
