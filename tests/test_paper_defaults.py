@@ -32,11 +32,6 @@ from conftest import compose_cfg
 PAPER_DEFAULTS = [
     ("sgr", "schema_direction", "strict", "sgr_schema_either_way_fallback", "auto",
      "sgr.txt §3.4.2 Eq. 19: V(a, S_q, G) = 1 iff a satisfies S_q in G (edges as the triples state them)"),
-    ("sgr", "topics", "question", "sgr_dataset_topics", "dataset",
-     "sgr.txt §3.1.2: First, the language model identifies the central entities and relations in the input question"),
-    ("sgr", "stepwise", True, "sgr_no_stepwise", False,
-     "sgr.txt §3: SGR consists of three major components: structured subgraph construction, stepwise reasoning "
-     "enhancement, and collaborative reasoning integration"),
     ("logoskg_dx", "round2_match", "exact", "dx_round2_fuzzy_pick", "words",
      "logoskg.txt §6 / App. A.5: the LLM is asked to select among the listed candidate diseases"),
     ("subqrag", "require_grounded", False, "subqrag_require_grounded", True,

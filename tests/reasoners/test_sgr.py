@@ -800,3 +800,29 @@ def test_every_sgr_ablation_changes_requests_and_predictions(ablation, tmp_path,
         assert req == base_req and pred[1]["vote_mode"] == "majority"
     else:
         assert req != base_req
+
+
+@pytest.mark.parametrize("field, paper, ablation, value, cite", [
+    ("topics", "question", "sgr_dataset_topics", "dataset",
+     "First, the language model identifies the central entities and relations in the input question."),
+    ("stepwise", True, "sgr_no_stepwise", False,
+     "The language model then performs step-by-step reasoning grounded in the generated subgraph"),
+    ("max_candidate_triples", None, None, None,
+     "The final subgraph is selected by retaining triples whose relevance scores exceed a threshold"),
+    ("schema", True, "sgr_no_schema", False, "SGR first constructs a structured representation"),
+])
+def test_sgr_defaults_run_the_paper(field, paper, ablation, value, cite, tmp_path):
+    """The composed defaults and the class defaults are the paper's reading (the cited sentence
+    is in shared/papers/sgr.txt when it is present); each departure is an ablation file."""
+    import inspect
+
+    from conftest import REPO
+
+    cfg = compose_cfg(["reasoner=sgr"], tmp_path)
+    assert cfg.reasoner[field] == paper
+    assert inspect.signature(SGR).parameters[field].default == paper
+    if ablation:
+        assert compose_cfg(["reasoner=sgr", f"ablation={ablation}"], tmp_path).reasoner[field] == value
+    paper_txt = REPO.parent / "shared" / "papers" / "sgr.txt"
+    if paper_txt.exists():
+        assert cite in " ".join(paper_txt.read_text(encoding="utf-8").split())
