@@ -36,15 +36,16 @@ _REKNOS = {"over": ["reasoner=reknos"], "rules": []}
 # SGR's Eq. 2 call names the question's entity (V_q), so the run reaches the KG; the rest is empty
 _SGR_STRUCT = {"pattern": r"Turn the question into a structured query.*Question: (?:Which company produced|Where was) "
                           r"(.+?)(?: born)?\?", "reply": '{{"entities": ["{0}"], "relations": [], "constraints": []}}'}
-_SGR = {"over": ["reasoner=sgr"], "rules": [_SGR_STRUCT]}
+# reasoner.hops=2: the questions are 1-hop; the default 3 hops embeds ~1,600 candidate triples each
+_SGR = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [_SGR_STRUCT]}
 # the Eq. 2 entities link to nothing: full SGR takes the empty path, the dataset's topics do not
-_SGR_TOPICS = {"over": ["reasoner=sgr"], "rules": [
+_SGR_TOPICS = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
     {"pattern": "Turn the question into a structured query",
      "reply": '{"entities": ["Nobody Atall Xq"], "relations": [], "constraints": []}'}]}
 # the embedded world's first question, "Which company produced <film>?": a schema written against
 # the edge direction (the answer as head), and a Cypher query that finds the producer
 _PRODUCED = r"Which company produced (.+?)\?"
-_SGR_SCHEMA = {"over": ["reasoner=sgr"], "rules": [
+_SGR_SCHEMA = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
     _SGR_STRUCT,
     {"pattern": "knowledge graph expert.*?" + _PRODUCED,
      "reply": '{{"schema": [["?answer", "film.film.produced_by", "{0}"]], "answer": "?answer"}}'},
