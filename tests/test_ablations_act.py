@@ -33,11 +33,20 @@ _DX_RULES = [
 _DX = {"over": ["reasoner=logoskg_dx", "dataset=embedded_clinical", "reasoner.hops=2"], "rules": _DX_RULES}
 _DX3 = {"over": ["reasoner=logoskg_dx", "dataset=embedded_clinical", "reasoner.hops=3"], "rules": _DX_RULES}
 _REKNOS = {"over": ["reasoner=reknos"], "rules": []}
-_SGR = {"over": ["reasoner=sgr"], "rules": []}
+# SGR's Eq. 2 call names the question's entity (V_q), so the run reaches the KG; the rest is empty
+_SGR_STRUCT = {"pattern": r"Turn the question into a structured query.*Question: (?:Which company produced|Where was) "
+                          r"(.+?)(?: born)?\?", "reply": '{{"entities": ["{0}"], "relations": [], "constraints": []}}'}
+# reasoner.hops=2: the questions are 1-hop; the default 3 hops embeds ~1,600 candidate triples each
+_SGR = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [_SGR_STRUCT]}
+# the Eq. 2 entities link to nothing: full SGR takes the empty path, the dataset's topics do not
+_SGR_TOPICS = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
+    {"pattern": "Turn the question into a structured query",
+     "reply": '{"entities": ["Nobody Atall Xq"], "relations": [], "constraints": []}'}]}
 # the embedded world's first question, "Which company produced <film>?": a schema written against
 # the edge direction (the answer as head), and a Cypher query that finds the producer
 _PRODUCED = r"Which company produced (.+?)\?"
-_SGR_SCHEMA = {"over": ["reasoner=sgr"], "rules": [
+_SGR_SCHEMA = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
+    _SGR_STRUCT,
     {"pattern": "knowledge graph expert.*?" + _PRODUCED,
      "reply": '{{"schema": [["?answer", "film.film.produced_by", "{0}"]], "answer": "?answer"}}'},
     {"pattern": "Translate the question.*?" + _PRODUCED,
@@ -111,7 +120,8 @@ CASES: dict[str, dict] = {
     "dx_tau_0_8": _DX, "dx_topn_20": _DX,
     "reknos_cluster_superrel": _REKNOS, "reknos_forward_only": _REKNOS, "reknos_no_fewshot": _REKNOS,
     "reknos_random_superrel": _REKNOS,
-    "sgr_collab_majority_vote": _SGR, "sgr_no_cypher": _SGR, "sgr_no_refine": _SGR, "sgr_no_schema": _SGR,
+    "sgr_no_integration_weights": _SGR, "sgr_no_cypher": _SGR, "sgr_no_refine": _SGR, "sgr_no_schema": _SGR,
+    "sgr_no_stepwise": _SGR, "sgr_dataset_topics": _SGR_TOPICS,
     "sgr_schema_either_way_fallback": _SGR_SCHEMA,
     "subqrag_memory_answer_named": _SUBQRAG, "subqrag_no_decomposition": _SUBQRAG, "subqrag_no_rewriting": _SUBQRAG,
     "subqrag_no_update": _SUBQRAG_MISSED, "subqrag_require_grounded": _SUBQRAG, "subqrag_topk": _SUBQRAG,

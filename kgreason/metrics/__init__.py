@@ -130,11 +130,27 @@ TRIPLES_WRITTEN = Metric("triples_written", lambda p, e: p.extra.get("triples_wr
 TRIPLES_WRITTEN_TOTAL = Metric("triples_written_total", lambda p, e: p.extra.get("triples_written"), aggregate=sum,
                                worst=None, method_side=True)
 
+# SGR's candidate cost cap (reasoner.max_candidate_triples, Eq. 4-6): whether a question's
+# candidates were cut before scoring, and how many were left unscored. Counts, not scores.
+def _truncated(p, e):
+    v = p.extra.get("candidates_truncated")
+    return None if v is None else float(bool(v))
+
+
+def _unscored(p, e):
+    tot, done = p.extra.get("candidates_total"), p.extra.get("candidates_scored")
+    return None if tot is None or done is None else float(tot - done)
+
+
+CANDIDATES_TRUNCATED_RATE = Metric("candidates_truncated_rate", _truncated, higher_is_better=False, worst=None,
+                                   method_side=True)
+CANDIDATES_UNSCORED = Metric("candidates_unscored", _unscored, higher_is_better=False, worst=None, method_side=True)
+
 METRICS: dict[str, Metric] = {m.name: m for m in (
     HITS_AT_1, ALL_ANSWERS_FOUND, ANSWER_SET_PRECISION, ANSWER_SET_RECALL, ANSWER_SET_F1,
     TOG_HITS_AT_1, TOG_EXACT_TOP1, ROG_HIT, ROG_ACC, ROG_F1, ROG_PRECISION, ROG_RECALL, EXACT_MATCH, F1, MUSIQUE_EM, MUSIQUE_F1,
     TWOWIKI_EM, TWOWIKI_F1, DX_PRECISION, DX_RECALL, DX_F1, *DX_ROUND_METRICS, ANSWER_COVERAGE, ANSWER_COVERAGE_N_PATHS, SEARCH_SPACE,
-    TRIPLES_WRITTEN, TRIPLES_WRITTEN_TOTAL,
+    TRIPLES_WRITTEN, TRIPLES_WRITTEN_TOTAL, CANDIDATES_TRUNCATED_RATE, CANDIDATES_UNSCORED,
 )}
 
 

@@ -1,15 +1,24 @@
-"""SGR: schema-guided subgraph generation → NL→Cypher → validate/refine → collaborative
-multi-path voting (shared/papers/sgr.txt §3).
+"""SGR: the question's structured query → R_q-guided subgraph → stepwise paths → NL→Cypher →
+validate/refine → collaborative paths → one aggregation over every path (shared/papers/sgr.txt §3;
+how the parts combine, with the sentences that decide it: docs/sgr.md).
 
 One example runs these steps (each recorded in the trace; :meth:`SGR.answer` calls one method
 per step, named in brackets):
 
-1. **Link** the topic entities; **k-hop retrieval** around them gives the candidate triples (k
-   from the kit's hop-budget rule, ``hop_budget``).
-2. **Subgraph generation** [``candidate_subgraph``] (§3.1.2, Eq. 4–6): every candidate triple
-   ``e_i`` is verbalised and scored ``s(e_i, q) = cos(φ(e_i), φ(q))`` with all-MiniLM-L6-v2;
-   ``E*_q`` keeps the triples with ``s ≥ τ`` (``tau``), or the ``top_k`` best (Eq. 6) when
-   ``tau`` is null.
+1. **S_q from the question** [``structure_query``, ``map_relations``] (§3.1.1 Eq. 2, §3.1.2 step
+   1): one call, before any KG read, gives entities, relations and constraints; ``V_q`` = the
+   entities linked by name (``link_mentions``), ``R_q`` = the relations mapped to KG relation types,
+   ``C_q`` = the constraints as text for the later prompts. ``V_q`` linking nothing takes the
+   ``on_empty`` path (no fallback to the dataset's topics: ablation ``topics=dataset``).
+2. **Candidates and E*_q** [``candidate_subgraph``: ``candidates``, ``subgraph``] (§3.1.2 steps
+   2–3, Eq. 4–6): the k-hop triples around ``V_q`` whose relation is in ``R_q`` (all relations
+   when none is), each scored ``s(e_i, q) = cos(φ(e_i), φ(q))`` with all-MiniLM-L6-v2; ``E*_q``
+   keeps every triple with ``s ≥ τ`` (``tau``), or the ``top_k`` best (Eq. 6) when ``tau`` is
+   null. ``max_candidate_triples`` (null: none) caps the candidates scored, counted in ``extra``.
+2b. **Stepwise paths** [``stepwise``: ``stepwise_path``, ``path_p_theta``] (§3.2–3.3, Eq. 7–13):
+   M paths; each step picks a triple and writes a state from q, ``C_q``, the numbered ``E*_q`` and
+   the earlier states; ``C(p, G_q)`` = share of the path's triples inside ``E*_q``;
+   ``α_i = λ P_θ + (1 − λ) C``.
 3. **Schema** [``generate_schema``] (§3.4.1, Eq. 15, prompt as described at the end of §3.3):
    the LLM, prompted as a KG expert with sample triples of ``E*_q``, writes
    ``S_q = {(v_i, r_i, v_j)}`` as JSON chains; unknown relations are dropped. Ablation
@@ -48,6 +57,9 @@ per step, named in brackets):
    set of triples the hypothesis relies on (Eq. 30); ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C``
    (Eq. 29) and ``â = argmax_a Σ_i β_i I(a_i = a)`` (Eq. 31; ``vote=majority`` drops the
    weights).
+8. **Integration** [``integrate``] (§3.3, Eq. 14): ``â = argmax_a Σ_i w_i I(a_i = a)`` over the
+   stepwise paths (α_i), the direct answer (``λ P_θ + (1 − λ)``, C = 1 after Eq. 19) and the §3.5
+   paths (β_i); when ``A+_q`` is non-empty the answer is taken from it (Eq. 21).
 
 Eq. 29's ``P_θ(a_i | q, p_i)`` comes from ``llm.score`` (log-probabilities, softmax-normalised
 over the distinct answers) where the backend supports it, else from the sampling frequency of
@@ -67,9 +79,9 @@ import numpy as np
 from kgreason.embed import Embedder
 from kgreason.kg.cypher import CypherError, GraphDB, graph_schema_text
 from kgreason.kg.cypher_guard import CypherRejected
-from kgreason.kg.linking import link_example
+from kgreason.kg.linking import link_example, link_mentions
 from kgreason.llm.base import ScoringUnsupported
-from kgreason.llm.parsing import ParseResult, parse_cypher, parse_hypothesis, parse_schema
+from kgreason.llm.parsing import ParseResult, parse_cypher, parse_hypothesis, parse_json, parse_schema
 from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
 from kgreason.reasoners.base import (BaseReasoner, ReaskPolicy, Trace, canonical_entities, canonical_triples, load_prompt,
                                      render)
@@ -89,6 +101,54 @@ def parse_choice(candidates: Sequence[str]):
     return parse
 
 
+def _strings(x) -> list[str]:
+    if isinstance(x, str):
+        x = [x]
+    if not isinstance(x, list):
+        return []
+    return [str(v).strip() for v in x if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v).strip()]
+
+
+def parse_structure(text: str) -> ParseResult:
+    """Parser for the Eq. 2 reply: ``{"entities": [...], "relations": [...], "constraints": [...]}``
+    (a string where a list is expected is read as a one-item list)."""
+    js = parse_json(text)
+    if not js.ok or not isinstance(js.value, dict) or "entities" not in js.value:
+        return ParseResult(False, None, 'expected JSON {"entities": [...], "relations": [...], "constraints": [...]}')
+    v = js.value
+    return ParseResult(True, {"entities": _strings(v.get("entities")), "relations": _strings(v.get("relations")),
+                              "constraints": _strings(v.get("constraints"))})
+
+
+def parse_step(text: str) -> ParseResult:
+    """Parser for one §3.2 step (Eq. 7–8): ``{"triple": <number> | [h, r, t], "state": str,
+    "answer": str}``; ``triple`` is None when the reply names none."""
+    js = parse_json(text)
+    if not js.ok or not isinstance(js.value, dict):
+        return ParseResult(False, None, 'expected JSON {"triple": <number or [head, relation, tail]>, "state": "...", "answer": "..."}')
+    v = js.value
+    tr, triple = v.get("triple"), None
+    if isinstance(tr, int) and not isinstance(tr, bool):
+        triple = tr
+    elif isinstance(tr, str) and tr.strip().isdigit():
+        triple = int(tr.strip())
+    elif isinstance(tr, (list, tuple)) and len(tr) == 3 and all(isinstance(x, str) for x in tr):
+        triple = tuple(x.strip() for x in tr)
+    state = str(v.get("state") or "").strip()
+    ans = v.get("answer")
+    ans = str(ans).strip() if isinstance(ans, (str, int, float)) and not isinstance(ans, bool) else ""
+    if triple is None and not state and not ans:
+        return ParseResult(False, None, 'expected JSON {"triple": <number or [head, relation, tail]>, "state": "...", "answer": "..."}')
+    return ParseResult(True, {"triple": triple, "state": state, "answer": ans})
+
+
+def relation_key(name: str) -> str:
+    """The normalised relation name R_q is matched on: lower-case, every run of characters other
+    than a-z and 0-9 becomes ``_`` (``Directed by`` → ``directed_by``; the DB type
+    ``film__film__directed_by`` → ``film_film_directed_by``)."""
+    return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
+
+
 def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confidence") -> list[tuple[str, float]]:
     """Eq. 31: ``score(a) = Σ_i β_i I(a_i = a)`` (``majority``: every β_i = 1). Empty answers do
     not vote. Returns ``[(answer, score)]`` best first; ties keep first-appearance order."""
@@ -101,7 +161,10 @@ def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confiden
     return sorted(tot.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
-def _check_settings(vote: str, collaborate: str, lam: float, schema_direction: str = "strict") -> None:
+def _check_settings(vote: str, collaborate: str, lam: float, schema_direction: str = "strict",
+                    topics: str = "question") -> None:
+    if topics not in ("question", "dataset"):
+        raise ValueError(f"SGR: topics (the source of V_q) must be question | dataset, got {topics!r}")
     if vote not in ("confidence", "majority"):
         raise ValueError(f"vote must be 'confidence' or 'majority', got {vote!r}")
     if collaborate not in ("fallback", "always", "never"):
@@ -116,23 +179,29 @@ class SGR(BaseReasoner):
     """The SGR reasoner. Settings map to paper knobs; see conf/reasoner/sgr.yaml.
 
     Args:
-        schema: generate the schema ``S_q`` and use it in the Cypher/Refine prompts and the
-            Eq. 19-20 validation (False = ablation "Without Schema", Table 2 / Fig. 2: no schema
-            call; answers are checked by k-hop membership only).
+        schema: make the question's ``S_q`` (Eq. 2) and the schema ``S_q`` (Eq. 15) and use them
+            (False = ablation "Without Schema", Table 2 / Fig. 2: neither call; ``V_q`` from the
+            dataset, plain k-hop candidates; answers are checked by k-hop membership only).
         cypher: query the Cypher DB (False = ablation "without neo4j", Fig. 3: embedding top-k
             over the k-hop triples, unvalidated; the DB is never opened).
-        lam: λ of Eq. 29 (model confidence vs graph consistency).
-        num_paths: M, collaborative reasoning paths (Eq. 27).
+        lam: λ of Eq. 13 and Eq. 29 (model confidence vs graph consistency).
+        num_paths: M, stepwise paths (Eq. 12) and collaborative paths (Eq. 27).
         collab_iterations: T, hypothesis/retrieval rounds per path (Eq. 23–26).
         tau: relevance threshold τ of Eq. 5 (null → ``top_k`` of Eq. 6).
         top_k: triples kept in ``E*_q`` (Eq. 6) and the cap under ``tau``.
         max_refine_rounds: bound on Refine (Eq. 22); 0 disables it.
-        vote: ``confidence`` (Eq. 31) | ``majority``.
+        vote: ``confidence`` (Eq. 14, Eq. 31) | ``majority`` (every path weight 1).
         collaborate: ``fallback`` (only when direct reasoning finds no valid answer, §3.5) |
             ``always`` | ``never``.
         hops, max_hops: k of the k-hop retrieval (null → max_hops).
         gold_hops: null ``hops`` reads the example's gold hop count (an oracle; off by default).
-        max_candidate_triples: cap on triples embedded per question (nearest hops first).
+        max_candidate_triples: cost cap on candidates scored per question (nearest hops first);
+            None (default) = all, as Eq. 5–6 select from every candidate; a cut is counted in
+            ``extra`` (``candidates_total``, ``candidates_scored``, ``candidates_truncated``).
+        topics: source of ``V_q``: ``question`` (the Eq. 2 entities, the paper) | ``dataset``
+            (ablation ``sgr_dataset_topics``: the dataset's linked topic entities).
+        stepwise: run the §3.2–3.3 stepwise paths (False = ablation ``sgr_no_stepwise``).
+        stepwise_steps: T, the most steps of one stepwise path (Eq. 7).
         schema_sample: triples of ``E*_q`` shown to the schema prompt.
         evidence_k: triples added per collaborative retrieval step.
         temperature, seed: sampling of the collaborative paths (path i uses ``seed + i``).
@@ -155,6 +224,8 @@ class SGR(BaseReasoner):
     """
 
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
+    # per-question counts of the candidate cost cap (Eq. 4-6), added to the run's metrics
+    metrics = ("candidates_truncated_rate", "candidates_unscored")
     embed_forms = ("triple",)  # Eq. 4 / Eq. 24 read the KG's triple embedding store (kgreason/embedstore.py)
 
     # no per-question state lives on the reasoner, and GraphDB.run_read serialises the database's
@@ -179,7 +250,10 @@ class SGR(BaseReasoner):
         collaborate: str = "fallback",
         hops: int | None = None,
         max_hops: int = 3, gold_hops: bool = False,
-        max_candidate_triples: int = 600,
+        max_candidate_triples: int | None = None,
+        topics: str = "question",
+        stepwise: bool = True,
+        stepwise_steps: int = 3,
         schema_sample: int = 15,
         evidence_k: int = 10,
         temperature: float = 0.7,
@@ -192,7 +266,7 @@ class SGR(BaseReasoner):
         schema_direction: str = "strict", graphdb: GraphDB | None = None, embedder=None,
         on_empty: str = "answer",  # nothing linked / retrieved: the IO prompt (sgr.txt is silent)
     ) -> None:
-        _check_settings(vote, collaborate, lam, schema_direction)
+        _check_settings(vote, collaborate, lam, schema_direction, topics)
         self.on_empty = check_on_empty("SGR", on_empty)
         self.kg, self.retriever, self.llm, self.schema_direction = kg, retriever, llm, schema_direction
         self.max_tokens = int(max_tokens)
@@ -201,7 +275,12 @@ class SGR(BaseReasoner):
         self.tau, self.top_k = tau, int(top_k)
         self.max_refine_rounds, self.vote_mode, self.collaborate = int(max_refine_rounds), vote, collaborate
         self.hops, self.max_hops, self.gold_hops = hops, int(max_hops), bool(gold_hops)
-        self.max_candidate_triples, self.schema_sample, self.evidence_k = int(max_candidate_triples), int(schema_sample), int(evidence_k)
+        self.max_candidate_triples = None if max_candidate_triples is None else int(max_candidate_triples)
+        self.schema_sample, self.evidence_k = int(schema_sample), int(evidence_k)
+        self.topics, self.use_stepwise, self.stepwise_steps = topics, bool(stepwise), int(stepwise_steps)
+        if self.stepwise_steps < 1:
+            raise ValueError(f"SGR: stepwise_steps (T of Eq. 7) must be at least 1, got {stepwise_steps}")
+        self._rel_index: dict[str, list[int]] | None = None
         self.temperature, self.seed, self.max_reasks = float(temperature), int(seed), int(max_reasks)
         self.reask = ReaskPolicy(self.max_reasks)
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
@@ -220,7 +299,7 @@ class SGR(BaseReasoner):
             # opened (and the KG exported) up front: an unavailable engine fails the run at build
             self.db = graphdb.open()
             self.rel_types = self.db.relation_types()
-        self.prompts = {s: load_prompt("sgr", s) for s in ("schema", "cypher", "refine", "hypothesis", "answer", "choose")}
+        self.prompts = {s: load_prompt("sgr", s) for s in ("structure", "schema", "cypher", "refine", "hypothesis", "answer", "choose", "step")}
 
     # ------------------------------------------------------------------ helpers
     def _ask(self, t: Trace, purpose: str, prompt: str, parser, *, temperature: float = 0.0,
@@ -235,22 +314,74 @@ class SGR(BaseReasoner):
     def _verbalise(self, triples: np.ndarray) -> list[str]:
         return [self.kg.verbalise(tr) for tr in triples]
 
-    # ------------------------------------------------------------------ §3.1.2 subgraph
-    def subgraph(self, question: str, sub) -> tuple[np.ndarray, np.ndarray, int]:
-        """Eq. 4–6: ``(E*_q (k, 3) int32 triples, their scores (k,), n candidates)``."""
-        cands = []
-        for tr in sub.triples_by_hop:  # nearest hops first, capped; canonical order within a hop
-            cands.append(canonical_triples(self.kg, np.asarray(tr).reshape(-1, 3)))
+    # ------------------------------------------------------------------ §3.1 S_q and G_q
+    def structure_query(self, t: Trace, question: str) -> dict | None:
+        """§3.1.1, Eq. 2, and §3.1.2 step 1 ("the language model identifies the central entities
+        and relations in the input question"): one call, before any KG read, turns ``q`` into
+        ``S_q = {V_q, R_q, C_q}`` as entity mentions, relation names/phrases and constraint
+        phrases. The prompt lists the KG's relation names when there are at most
+        ``max_schema_types`` of them. None when the reply cannot be read."""
+        names = list(self.kg.relation_names)
+        rels = "\n".join(names) if len(names) <= self.max_schema_types else \
+            f"({len(names)} relations, too many to list: write short relation phrases)"
+        res = self._ask(t, "structure", render(self.prompts["structure"], relations=rels, question=question),
+                        parse_structure)
+        return res.value if res.ok else None
+
+    def map_relations(self, phrases: Sequence[str]) -> tuple[list[int], list[tuple[str, list[str]]]]:
+        """``R_q ⊆ R`` (Eq. 2): each relation the model wrote is matched to the KG's relation
+        types: an exact name first; else its :func:`relation_key` equal to the key of a KG
+        relation's full name or of its last dotted segment (``produced by`` →
+        ``film.film.produced_by``; a segment shared by several relations maps to all of them).
+        Returns ``(relation ids, [(phrase, matched KG names)])``; a phrase matching nothing maps to
+        ``[]``."""
+        kg = self.kg
+        if self._rel_index is None:
+            idx: dict[str, list[int]] = {}
+            for rid, name in enumerate(kg.relation_names):
+                for key in {relation_key(name), relation_key(name.rsplit(".", 1)[-1])}:
+                    if key:
+                        idx.setdefault(key, []).append(rid)
+            self._rel_index = idx
+        ids: list[int] = []
+        mapped: list[tuple[str, list[str]]] = []
+        for ph in phrases:
+            got = [kg.relation_id(ph)] if kg.has_relation(ph) else list(self._rel_index.get(relation_key(ph), []))
+            mapped.append((ph, [kg.relation_names[i] for i in got]))
+            ids += got
+        return list(dict.fromkeys(ids)), mapped
+
+    def candidates(self, sub, rq: Sequence[int]) -> tuple[np.ndarray, bool]:
+        """§3.1.2 step 2 ("the knowledge graph is queried to obtain related entities and
+        relations, forming candidate subgraphs"): the triples of the k-hop expansion from
+        ``V_q`` (nearest hops first, canonical order within a hop), keeping those whose relation
+        is in ``R_q``. When ``R_q`` is empty or keeps no triple, every relation is kept (returned
+        flag ``True``: the R_q fallback)."""
+        cands = [canonical_triples(self.kg, np.asarray(tr).reshape(-1, 3)) for tr in sub.triples_by_hop]
         allt = np.concatenate(cands, axis=0) if cands else np.zeros((0, 3), dtype=np.int32)
         if len(allt):
             _, first = np.unique(allt, axis=0, return_index=True)
-            allt = allt[np.sort(first)][: self.max_candidate_triples]
+            allt = allt[np.sort(first)]
+        if len(rq):
+            keep = np.isin(allt[:, 1], np.asarray(list(rq)))
+            if keep.any():
+                return allt[keep], False
+        return allt, True
+
+    def subgraph(self, question: str, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """§3.1.2 step 3, Eq. 4–6: ``s(e_i, q) = cos(φ(e_i), φ(q))`` for the candidates (the
+        first ``max_candidate_triples`` when that cost cap is set; null = all, the paper), then
+        ``E*_q = {e_i | s ≥ τ}`` (Eq. 5, every such triple) or the ``top_k`` best (Eq. 6).
+        Returns ``(E*_q (k, 3) int32, their scores, number of candidates scored)``."""
+        allt = np.asarray(cands).reshape(-1, 3)
+        if self.max_candidate_triples is not None:
+            allt = allt[: self.max_candidate_triples]
         if len(allt) == 0:
             return allt.reshape(0, 3), np.zeros(0, dtype=np.float32), 0
         sims = self.embedder.similarity([question], self._verbalise(allt))[0]  # Eq. 4
         order = np.argsort(-sims, kind="stable")
         if self.tau is not None:
-            order = order[sims[order] >= float(self.tau)][: self.top_k]  # Eq. 5
+            order = order[sims[order] >= float(self.tau)]  # Eq. 5: every triple with s >= tau
         else:
             order = order[: self.top_k]  # Eq. 6
         return allt[order], sims[order], len(allt)
@@ -357,22 +488,33 @@ class SGR(BaseReasoner):
 
     # ------------------------------------------------------------------ main
     def answer(self, example: Example) -> Prediction:
-        """The SGR pipeline, one method per paper step (module docstring steps 1–7)."""
+        """The SGR pipeline, one method per paper step (module docstring steps 1–8)."""
         t = Trace()
-        link = link_example(self.kg, example)
-        t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
+        # §3.1.2 step 1 / Eq. 2, before any KG read. "Without Schema" (§4.3: "removing
+        # schema-guided subgraph generation") makes no S_q: V_q from the dataset, no R_q, no C_q
+        sq = self.structure_query(t, example.question) if self.use_schema else None
+        if self.use_schema and self.topics == "question":
+            link, vq_source = link_mentions(self.kg, sq["entities"] if sq else []), "question"
+        else:
+            link, vq_source = link_example(self.kg, example), "dataset"
+        t.add("link", "topic_entities", linked=link.linked, failed=link.failed, source=vq_source)
         if not link.ids:
             answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
-            return t.finish(example, answers, retrieved=[], link_failed=True, retrieval_empty=True)
+            return t.finish(example, answers, retrieved=[], link_failed=True, retrieval_empty=True,
+                            vq_source=vq_source, s_q_ok=sq is not None if self.use_schema else None)
         topics = link.ids
+        rq, rq_map = self.map_relations(sq["relations"]) if sq else ([], [])
+        constraints = "; ".join(sq["constraints"]) if sq and sq["constraints"] else "(none)"
+        t.add("structure", "S_q", V_q=[self._label(i) for i in topics], R_q=rq_map, C_q=constraints)
         sub = t.retrieval("khop", self.retriever.retrieve(topics, self.hop_budget(example)), self.kg)
         if not any(len(h) for h in sub.triples_by_hop):
             answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
-            return t.finish(example, answers, retrieved=[], search_space=0, retrieval_empty=True)
-        estar, n_cand = self.candidate_subgraph(t, example.question, sub)
+            return t.finish(example, answers, retrieved=[], search_space=0, retrieval_empty=True, vq_source=vq_source)
+        estar, counts = self.candidate_subgraph(t, example.question, sub, rq)
         ctx = self.prompt_context(example.question, topics, sub, estar)
-        # "Without Schema" (Table 2, Fig. 2: "removing schema-based prompts"): no S_q at all, so
-        # no schema call, none in the prompts and no Eq. 19-20 check against it (k-hop membership)
+        ctx["constraints"] = constraints
+        # §3.2-3.3: stepwise paths over G_q, each with alpha_i (Eq. 13)
+        steps = self.stepwise(t, example, estar, constraints) if self.use_stepwise and len(estar) else []
         schema_val = self.generate_schema(t, ctx, estar) if self.use_schema else None
         subgraph_ents = set(sub.entities().tolist())
         db_ents: list[int] = []
@@ -384,18 +526,110 @@ class SGR(BaseReasoner):
         else:  # "without neo4j": no structured retrieval at all, so nothing to validate against
             ctx["schema"] = self.schema_text(schema_val, db_types=False)
             valid, refine_rounds = self.embedding_candidates(t, estar, topics), 0
-        answers, p_source = self.rank_valid_answers(t, ctx, valid) if valid else ([], None)
+        direct, p_source, p_top = self.rank_valid_answers(t, ctx, valid) if valid else ([], None, None)
+        paths = [(a, w, "stepwise") for a, w in steps]
+        if direct:  # the direct answer (Eq. 18/21) is one path: C = 1 (it satisfies S_q in G, Eq. 19)
+            paths.append((direct[0], self.lam * p_top + (1.0 - self.lam), "direct"))
         path = "direct"
         if (not valid and self.collaborate == "fallback") or self.collaborate == "always":
             path = "collaborative"
-            voted, p_source = self.collaborative(t, example, estar)
-            answers = [a for a, _ in voted]
+            collab, p_source = self.collaborative(t, example, estar)
+            paths += [(a, w, "collaborative") for a, w in collab]
+        # Eq. 14 over every path; with A+_q non-empty the answer comes from A+_q (Eq. 21)
+        answers = self.integrate(t, paths, direct, restrict=bool(direct) and self.use_cypher)
         # retrieval rate: entities retrieved from the KG (k-hop subgraph, database rows), never answers
         retrieved = sorted({self._label(e) for e in subgraph_ents | set(db_ents)})
-        return t.finish(example, answers, retrieved=retrieved, search_space=int(n_cand),
+        step_src = next((s.data["p_theta_source"] for s in t.steps if s.kind == "stepwise" and s.name == "paths"), None)
+        return t.finish(example, answers, retrieved=retrieved, search_space=int(counts["candidates_scored"]),
+                        **counts, vq_source=vq_source, r_q=[n for _, ns in rq_map for n in ns],
                         refine_rounds=refine_rounds, path=path, p_theta_source=p_source,
-                        schema_ok=schema_val is not None, vote_mode=self.vote_mode if path == "collaborative" else None,
+                        stepwise_paths=len(steps), stepwise_p_theta_source=step_src,
+                        schema_ok=schema_val is not None, vote_mode=self.vote_mode if paths else None,
                         retrieval_empty=False)
+
+    # ------------------------------------------------------------------ §3.2–3.3 stepwise
+    def stepwise(self, t: Trace, example: Example, estar: np.ndarray, constraints: str) -> list[tuple[str, float]]:
+        """§3.3, Eq. 12–13: ``M = num_paths`` stepwise paths over ``G_q``
+        (:meth:`stepwise_path`), each weighted ``α_i = λ P_θ(a_i | q, p_i) + (1 − λ) C(p_i, G_q)``
+        with ``P_θ`` from :meth:`path_p_theta` (log-probs, else the answer's frequency over the M
+        paths). Returns ``[(a_i, α_i)]``; the trace's ``stepwise`` / ``paths`` step has every
+        term."""
+        lines = "\n".join(f"{j + 1}. {self.kg.verbalise(tr)}" for j, tr in enumerate(estar))
+        answers, consistency, texts = [], [], []
+        for i in range(self.num_paths):
+            a, c, txt = self.stepwise_path(t, example, i, estar, lines, constraints)
+            answers.append(a)
+            consistency.append(c)
+            texts.append(txt)
+        p_vals, source = self.path_p_theta(example, answers, texts)
+        alpha = [self.lam * p + (1.0 - self.lam) * c for p, c in zip(p_vals, consistency)]  # Eq. 13
+        t.add("stepwise", "paths", answers=answers, p_theta=p_vals, consistency=consistency, alpha=alpha,
+              lam=self.lam, p_theta_source=source)
+        return list(zip(answers, alpha))
+
+    def stepwise_path(self, t: Trace, example: Example, i: int, estar: np.ndarray, lines: str,
+                      constraints: str) -> tuple[str, float, str]:
+        """§3.2, Eq. 7–11 for path ``p_i``: at step ``t`` the model sees q, ``C_q``, the numbered
+        ``E*_q`` and its earlier states ``z_<t``, picks a triple ``e_t`` (a number, or a triple
+        it writes) and writes ``z_t = f_θ(q, z_<t, e_t)`` (Eq. 8), sampled with seed ``seed + i``;
+        the path ends with an answer or after ``stepwise_steps`` (T) steps, and an unreadable
+        reply ends it. ``C(p, G_q) = (1/T) Σ_t I(e_t ∈ E*_q)`` (Eq. 10): only triples of ``E*_q``
+        count (a written triple counts when it is one of them; one the KG has outside ``E*_q``
+        does not). Returns ``(a_i, C, the path as text)``."""
+        estar_set = {tuple(int(x) for x in tr) for tr in estar.tolist()}
+        states: list[str] = []
+        inside: list[bool] = []
+        used: list[str] = []
+        answer = ""
+        for step in range(self.stepwise_steps):
+            last = "This is the last step: give your answer." if step == self.stepwise_steps - 1 else ""
+            prompt = render(self.prompts["step"], question=example.question, constraints=constraints, triples=lines,
+                            states="\n".join(f"{j + 1}. {z}" for j, z in enumerate(states)) or "(none)", last=last)
+            res = self._ask(t, f"step_p{i}_t{step}", prompt, parse_step, temperature=self.temperature,
+                            sample_index=i * 100 + step, seed=self.seed + i)
+            if not res.ok:
+                break
+            text, ok = self._step_triple(res.value["triple"], estar, estar_set)
+            inside.append(ok)
+            used.append(text)
+            states.append(res.value["state"] or text)
+            if res.value["answer"]:
+                answer = res.value["answer"]
+                break
+        ai = self.kg.find_entity(answer) if answer else -1
+        answer = self._label(ai) if ai >= 0 else answer
+        c = sum(inside) / len(inside) if inside else 0.0  # Eq. 10
+        t.add("path", f"stepwise_p{i}", answer=answer, consistency=c, in_estar=inside, triples=used)
+        return answer, c, "\n".join(f"{e} => {z}" for e, z in zip(used, states))
+
+    def _step_triple(self, triple, estar: np.ndarray, estar_set: set) -> tuple[str, bool]:
+        """``e_t`` of one step as text, and ``I(e_t ∈ E*_q)`` (Eq. 10)."""
+        if triple is None:
+            return "(no triple)", False
+        if isinstance(triple, int):
+            if 1 <= triple <= len(estar):
+                return self.kg.verbalise(estar[triple - 1]), True
+            return f"(no triple {triple})", False
+        h, r, tl = triple
+        hi, ti = self.kg.find_entity(h), self.kg.find_entity(tl)
+        rids, _ = self.map_relations([r])
+        ok = hi >= 0 and ti >= 0 and any((hi, rid, ti) in estar_set for rid in rids)
+        return f"{h} | {r} | {tl}", bool(ok)
+
+    def integrate(self, t: Trace, paths: list[tuple[str, float, str]], direct: list[str], restrict: bool) -> list[str]:
+        """§3.3, Eq. 14: ``â = argmax_a Σ_i α_i I(a_i = a)`` over every candidate path (the
+        stepwise paths with α_i, the direct answer, the §3.5 paths with β_i; ``vote=majority``:
+        every weight 1). With ``restrict`` (a non-empty validated ``A+_q``) only answers in
+        ``A+_q`` are chosen (Eq. 21: "the final answer is selected from the validated candidate
+        set"). The rest of the direct ranking follows, so the answer list keeps ``A+_q``."""
+        ranking = vote([a for a, _, _ in paths], [w for _, w, _ in paths], self.vote_mode)
+        allowed = set(direct)
+        ranked = [a for a, _ in ranking if not restrict or a in allowed]
+        out = ranked + [a for a in direct if a not in ranked]
+        if paths:
+            t.add("integrate", self.vote_mode, paths=[{"source": s, "answer": a, "weight": w} for a, w, s in paths],
+                  restricted_to_valid=restrict, ranking=ranking[:20])
+        return out
 
     def prompt_context(self, question: str, topics: Sequence[int], sub, estar: np.ndarray) -> dict:
         """What every prompt shares: question, topic names, the k-hop relations, the evidence
@@ -403,7 +637,7 @@ class SGR(BaseReasoner):
         topics when the graph has more than ``max_schema_types``)."""
         near = self.nearby_relations(sub)
         shown = None if len(self.rel_types) <= self.max_schema_types else near
-        return {"question": question, "topics": ", ".join(self._label(i) for i in topics),
+        return {"question": question, "topics": ", ".join(self._label(i) for i in topics), "constraints": "(none)",
                 "relations": "\n".join(near) or "(none)",
                 "evidence": "\n".join(self.kg.verbalise(tr) for tr in estar[: self.evidence_k]) or "(none)",
                 "graph_schema": graph_schema_text(self.rel_types, shown) if self.use_cypher else "",
@@ -425,13 +659,18 @@ class SGR(BaseReasoner):
         return "\n".join(lines + ([f"answer variable: {avar[1:]}"] if avar else []))
 
     # ------------------------------------------------------------------ §3.1.2 candidate subgraph
-    def candidate_subgraph(self, t: Trace, question: str, sub) -> tuple[np.ndarray, int]:
-        """§3.1.2, Eq. 4–6: ``E*_q`` from the k-hop candidate triples (:meth:`subgraph`),
-        recorded as the ``subgraph`` step. Returns ``(E*_q, number of candidates scored)``."""
-        estar, scores, n_cand = self.subgraph(question, sub)
-        t.add("subgraph", "E*_q", candidates=n_cand, kept=len(estar), tau=self.tau, top_k=self.top_k,
+    def candidate_subgraph(self, t: Trace, question: str, sub, rq: Sequence[int]) -> tuple[np.ndarray, dict]:
+        """§3.1.2 steps 2–3: the candidates (:meth:`candidates`, guided by ``R_q``) and ``E*_q``
+        (:meth:`subgraph`), recorded as the ``subgraph`` step. Returns ``(E*_q, counts)`` where
+        counts holds ``candidates_total``, ``candidates_scored``, ``candidates_truncated``
+        (total > scored: the ``max_candidate_triples`` cap cut them) and ``rq_fallback``."""
+        cands, fallback = self.candidates(sub, rq)
+        estar, scores, n_scored = self.subgraph(question, cands)
+        counts = {"candidates_total": int(len(cands)), "candidates_scored": int(n_scored),
+                  "candidates_truncated": bool(len(cands) > n_scored), "rq_fallback": bool(fallback)}
+        t.add("subgraph", "E*_q", **counts, kept=len(estar), tau=self.tau, top_k=self.top_k,
               top=[(self.kg.verbalise(tr), round(float(s), 4)) for tr, s in zip(estar[:10], scores[:10])])
-        return estar, n_cand
+        return estar, counts
 
     def nearby_relations(self, sub) -> list[str]:
         """Sorted names of the relations in the k-hop subgraph (shown to the schema and Cypher
@@ -559,24 +798,27 @@ class SGR(BaseReasoner):
         t.add("candidates", "embedding_topk", candidates=[self._label(c) for c in cands[:50]])
         return cands
 
-    def rank_valid_answers(self, t: Trace, ctx: dict, valid: list[int]) -> tuple[list[str], str | None]:
+    def rank_valid_answers(self, t: Trace, ctx: dict, valid: list[int]) -> tuple[list[str], str | None, float]:
         """Eq. 18/21: ``â = argmax_a P_θ(a | q, A+_q, S_q)``. ``P_θ`` from prompt log-probs
         (``llm.score``, source ``logprobs``) where the backend has them, else the model is asked
         to choose one of the first ``choice_cap`` candidates (:meth:`choose`, ``chat_choice``).
-        Returns ``(answer names, best first; P_θ source, None for a single answer)``."""
+        Returns ``(answer names, best first; P_θ source, None for a single answer; P_θ of the
+        first: its log-prob share, 1 for a single answer or the model's choice, 1/n when the choice
+        could not be read)``."""
         names = [self._label(c) for c in valid]
-        p_source = None
+        p_source, p_top = None, 1.0
         if len(names) > 1:
             prompt = render(self.prompts["answer"], question=ctx["question"],
                             path=f"schema: {ctx['schema']}\nvalid answers: {', '.join(names[:50])}")
             p = self._p_theta(prompt, names)
             if p is not None:
-                p_source = "logprobs"
+                p_source, p_top = "logprobs", float(max(p))
                 names = [names[i] for i in np.argsort(-np.asarray(p), kind="stable")]
             else:
                 names, p_source = self.choose(t, ctx, names)
-        t.add("answer", "direct", answers=names[:20], p_theta_source=p_source)
-        return names, p_source
+                p_top = 1.0 if p_source == "chat_choice" else 1.0 / len(names)
+        t.add("answer", "direct", answers=names[:20], p_theta_source=p_source, p_theta=p_top)
+        return names, p_source, p_top
 
     def choose(self, t: Trace, ctx: dict, names: list[str]) -> tuple[list[str], str]:
         """Eq. 18/21 on a chat-only endpoint: the model picks one candidate by number; it goes
@@ -639,7 +881,8 @@ class SGR(BaseReasoner):
     def collaborative(self, t: Trace, example: Example, estar: np.ndarray) -> tuple[list[tuple[str, float]], str]:
         """§3.5, Eq. 23–31: ``M`` reasoning paths (:meth:`reasoning_path`), their confidence
         ``β_i = λ P_θ(a_i | q, p_i) + (1 − λ) C(p_i, G)`` (Eq. 29) and the weighted vote
-        (Eq. 31). Returns ``(ranking, P_θ source)``."""
+        (Eq. 31, recorded as the ``vote`` step). Returns ``([(a_i, β_i)], P_θ source)``: the
+        final choice pools these paths with the others (:meth:`integrate`)."""
         pool = [self.kg.verbalise(tr) for tr in estar]
         base_evidence = pool[: self.evidence_k]
         answers, consistency, paths_txt = [], [], []
@@ -653,7 +896,7 @@ class SGR(BaseReasoner):
         ranking = vote(answers, beta, self.vote_mode)  # Eq. 31
         t.add("vote", self.vote_mode, answers=answers, p_theta=p_vals, consistency=consistency, beta=beta,
               lam=self.lam, p_theta_source=source, ranking=ranking)
-        return ranking, source
+        return list(zip(answers, beta)), source
 
     def reasoning_path(self, t: Trace, example: Example, i: int, base_evidence: list[str],
                        pool: list[str]) -> tuple[str, float, str]:

@@ -14,6 +14,7 @@ from conftest import compose_cfg
 from kgreason.kg.cypher import KuzuDB
 from kgreason.llm.parsing import parse_schema
 from kgreason.llm.scripted import ScriptedLLM
+from kgreason.reasoners.io import IO
 from kgreason.reasoners.sgr import SGR, vote
 from kgreason.retrieval.scipy_engine import ScipyRetriever
 
@@ -22,6 +23,8 @@ CYPHER_P = "Translate the question"
 REFINE_P = "did not produce any answer"
 HYP_P = "one step at a time"
 CHOOSE_P = "Choose the answer"
+STRUCT_P = "Turn the question into a structured query"
+STEP_P = "one step per reply"
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +62,29 @@ def _schema_reply(topic: str) -> str:
                        "answer": "?answer"})
 
 
+def _struct(topic: str, relations=(), constraints=()) -> dict:
+    """The Eq. 2 reply (S_q = {V_q, R_q, C_q}) naming ``topic``; no relations = every relation."""
+    return {"pattern": STRUCT_P, "reply": json.dumps({"entities": [topic], "relations": list(relations),
+                                                      "constraints": list(constraints)})}
+
+
+_EMBEDDER = None
+
+
+def _emb():
+    """One MiniLM for the tests of this file (each SGR would load its own)."""
+    global _EMBEDDER
+    if _EMBEDDER is None:
+        from kgreason.embed import Embedder
+
+        _EMBEDDER = Embedder()
+    return _EMBEDDER
+
+
 def _sgr(kg, retriever, llm, **kw):
     kw.setdefault("collaborate", "never")
+    kw.setdefault("embedder", _emb())
+    kw.setdefault("hops", 2)  # the questions here are 1- or 2-hop; 3 hops embeds ~1,200 candidates each
     return SGR(kg=kg, retriever=retriever, llm=llm, **kw)
 
 
@@ -74,7 +98,7 @@ def _n_calls(llm, pattern):
 def test_no_refine_when_first_query_validates(embedded_kg, retriever, db, q2):
     topic = q2.topic_entities[0]
     llm = ScriptedLLM(rules=[
-        {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        _struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
         {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")},
         {"pattern": REFINE_P, "reply": "```cypher\nRETURN 1\n```"},
     ])
@@ -90,7 +114,7 @@ def test_refine_fires_when_no_candidate_validates(embedded_kg, retriever, db, q2
     wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")  # writer's birthplace
     right = _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")
     llm = ScriptedLLM(rules=[
-        {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        _struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
         {"pattern": CYPHER_P, "reply": wrong},
         {"pattern": REFINE_P, "reply": right},
     ])
@@ -109,7 +133,7 @@ def test_guard_rejection_is_a_failed_attempt_fed_to_refine(embedded_kg, retrieve
     topic = q2.topic_entities[0]
     before = db.counts()
     llm = ScriptedLLM(rules=[
-        {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        _struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
         {"pattern": CYPHER_P, "reply": "```cypher\nMATCH (n:Entity) DETACH DELETE n\n```"},
         {"pattern": REFINE_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")},
     ])
@@ -125,11 +149,11 @@ def test_guard_rejection_is_a_failed_attempt_fed_to_refine(embedded_kg, retrieve
 def test_refine_is_bounded(embedded_kg, retriever, db, q2):
     topic = q2.topic_entities[0]
     wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": CYPHER_P, "reply": wrong}, {"pattern": REFINE_P, "reply": wrong}])
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db, max_refine_rounds=2).answer(q2)
     assert pred.answers == () and pred.extra["refine_rounds"] == 2 and _n_calls(llm, REFINE_P) == 2
-    llm0 = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)}, {"pattern": CYPHER_P, "reply": wrong}])
+    llm0 = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)}, {"pattern": CYPHER_P, "reply": wrong}])
     pred0 = _sgr(embedded_kg, retriever, llm0, graphdb=db, max_refine_rounds=0).answer(q2)
     assert pred0.answers == () and _n_calls(llm0, REFINE_P) == 0
 
@@ -236,7 +260,10 @@ def test_collaborative_vote_with_scores(world, retriever):
     llm_m = ScriptedLLM(rules=[{"pattern": HYP_P, "reply": replies}], scores={director: 0.0, other: 0.0})
     sgr_m = SGR(kg=world.kg, retriever=retriever, llm=llm_m, cypher=False, schema=False, collaborate="always",
                 num_paths=3, collab_iterations=1, vote="majority")
-    assert sgr_m.answer(ex).answers[0] == other
+    # Eq. 31 alone (the `vote` step): the majority says `other`; the final Eq. 14 choice also pools
+    # the direct answer (an E*_q entity under cypher=false), so it is read from the vote step here
+    v_m = next(s for s in sgr_m.answer(ex).trace if s.kind == "vote")
+    assert v_m.data["ranking"][0][0] == other
 
 
 def test_collaborative_vote_frequency_fallback(world, retriever):
@@ -264,7 +291,7 @@ class _Exploding:
 
 def test_cypher_false_never_touches_db(world, retriever, q2):
     topic = q2.topic_entities[0]
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": HYP_P, "reply": json.dumps({"hypothesis": "h", "claims": [[topic, "film.film.directed_by", "x"]], "answer": q2.answers[0]})}])
     # E*_q keeps every k-hop triple (top_k above their count), so the gold answer is a candidate
     sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, graphdb=_Exploding(), collaborate="always",
@@ -284,7 +311,7 @@ def test_cypher_false_chooses_among_unvalidated_candidates(world, retriever, q2)
     """Without the DB, Eq. 18 chooses among the E*_q entities: the model's pick wins even when the
     schema (a graph walk) would have rejected it."""
     topic = q2.topic_entities[0]
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": CHOOSE_P, "reply": "2"}])
     sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, collaborate="never", top_k=10_000,
               max_candidate_triples=100_000)
@@ -305,7 +332,7 @@ def test_rows_to_entities_accepts_names_and_nodes(world, retriever, db):
 
 def test_cypher_true_queries_the_db(world, retriever, db, q2):
     topic = q2.topic_entities[0]
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")}])
     before = db.queries_run
     _sgr(world.kg, retriever, llm, graphdb=db).answer(q2)
@@ -316,34 +343,50 @@ def test_subgraph_threshold_and_topk(world, retriever, q2):
     kg = world.kg
     sgr = SGR(kg=kg, retriever=retriever, llm=ScriptedLLM(), cypher=False, top_k=5)
     sub = retriever.retrieve([kg.entity_id(q2.topic_entities[0])], 1)
-    kept, scores, n = sgr.subgraph(q2.question, sub)
+    cands, fallback = sgr.candidates(sub, [])
+    assert fallback and len(cands) == len(sub.triples_by_hop[0])
+    kept, scores, n = sgr.subgraph(q2.question, cands)
     sims = sgr.embedder.similarity([q2.question], [kg.verbalise(t) for t in sub.triples_by_hop[0]])[0]
     assert n == len(sub.triples_by_hop[0]) and len(kept) == 5
     assert scores.tolist() == pytest.approx(np.sort(sims)[::-1][:5].tolist(), abs=1e-5)  # Eq. 6
     tau = float(np.median(sims))
     sgr.tau, sgr.top_k = tau, 10_000
-    kept, scores, _ = sgr.subgraph(q2.question, sub)
+    kept, scores, _ = sgr.subgraph(q2.question, cands)
     assert len(kept) == int((sims >= tau).sum()) and (scores >= tau).all()  # Eq. 5
 
 
 # ----------------------------------------------------------------------------- end to end
 
 
+#: the Eq. 2 reply for the embedded world's first questions ("Which company produced X?", "Where
+#: was X born?", "Who directed X?"): V_q = X, no relations (so every relation is a candidate)
+STRUCT_RULE = {"pattern": STRUCT_P + r".*Question: (?:Which company produced|Where was|Who directed) (.+?)(?: born)?\?",
+               "reply": '{{"entities": ["{0}"], "relations": [], "constraints": []}}'}
+
+
 def test_end_to_end_scripted(tmp_path):
+    from omegaconf import open_dict
+
     from kgreason.run import run
 
     cfg = compose_cfg(["reasoner=sgr", "llm=scripted", "dataset.limit=3", "tracking=none"], tmp_path)
+    with open_dict(cfg):
+        cfg.llm.rules = [STRUCT_RULE]
     res = run(cfg, tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and res.metrics["run/errors"] == 0
     for r in rows:
         kinds = [s["kind"] for s in r["trace"]]
-        assert {"link", "retrieve", "subgraph", "vote"} <= set(kinds)
+        assert {"link", "structure", "retrieve", "subgraph", "stepwise", "vote"} <= set(kinds)
+        assert r["extra"]["vq_source"] == "question" and r["extra"]["candidates_truncated"] is False
         assert r["extra"]["refine_rounds"] == 2  # empty scripted replies: nothing validates
 
 
-@pytest.mark.parametrize("ablation", ["sgr_no_schema", "sgr_no_cypher", "sgr_no_refine", "sgr_collab_majority_vote",
-                                      "sgr_schema_either_way_fallback"])
+SGR_ABLATIONS = ["sgr_no_schema", "sgr_no_cypher", "sgr_no_refine", "sgr_no_integration_weights",
+                  "sgr_schema_either_way_fallback", "sgr_no_stepwise", "sgr_dataset_topics"]
+
+
+@pytest.mark.parametrize("ablation", SGR_ABLATIONS)
 def test_ablation_bundles_compose(tmp_path, ablation):
     from hydra.utils import instantiate
 
@@ -354,11 +397,15 @@ def test_ablation_bundles_compose(tmp_path, ablation):
     graphdb = instantiate(cfg.graphdb, kg=kg, cache_dir=str(tmp_path))
     r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg), llm=ScriptedLLM(), graphdb=graphdb)
     assert graphdb.opened == r.use_cypher  # the DB is opened only when SGR queries it
-    assert (r.use_schema, r.use_cypher, r.max_refine_rounds, r.vote_mode, r.schema_direction) == {
-        "sgr_no_schema": (False, True, 2, "confidence", "strict"), "sgr_no_cypher": (True, False, 2, "confidence", "strict"),
-        "sgr_no_refine": (True, True, 0, "confidence", "strict"),
-        "sgr_collab_majority_vote": (True, True, 2, "majority", "strict"),
-        "sgr_schema_either_way_fallback": (True, True, 2, "confidence", "auto"),
+    got = (r.use_schema, r.use_cypher, r.max_refine_rounds, r.vote_mode, r.schema_direction, r.use_stepwise, r.topics)
+    assert got == {
+        "sgr_no_schema": (False, True, 2, "confidence", "strict", True, "question"),
+        "sgr_no_cypher": (True, False, 2, "confidence", "strict", True, "question"),
+        "sgr_no_refine": (True, True, 0, "confidence", "strict", True, "question"),
+        "sgr_no_integration_weights": (True, True, 2, "majority", "strict", True, "question"),
+        "sgr_schema_either_way_fallback": (True, True, 2, "confidence", "auto", True, "question"),
+        "sgr_no_stepwise": (True, True, 2, "confidence", "strict", False, "question"),
+        "sgr_dataset_topics": (True, True, 2, "confidence", "strict", True, "dataset"),
     }[ablation]
     graphdb.close()
     graphdb.close()  # idempotent
@@ -381,7 +428,7 @@ def test_sgr_on_falkordb(world, retriever, q2):
     from kgreason.kg.cypher import GraphDBUnavailable, LazyGraphDB
 
     topic = q2.topic_entities[0]
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")}])
     graphdb = LazyGraphDB("falkordb", kg=world.kg)
     try:
@@ -411,7 +458,7 @@ def test_cypher_prompt_states_graph_schema_and_refine_gets_db_error_with_types(e
     MetaQA) fails in the DB; Refine gets kuzu's error and the valid types, and the typed query runs."""
     topic = q2.topic_entities[0]
     guessed = "```cypher\nMATCH (f:Entity {name: '" + _q(topic) + "'})-[:directed_by]->(d) RETURN d.name AS answer\n```"
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": CYPHER_P, "reply": guessed}, {"pattern": REFINE_P, "reply": _typed_chain(topic)}])
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
     cy = next(c for c in llm.calls if CYPHER_P in c.messages[-1].content).messages[-1].content
@@ -435,7 +482,7 @@ def test_eq21_chat_choice_without_logprobs(embedded_kg, retriever, db, q2):
     """Eq. 18/21 on a chat-only endpoint (ScriptedLLM has no prompt log-probs): the model picks."""
     topic = q2.topic_entities[0]
     schema2 = json.dumps({"schema": [[topic, "film.film.starring", "?x"]], "answer": "?x"})
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": schema2},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": schema2},
                              {"pattern": CYPHER_P, "reply": _two_answer_query(topic)}, {"pattern": CHOOSE_P, "reply": "2"}])
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
     valid = next(s for s in pred.trace if s.kind == "validate").data["valid"]
@@ -452,7 +499,7 @@ def test_without_schema_makes_no_schema_call_and_no_schema_validation(embedded_k
     generated and a wrong query (the writer's birthplace) was rejected by it."""
     topic = q2.topic_entities[0]
     wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")
-    rules = [{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    rules = [_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
              {"pattern": CYPHER_P, "reply": wrong}, {"pattern": REFINE_P, "reply": _typed_chain(topic)}]
     llm = ScriptedLLM(rules=rules)
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db, schema=False).answer(q2)
@@ -481,23 +528,23 @@ def test_retrieved_counts_kg_entities_not_answers(embedded_kg, retriever, db, q2
     topic = q2.topic_entities[0]
     sub_ents = set(retriever.retrieve([embedded_kg.find_entity(topic)], 2).entities().tolist())
     far = next(embedded_kg.entity_label(i) for i in range(embedded_kg.n_entities) if i not in sub_ents)
-    llm = ScriptedLLM(rules=[{"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+    llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
                              {"pattern": HYP_P, "reply": json.dumps({"hypothesis": "h", "claims": [], "answer": far})}])
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db, collaborate="always", hops=2).answer(q2)
     assert pred.answers[0] == far
     assert far not in pred.extra["retrieved"]
 
 
-def test_majority_vote_ablation_is_named_for_the_collaborative_vote(tmp_path):
-    """Eq. 31 is the only vote SGR casts; the ablation's name says so, and the run records the
-    vote mode only on questions that voted."""
+def test_majority_vote_ablation_is_named_for_both_integrations(tmp_path):
+    """SGR votes twice: Eq. 14 (the final aggregation) and Eq. 31 (the §3.5 paths); the ablation
+    drops the weights of both, and its name says "integration weights", not one of them."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "conf" / "ablation"
-    assert not (root / "sgr_majority_vote.yaml").exists()
-    text = (root / "sgr_collab_majority_vote.yaml").read_text()
-    assert "vote: majority" in text and "Eq. 31" in text
-    cfg = compose_cfg(["reasoner=sgr", "ablation=sgr_collab_majority_vote", "llm=scripted"], tmp_path)
+    assert not (root / "sgr_majority_vote.yaml").exists() and not (root / "sgr_collab_majority_vote.yaml").exists()
+    text = (root / "sgr_no_integration_weights.yaml").read_text()
+    assert "vote: majority" in text and "Eq. 14" in text and "Eq. 31" in text
+    cfg = compose_cfg(["reasoner=sgr", "ablation=sgr_no_integration_weights", "llm=scripted"], tmp_path)
     assert cfg.reasoner.vote == "majority"
 
 
@@ -511,6 +558,7 @@ def test_concurrent_examples_share_one_graph_database(embedded_kg, world, retrie
     assert len(qs) >= 4
     topic = r"Where was the director of (.+?) born"
     llm = ScriptedLLM(rules=[
+        {"pattern": STRUCT_P + ".*?" + topic, "reply": '{{"entities": ["{0}"], "relations": [], "constraints": []}}'},
         {"pattern": SCHEMA_P + ".*?" + topic,
          "reply": '{{"schema": [["{0}", "film.film.directed_by", "?d"], ["?d", "people.person.place_of_birth", '
                   '"?answer"]], "answer": "?answer"}}'},
@@ -525,3 +573,257 @@ def test_concurrent_examples_share_one_graph_database(embedded_kg, world, retrie
         together = list(pool.map(lambda q: sgr.answer(q).answers, qs))
     assert together == one_by_one
     assert all(set(a) == set(q.answers) for a, q in zip(one_by_one, qs))
+
+
+# ----------------------------------------------------------------------------- issue 56: §3.1-3.3
+
+
+@pytest.fixture(scope="module")
+def q_prod(world):
+    """'Which company produced <film>?' (the embedded world's first question)."""
+    return next(q for q in world.questions if q.question.startswith("Which company produced"))
+
+
+class _SpyRetriever:
+    """Records how many model calls had been made when the KG was first queried."""
+
+    def __init__(self, inner, llm):
+        self.inner, self.llm, self.calls_before = inner, llm, []
+
+    def retrieve(self, *a, **kw):
+        self.calls_before.append(len(self.llm.calls))
+        return self.inner.retrieve(*a, **kw)
+
+
+def _cheap(**kw):
+    """SGR settings that skip what a test does not look at (no DB, no stepwise, no §3.5)."""
+    return {"cypher": False, "stepwise": False, "collaborate": "never", "hops": 2, "embedder": _emb(), **kw}
+
+
+def test_eq2_call_comes_before_any_kg_query_and_its_relations_choose_the_candidates(world, retriever, q_prod):
+    """§3.1.2 step 1 ("First, the language model identifies the central entities and relations
+    in the input question. Second, the knowledge graph is queried"): the Eq. 2 call is the first
+    model call and precedes the k-hop query; V_q comes from its entities, and R_q decides which
+    triples are candidates. Before, the topics came from the dataset and no such call existed."""
+    kg, film = world.kg, q_prod.topic_entities[0]
+    got = {}
+    for rels in (["produced by"], ["film.film.directed_by"], ["flux capacitor"]):
+        llm = ScriptedLLM(rules=[_struct(film, rels, ["made before 2000"]), {"pattern": CHOOSE_P, "reply": "1"}])
+        spy = _SpyRetriever(retriever, llm)
+        pred = SGR(kg=kg, retriever=spy, llm=llm, **_cheap()).answer(q_prod)
+        assert STRUCT_P in llm.calls[0].messages[-1].content and spy.calls_before == [1]
+        sub = next(s for s in pred.trace if s.kind == "subgraph").data
+        estar_rels = {t.split(" | ")[1] for t, _ in sub["top"]}
+        got[rels[0]] = (pred.extra["candidates_total"], estar_rels, pred.extra["rq_fallback"], pred.extra["r_q"])
+        assert pred.extra["vq_source"] == "question"
+        # C_q reaches the later prompts
+        assert any("made before 2000" in c.messages[-1].content for c in llm.calls[1:])
+    assert got["produced by"][1] == {"film.film.produced_by"} and got["produced by"][3] == ["film.film.produced_by"]
+    assert got["film.film.directed_by"][1] == {"film.film.directed_by"}
+    # a relation that maps to nothing: every relation is a candidate, and the run says so
+    assert got["flux capacitor"][2] is True and got["flux capacitor"][3] == []
+    assert got["flux capacitor"][0] > got["produced by"][0] + got["film.film.directed_by"][0]
+
+
+def test_vq_that_links_nothing_takes_the_empty_path_not_the_dataset_topics(world, retriever, q_prod):
+    """The paper is silent on an S_q whose entities link to nothing; SGR does not fall back to the
+    dataset's topic entities (that is ablation sgr_dataset_topics): the question takes on_empty."""
+    llm = ScriptedLLM(rules=[_struct("Nobody Atall Xq")])
+    pred = SGR(kg=world.kg, retriever=retriever, llm=llm, **_cheap()).answer(q_prod)
+    assert pred.extra["link_failed"] is True and pred.extra["vq_source"] == "question"
+    assert not [s for s in pred.trace if s.kind == "retrieve"]
+    # the Eq. 2 call, then the IO baseline's very request (on_empty: answer)
+    io_llm = ScriptedLLM()
+    IO(llm=io_llm).answer(q_prod)
+    assert STRUCT_P in llm.calls[0].messages[-1].content and llm.calls[1:] == io_llm.calls
+    llm2 = ScriptedLLM(rules=[_struct("Nobody Atall Xq")])
+    pred2 = SGR(kg=world.kg, retriever=retriever, llm=llm2, **_cheap(topics="dataset")).answer(q_prod)
+    assert pred2.extra["vq_source"] == "dataset" and [s for s in pred2.trace if s.kind == "retrieve"]
+
+
+def test_estar_keeps_every_candidate_above_tau_and_counts_a_truncation(world, retriever, q_prod):
+    """Eq. 5: ``E*_q = {e_i ∈ E | s(e_i, q) ≥ τ}``, however many; before, E*_q was cut at top_k
+    under τ and the candidates at 600 without a word. The cost cap ``max_candidate_triples`` is
+    counted per question and reaches the run's metrics."""
+    from kgreason.metrics import METRICS
+
+    kg, film = world.kg, q_prod.topic_entities[0]
+    sgr = SGR(kg=kg, retriever=retriever, llm=ScriptedLLM(rules=[_struct(film)]), **_cheap(top_k=5))
+    sub = retriever.retrieve([kg.find_entity(film)], sgr.hop_budget(q_prod))
+    cands, _ = sgr.candidates(sub, [])
+    sims = np.sort(sgr.embedder.similarity([q_prod.question], [kg.verbalise(t) for t in cands])[0])[::-1]
+    assert len(cands) > 40
+    sgr.tau = float(sims[19])  # 20 candidates (or more, on ties) reach τ: more than top_k
+    pred = sgr.answer(q_prod)
+    sub_step = next(s for s in pred.trace if s.kind == "subgraph").data
+    assert sub_step["kept"] == int((sims >= sgr.tau).sum()) >= 20 > sgr.top_k
+    assert (pred.extra["candidates_total"], pred.extra["candidates_scored"]) == (len(cands), len(cands))
+    assert pred.extra["candidates_truncated"] is False
+    assert METRICS["candidates_truncated_rate"].per_example(pred, q_prod) == 0.0
+    sgr.max_candidate_triples = 10
+    cut = sgr.answer(q_prod)
+    assert (cut.extra["candidates_total"], cut.extra["candidates_scored"]) == (len(cands), 10)
+    assert cut.extra["candidates_truncated"] is True and cut.extra["search_space"] == 10
+    assert METRICS["candidates_truncated_rate"].per_example(cut, q_prod) == 1.0
+    assert METRICS["candidates_unscored"].per_example(cut, q_prod) == len(cands) - 10
+    assert {"candidates_truncated_rate", "candidates_unscored"} <= set(SGR.metrics)
+
+
+def test_stepwise_consistency_counts_only_triples_inside_estar(world, retriever, q_prod):
+    """Eq. 10: ``C(p, G_q) = (1/T) Σ_t I(e_t ∈ E*_q)``. A path of four steps: E*_q triple no. 1,
+    a true KG triple outside E*_q (counts 0, although the KG has it: this is not Eq. 30's check),
+    an E*_q triple written out (counts 1), and a number outside the list (0): C = 2/4. Each step
+    sees the earlier states (Eq. 8)."""
+    kg, film, gold = world.kg, q_prod.topic_entities[0], q_prod.answers[0]
+    probe = SGR(kg=kg, retriever=retriever, llm=ScriptedLLM(), **_cheap(top_k=3))  # hops=2
+    cands, _ = probe.candidates(retriever.retrieve([kg.find_entity(film)], probe.hop_budget(q_prod)), [])
+    estar, _, _ = probe.subgraph(q_prod.question, cands)
+    inside = {tuple(t) for t in estar.tolist()}
+    outside = next(t for t in cands.tolist() if tuple(t) not in inside)
+    names = lambda t: [kg.entity_names[t[0]], kg.relation_names[t[1]], kg.entity_names[t[2]]]  # noqa: E731
+    steps = [{"triple": 1, "state": "z1 first", "answer": ""},
+             {"triple": names(outside), "state": "z2 second", "answer": ""},
+             {"triple": names(estar[1].tolist()), "state": "z3 third", "answer": ""},
+             {"triple": 99, "state": "z4 fourth", "answer": gold}]
+    llm = ScriptedLLM(rules=[_struct(film), {"pattern": STEP_P, "reply": [json.dumps(x) for x in steps]}])
+    sgr = SGR(kg=kg, retriever=retriever, llm=llm, **_cheap(top_k=3, stepwise=True, num_paths=1, stepwise_steps=4))
+    pred = sgr.answer(q_prod)
+    path = next(s for s in pred.trace if s.kind == "path" and s.name == "stepwise_p0").data
+    assert path["in_estar"] == [True, False, True, False] and path["consistency"] == 0.5
+    assert path["answer"] == gold
+    assert probe._claims_in_graph([tuple(names(outside))])  # the KG has it: Eq. 30 would count it
+    prompts = [c.messages[-1].content for c in llm.calls if STEP_P in c.messages[-1].content]
+    assert len(prompts) == 4 and "1. z1 first\n2. z2 second\n3. z3 third" in prompts[3]
+    assert "last step" in prompts[3] and "last step" not in prompts[2]
+
+
+def _lambda_case(world, retriever, db, q_prod, lam):
+    """Two stepwise paths: p0 answers the gold company through E*_q triple 1 (C = 1) with
+    P_θ = 0.1; p1 answers another company through a triple outside E*_q (C = 0) with P_θ = 0.9.
+    The Cypher step finds nothing and §3.5 is off, so Eq. 14 pools the stepwise paths only."""
+    kg, film, gold = world.kg, q_prod.topic_entities[0], q_prod.answers[0]
+    other = next(n for n in kg.entity_names if kg.type_of(kg.entity_id(n)) == kg.type_of(kg.entity_id(gold))
+                 and n != gold)
+    replies = [json.dumps({"triple": 1, "state": "s", "answer": gold}),
+               json.dumps({"triple": [film, "film.film.produced_by", other], "state": "s", "answer": other})]
+    llm = ScriptedLLM(rules=[_struct(film), {"pattern": STEP_P, "reply": replies}],
+                      scores={gold: math.log(0.1), other: math.log(0.9)})
+    pred = _sgr(world.kg, retriever, llm, graphdb=db, num_paths=2, lam=lam, max_refine_rounds=0).answer(q_prod)
+    return pred, gold, other
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.0])
+def test_eq14_follows_model_confidence_at_lambda_1_and_graph_consistency_at_lambda_0(world, retriever, db, q_prod, lam):
+    """Eq. 13–14: α_i = λ P_θ(a_i | q, p_i) + (1 − λ) C(p_i, G_q); â = argmax_a Σ α_i I(a_i = a)."""
+    pred, gold, other = _lambda_case(world, retriever, db, q_prod, lam)
+    st = next(s for s in pred.trace if s.kind == "stepwise").data
+    assert st["answers"] == [gold, other] and st["p_theta_source"] == "logprobs"
+    assert st["p_theta"] == pytest.approx([0.1, 0.9]) and st["consistency"] == [1.0, 0.0]
+    assert st["alpha"] == pytest.approx([0.1, 0.9] if lam == 1.0 else [1.0, 0.0])
+    assert pred.answers[0] == (other if lam == 1.0 else gold)
+    assert pred.extra["stepwise_p_theta_source"] == "logprobs"
+
+
+def test_validated_answers_bound_the_final_choice(embedded_kg, retriever, db, q2):
+    """Eq. 21 ("If A+_q is non-empty, the final answer is selected from the validated candidate
+    set"): three stepwise paths agreeing on an answer outside A+_q do not displace it."""
+    topic, gold = q2.topic_entities[0], q2.answers[0]
+    wrong = next(embedded_kg.entity_label(i) for i in range(embedded_kg.n_entities)
+                 if embedded_kg.entity_label(i) not in q2.answers and embedded_kg.entity_names[i] != topic)
+    llm = ScriptedLLM(rules=[
+        _struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")},
+        {"pattern": STEP_P, "reply": json.dumps({"triple": 1, "state": "s", "answer": wrong})}])
+    pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
+    integ = next(s for s in pred.trace if s.kind == "integrate").data
+    assert integ["restricted_to_valid"] is True and integ["ranking"][0][0] == wrong  # the vote alone says `wrong`
+    assert pred.answers[0] == gold and wrong not in pred.answers
+
+
+def _ablation_rules(kg, ex):
+    """Replies that reach every step on 'Which company produced <film>?': the Eq. 2 entities are
+    the film and its director (the dataset names the film only); the schema is written against
+    the edge direction (what sgr_schema_either_way_fallback reads); the first query is wrong and
+    Refine's is right; stepwise and collaborative paths answer."""
+    film, gold = ex.topic_entities[0], ex.answers[0]
+    fid, rid = kg.find_entity(film), kg.relation_id("film.film.directed_by")
+    director = next(kg.entity_names[kg.tails[x]] for x in kg.out_triples(fid) if kg.rels[x] == rid)
+    q = lambda r: ("```cypher\nMATCH (f:Entity)-[a]->(c:Entity) WHERE f.name = '" + _q(film) + "' AND a.relation = '"  # noqa: E731
+                   + r + "' RETURN DISTINCT c.name AS answer\n```")
+    return [
+        {"pattern": STRUCT_P, "reply": json.dumps({"entities": [film, director], "relations": ["produced by"],
+                                                   "constraints": []})},
+        {"pattern": SCHEMA_P, "reply": json.dumps({"schema": [["?answer", "film.film.produced_by", film]], "answer": "?answer"})},
+        {"pattern": CYPHER_P, "reply": q("film.film.written_by")}, {"pattern": REFINE_P, "reply": q("film.film.produced_by")},
+        {"pattern": STEP_P, "reply": json.dumps({"triple": 1, "state": "s", "answer": gold})},
+        {"pattern": HYP_P, "reply": json.dumps({"hypothesis": "h", "claims": [], "answer": gold})},
+        {"pattern": CHOOSE_P, "reply": "1"},
+    ]
+
+
+_ABL_RUNS: dict[str, tuple] = {}
+
+
+def _ablation_run(ablation, tmp_path, q_prod):
+    """``reasoner=sgr ablation=<X>`` composed as the CLI composes it, on one question."""
+    from hydra.utils import instantiate
+
+    from kgreason.kg.embedded import embedded_kg
+
+    if ablation not in _ABL_RUNS:
+        cfg = compose_cfg(["reasoner=sgr", f"ablation={ablation}", "llm=scripted", "reasoner.hops=2"], tmp_path)
+        kg = embedded_kg()
+        graphdb = instantiate(cfg.graphdb, kg=kg, cache_dir=str(tmp_path / "db"))
+        llm = ScriptedLLM(rules=_ablation_rules(kg, q_prod))
+        r = instantiate(cfg.reasoner, kg=kg, retriever=ScipyRetriever(kg, semantics="within", direction="both", max_paths=0),
+                        llm=llm, graphdb=graphdb)
+        try:
+            pred = r.answer(q_prod)
+        finally:
+            graphdb.close()
+        extra = {k: v for k, v in pred.extra.items() if k != "latency_s"}
+        _ABL_RUNS[ablation] = ([[m.content for m in c.messages] for c in llm.calls], (pred.answers, extra))
+    return _ABL_RUNS[ablation]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ablation", SGR_ABLATIONS)
+def test_every_sgr_ablation_changes_requests_and_predictions(ablation, tmp_path, q_prod):
+    """``kgreason reasoner=sgr ablation=X`` against full SGR on the embedded world: the model sees
+    other requests and the prediction (answers, extra) differs. The one exception is
+    sgr_no_integration_weights: it changes only how the paths' answers are added up (Eq. 14, 31),
+    so the requests are the same by construction and the prediction differs. Measured: about 26 s
+    for full SGR and the 7 ablations on the shared 2-core machine (kuzu export and MiniLM per run)."""
+    base_req, base_pred = _ablation_run("none", tmp_path / "none", q_prod)
+    req, pred = _ablation_run(ablation, tmp_path / ablation, q_prod)
+    assert pred != base_pred
+    if ablation == "sgr_no_integration_weights":
+        assert req == base_req and pred[1]["vote_mode"] == "majority"
+    else:
+        assert req != base_req
+
+
+@pytest.mark.parametrize("field, paper, ablation, value, cite", [
+    ("topics", "question", "sgr_dataset_topics", "dataset",
+     "First, the language model identifies the central entities and relations in the input question."),
+    ("stepwise", True, "sgr_no_stepwise", False,
+     "The language model then performs step-by-step reasoning grounded in the generated subgraph"),
+    ("max_candidate_triples", None, None, None,
+     "The final subgraph is selected by retaining triples whose relevance scores exceed a threshold"),
+    ("schema", True, "sgr_no_schema", False, "SGR first constructs a structured representation"),
+])
+def test_sgr_defaults_run_the_paper(field, paper, ablation, value, cite, tmp_path):
+    """The composed defaults and the class defaults are the paper's reading (the cited sentence
+    is in shared/papers/sgr.txt when it is present); each departure is an ablation file."""
+    import inspect
+
+    from conftest import REPO
+
+    cfg = compose_cfg(["reasoner=sgr"], tmp_path)
+    assert cfg.reasoner[field] == paper
+    assert inspect.signature(SGR).parameters[field].default == paper
+    if ablation:
+        assert compose_cfg(["reasoner=sgr", f"ablation={ablation}"], tmp_path).reasoner[field] == value
+    paper_txt = REPO.parent / "shared" / "papers" / "sgr.txt"
+    if paper_txt.exists():
+        assert cite in " ".join(paper_txt.read_text(encoding="utf-8").split())
