@@ -1,7 +1,8 @@
 """The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
 
 * ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
-* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``, ``sync``, ``data``.
+* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``, ``sync``, ``data``,
+  ``cache``, ``bundle``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
 ``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
@@ -136,6 +137,9 @@ TOOLS: dict[str, Tool] = {
                  "kgreason data list [--json]   |   kgreason data fetch metaqa cwq [--dest DIR]   |   "
                  "kgreason data prepare umls --from umls-2024AA-metathesaurus.zip",
                  _module_main("kgreason.data.command")),
+    "cache": Tool("describe or compact a call-cache directory (one shard per process that wrote it)",
+                  "kgreason cache stats ~/.cache/kgreason/llm     |     kgreason cache merge ~/.cache/kgreason/llm",
+                  _module_main("kgreason.storage.cache_command")),
 }
 
 

@@ -21,7 +21,7 @@ PKG = REPO / "kgreason"
 # docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
     ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.embedstore", "kgreason.runs", "kgreason.textio", "kgreason.secrets",
-     "kgreason.callstore", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
+     "kgreason.storage", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
     ("kgreason.llm",),                                                    # 3 LLM backends, cache, parsing
