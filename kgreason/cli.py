@@ -140,6 +140,10 @@ TOOLS: dict[str, Tool] = {
     "cache": Tool("describe or compact a call-cache directory (one shard per process that wrote it)",
                   "kgreason cache stats ~/.cache/kgreason/llm     |     kgreason cache merge ~/.cache/kgreason/llm",
                   _module_main("kgreason.storage.cache_command")),
+    "bundle": Tool("export, verify or replay a run bundle (runs + every model call they made, one .tar.gz)",
+                   "kgreason bundle export outputs/multirun/2026-01-31/12-00-00 -o sweep.tar.gz     |     "
+                   "kgreason bundle verify sweep.tar.gz     |     kgreason bundle replay sweep.tar.gz",
+                   _module_main("kgreason.storage.replay")),
 }
 
 

@@ -27,6 +27,7 @@ from typing import Sequence
 import pandas as pd
 
 from kgreason import stats
+from kgreason.storage.bundle import readable
 from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, pivot, render_markdown
 
 COST_METRICS = ["llm/calls", "llm/calls_per_question", "llm/prompt_tokens", "llm/completion_tokens",
@@ -212,7 +213,7 @@ def markdown_to_html(md: str, title: str = "kgreason report") -> str:
 # ----------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kgreason report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", help="a run dir or a multirun (sweep) dir")
+    ap.add_argument("dir", help="a run dir, a multirun (sweep) dir or a run bundle (.tar.gz, kgreason bundle)")
     ap.add_argument("--rows", default="reasoner,ablation,variant")
     ap.add_argument("--cols", default="dataset,metric")
     ap.add_argument("--metrics", default=None, help="metric names, in column order (default: every metric/* key)")
@@ -232,14 +233,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     try:
         safe_component(args.name, "--name")  # <name>.md/.html are written into --out, never beside it
-        md, page = build_report(args.dir, split(args.rows), split(args.cols),
-                                split(args.metrics) if args.metrics else None,
-                                CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline, args.paper,
-                                allow_partial=args.allow_partial)
+        with readable(args.dir) as (root, bundle_out):  # a bundle (.tar.gz) is read as its sweep dir
+            md, page = build_report(root, split(args.rows), split(args.cols),
+                                    split(args.metrics) if args.metrics else None,
+                                    CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline,
+                                    args.paper, allow_partial=args.allow_partial)
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path(args.dir)
+    out = Path(args.out) if args.out else (bundle_out or Path(args.dir))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.md").write_text(md, encoding="utf-8")
     (out / f"{args.name}.html").write_text(page, encoding="utf-8")

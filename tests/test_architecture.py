@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
     ("kgreason.run",),                                                    # 7 the wiring
-    ("kgreason.app", "kgreason.compose", "kgreason.score", "kgreason.report", "kgreason.bench", "kgreason.eval"),  # 8 the app and tools
+    ("kgreason.app", "kgreason.compose", "kgreason.score", "kgreason.report", "kgreason.bench", "kgreason.eval",
+     "kgreason.storage.replay"),  # 8 the app and tools
     ("kgreason.cli",),                                                    # 9 the command
     ("kgreason.__main__",),                                               # 10 python -m kgreason
 ]

@@ -55,12 +55,12 @@ from typing import Any, Sequence
 
 from kgreason.llm.accounting import claim_paid, current_payer, mark_score_cached
 from kgreason.llm.base import CacheMiss
-from kgreason.storage.callstore import KeyValueStore, StoreCorrupt
+from kgreason.storage.callstore import LLM_LEGACY, LLM_STORE, KeyValueStore, StoreCorrupt
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
 MODES = ("readwrite", "readonly", "off")
-DB_NAME = "llm_calls.sqlite"  # the SQLite file of older versions (migrated, see CallStore.open)
-SHARD_DIR = "llm_calls"
+DB_NAME = LLM_LEGACY  # llm_calls.sqlite: the SQLite file of older versions (migrated, see CallStore.open)
+SHARD_DIR = LLM_STORE  # llm_calls/
 CALL_LOG = "calls.jsonl"
 
 

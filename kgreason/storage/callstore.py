@@ -54,6 +54,7 @@ from kgreason.types import to_jsonable
 log = logging.getLogger(__name__)
 
 MODES = ("readwrite", "readonly", "off")
+LLM_STORE, LLM_LEGACY = "llm_calls", "llm_calls.sqlite"  # the LLM call cache's names in an llm_cache.dir
 SHARD_SUFFIX = ".jsonl"
 LEGACY_SHARD = "legacy-sqlite.jsonl"
 _PREFIX = b'{"sha256":"'
@@ -486,5 +487,5 @@ def merge(dir: str | Path, grace_s: float = 2.0) -> dict[str, Any]:
     return {"merged": len(aside), "keys": len(best), "shards_before": len(shards), "into": name}
 
 
-__all__ = ["KeyValueStore", "StoreMissing", "StoreCorrupt", "MODES", "encode_record", "decode_line", "iter_shard",
+__all__ = ["LLM_STORE", "LLM_LEGACY", "KeyValueStore", "StoreMissing", "StoreCorrupt", "MODES", "encode_record", "decode_line", "iter_shard",
            "merge", "stats", "shard_files"]
