@@ -55,7 +55,7 @@ from typing import Any, Sequence
 
 from kgreason.llm.accounting import claim_paid, current_payer, mark_score_cached
 from kgreason.llm.base import CacheMiss
-from kgreason.storage.callstore import LLM_LEGACY, LLM_STORE, KeyValueStore, StoreCorrupt
+from kgreason.storage.callstore import LEGACY_SHARD, LLM_LEGACY, LLM_STORE, KeyValueStore, StoreCorrupt
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
 MODES = ("readwrite", "readonly", "off")
@@ -91,7 +91,8 @@ def cache_key(backend: str, model: str, method: str, request: Any, settings: Any
     payload = {"backend": backend, "model": model, "settings": to_jsonable(settings or {}), "method": method,
                "request": to_jsonable(request)}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate (issue #57 M2) gets a key; any other text keeps the bytes, so the key it had
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class CallStore(KeyValueStore):
@@ -159,8 +160,11 @@ def check_cache(cache_cfg: Any) -> None:
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return
     root = Path(os.path.expanduser(str(cache_cfg.get("dir"))))
-    if str(cache_cfg.get("mode")) == "readwrite" and not (root / DB_NAME).exists() and not (root / SHARD_DIR).exists():
-        return  # nothing to check, and nothing is written before the run is known to start
+    legacy_pending = (root / DB_NAME).exists() and not (root / SHARD_DIR / LEGACY_SHARD).exists()
+    if not legacy_pending and (str(cache_cfg.get("mode")) == "readwrite" or (root / SHARD_DIR).is_dir()):
+        # nothing to check (shards cannot be damaged as a whole: a damaged line is skipped), and
+        # nothing is written before the run is known to start
+        return
     store = CallStore.open(cache_cfg.get("dir"), mode=str(cache_cfg.get("mode")))
     store.close()
 

@@ -212,3 +212,20 @@ def test_an_entry_of_the_wrong_shape_is_never_a_reply(tmp_path):
     again = CallStore.open(tmp_path, "readwrite")
     out = CachedLLM(ScriptedLLM(rules=[{"pattern": "q", "reply": "fresh"}]), again).generate([req])[0]
     assert out.texts == ("fresh",) and out.cached  # the older intact entry, not the damaged one
+
+
+def test_a_prompt_with_a_lone_surrogate_is_cached_and_keys_of_other_text_are_unchanged(tmp_path):
+    """Issue #57 M2: a lone UTF-16 surrogate (e.g. from a truncated emoji) raised UnicodeEncodeError
+    in the key and in CallStore.put; it is now stored, and every other key stays what it was."""
+    import hashlib
+
+    payload = {"backend": "b", "model": "m", "settings": {}, "method": "generate", "request": {"q": "é ✓"}}
+    old = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                    default=str).encode("utf-8")).hexdigest()
+    assert cache_key("b", "m", "generate", {"q": "é ✓"}) == old  # the rule keys were made with
+    inner = CountingLLM()
+    llm = CachedLLM(inner, CallStore.open(tmp_path, "readwrite"))
+    req = ChatRequest.of("half an emoji \ud83d")
+    first = llm.generate([req])[0]
+    again = CachedLLM(CountingLLM(), CallStore.open(tmp_path, "readonly")).generate([req])[0]
+    assert again.cached and again.text == first.text and len(inner.generated) == 1
