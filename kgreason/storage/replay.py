@@ -10,8 +10,9 @@
   with the bundle's entries as a read-only call store (``llm_cache.mode=readonly``): zero model
   calls; a miss is an error naming the run, example and purpose. Prints one line per run:
   identical, or the first example and field that differ. Fields that describe what a run spent,
-  not what it answered (``llm/calls``, ``llm/cache_hits``, ``llm/cost_usd``, latencies, seconds),
-  are left out of the comparison: a replay pays for nothing.
+  not what it answered (``llm/calls``, ``llm/cache_hits``, ``llm/cost_usd``, latencies, seconds,
+  ``prepare/*``: set-up work, which depends on what was cached), are left out of the comparison:
+  a replay pays for nothing.
 
 The data a run read is not in a bundle: ``kgreason data`` fetches it (the manifest's ``needs``
 lists each file with its fingerprint).
@@ -37,6 +38,8 @@ DROPPED = ("llm_cache.", "hydra.", "tracking", "+llm_cache.", "++llm_cache.")
 
 
 def _spent(key: str) -> bool:
+    if key.startswith("prepare/"):  # set-up work done (embedding rows built...): depends on what was cached
+        return True
     leaf = key.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
     return leaf in SPENT or leaf.endswith(("_s", "_seconds")) or leaf.startswith("seconds")
 
@@ -146,15 +149,18 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
         cfg = compose(config_name="config", overrides=overrides)
+    failed = None
     try:
         run(cfg, out)
     except Exception as e:  # noqa: BLE001 - reported as this run's line
-        return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    for row in _rows(out / "predictions.jsonl"):
+        failed = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if "CacheMiss" in type(e).__name__ or "llm_cache.mode=readonly" in str(e):
+            return f"cache miss: {str(e).splitlines()[0]}"
+    for row in _rows(out / "predictions.jsonl"):  # a miss is the example's error: name the first
         err = str(row.get("error") or "")
         if "CacheMiss" in err or "llm_cache.mode=readonly" in err:
             return f"cache miss: example {row.get('id')}: {err.splitlines()[0]}"
-    return compare_run(opened.run_dir(rel), out)
+    return failed or compare_run(opened.run_dir(rel), out)
 
 
 def replay(opened: Opened, out: Path) -> list[tuple[str, bool, str]]:
