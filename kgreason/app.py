@@ -64,7 +64,7 @@ def is_user_error(e: BaseException) -> bool:
     it keeps its traceback). Hydra's instantiate wraps what a constructor raised; look inside."""
     from hydra.errors import InstantiationException
 
-    from kgreason.callstore import StoreCorrupt
+    from kgreason.storage.callstore import StoreCorrupt
     from kgreason.data.base import DataError
     from kgreason.embedstore import StoreNoSpace
     from kgreason.kg.cypher import GraphDBUnavailable

@@ -2,7 +2,7 @@
 
 * ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
 * ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``, ``sync``,
-  ``ask``, ``show``, ``data``.
+  ``ask``, ``show``, ``data``, ``cache``, ``bundle``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
 ``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
@@ -150,6 +150,13 @@ TOOLS: dict[str, Tool] = {
                  "kgreason data list [--json]   |   kgreason data fetch cwq hotpotqa [--dest DIR]   |   "
                  "kgreason data prepare umls --from umls-2024AA-metathesaurus.zip",
                  _module_main("kgreason.data.command")),
+    "cache": Tool("describe or compact a call-cache directory (one shard per process that wrote it)",
+                  "kgreason cache stats ~/.cache/kgreason/llm     |     kgreason cache merge ~/.cache/kgreason/llm",
+                  _module_main("kgreason.storage.cache_command")),
+    "bundle": Tool("export, verify or replay a run bundle (runs + every model call they made, one .tar.gz)",
+                   "kgreason bundle export outputs/multirun/2026-01-31/12-00-00 -o sweep.tar.gz     |     "
+                   "kgreason bundle verify sweep.tar.gz     |     kgreason bundle replay sweep.tar.gz",
+                   _module_main("kgreason.storage.replay")),
 }
 
 

@@ -230,7 +230,7 @@ def _leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
 def job_problems(cfg: DictConfig, job: Sequence[str], sources: Mapping[str, str] | None = None) -> list[str]:
     """Why one composed job of a sweep cannot start: the ablation rule, the single run's settings
     checks (kgreason.run._start_checks), and missing input files."""
-    from kgreason.callstore import StoreCorrupt
+    from kgreason.storage.callstore import StoreCorrupt
     from kgreason.preflight import PreflightError
 
     ch = cfg.hydra.runtime.choices

@@ -27,6 +27,7 @@ from typing import Sequence
 import pandas as pd
 
 from kgreason import stats
+from kgreason.storage.bundle import readable
 from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, parse_labels, pivot, render_markdown
 from kgreason.tables.summary import cache_note, replayed_answers
 
@@ -300,7 +301,7 @@ def markdown_to_html(md: str, title: str = "kgreason report") -> str:
 # ----------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kgreason report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", help="a run dir or a multirun (sweep) dir")
+    ap.add_argument("dir", help="a run dir, a multirun (sweep) dir or a run bundle (.tar.gz, kgreason bundle)")
     ap.add_argument("--rows", default="reasoner,ablation,variant")
     ap.add_argument("--cols", default="dataset,metric")
     ap.add_argument("--metrics", default=None, help="metric names, in column order (default: every metric/* key)")
@@ -322,14 +323,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kgreason.paths import safe_component
 
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
-    out = Path(args.out) if args.out else Path(args.dir)
     try:
         safe_component(args.name, "--name")  # <name>.md/.html are written into --out, never beside it
-        md, page = build_report(args.dir, split(args.rows), split(args.cols),
-                                split(args.metrics) if args.metrics else None,
-                                CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline, args.paper,
-                                allow_partial=args.allow_partial, labels=parse_labels(args.label),
-                                questions_out=out, n_questions=args.questions)
+        with readable(args.dir) as (root, bundle_out):  # a bundle (.tar.gz) is read as its sweep dir
+            out = Path(args.out) if args.out else (bundle_out or Path(args.dir))
+            md, page = build_report(root, split(args.rows), split(args.cols),
+                                    split(args.metrics) if args.metrics else None,
+                                    CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline,
+                                    args.paper, allow_partial=args.allow_partial, labels=parse_labels(args.label),
+                                    questions_out=out, n_questions=args.questions)
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

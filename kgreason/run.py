@@ -36,7 +36,7 @@ from kgreason import preflight, progress
 from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
-from kgreason.llm.cache import check_cache
+from kgreason.llm.cache import CALL_LOG, check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
 from kgreason.metrics.qa import normalize_answer
@@ -142,7 +142,10 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         # every LLM handed out is metered: its calls land in the current example's ledger (issue 16)
         workers = example_workers(cfg)  # local/hf models batch across concurrent examples
         seed = int(cfg.get("seed") or 0)  # sampled requests carry it and a per-example sample index (docs/llm.md)
-        llm = _owned(stack, MeteredLLM(LazyLLM(cfg.llm, cfg.get("llm_cache"), example_workers=workers),
+        # every cache key the run serves or stores is listed in <run dir>/calls.jsonl (kgreason bundle)
+        call_log = str(Path(out_dir) / CALL_LOG) if out_dir is not None else None
+        llm = _owned(stack, MeteredLLM(LazyLLM(cfg.llm, cfg.get("llm_cache"), example_workers=workers,
+                                               call_log=call_log),
                                        purpose="answer", seed=seed))
         reasoner = _owned(stack, instantiate(cfg.reasoner, kg=kg, retriever=retriever, llm=llm,
                                              embedder=embedder, graphdb=graphdb))
@@ -155,7 +158,8 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
         judge = judge_llm = None
         if _configured(cfg.get("judge")):
             # the judge's own model (judge.llm), never silently the judged one (issue 16)
-            judge_llm = _owned(stack, MeteredLLM(LazyLLM(judge_llm_config(cfg.judge, cfg.llm), cfg.get("llm_cache")),
+            judge_llm = _owned(stack, MeteredLLM(LazyLLM(judge_llm_config(cfg.judge, cfg.llm), cfg.get("llm_cache"),
+                                                         call_log=call_log),
                                                  purpose="judge", seed=seed))
             judge = _owned(stack, instantiate(_without(cfg.judge, "llm", "allow_self_judging"), llm=judge_llm))
             judge_llm.get()  # built now: a judge that cannot start stops the run before the first example

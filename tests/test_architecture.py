@@ -21,7 +21,7 @@ PKG = REPO / "kgreason"
 # docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
     ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.embedstore", "kgreason.runs", "kgreason.textio", "kgreason.secrets",
-     "kgreason.callstore", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
+     "kgreason.storage", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
     ("kgreason.llm",),                                                    # 3 LLM backends, cache, parsing
@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
     ("kgreason.run",),                                                    # 7 the wiring
     ("kgreason.app", "kgreason.compose", "kgreason.score", "kgreason.report", "kgreason.bench", "kgreason.eval",
-     "kgreason.ask"),  # 8 the app and tools
+     "kgreason.ask", "kgreason.storage.replay"),  # 8 the app and tools
     ("kgreason.cli",),                                                    # 9 the command
     ("kgreason.__main__",),                                               # 10 python -m kgreason
 ]

@@ -217,7 +217,7 @@ def test_a_repeated_run_says_its_answers_came_from_the_call_cache(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "N 12 · errors 0 · LLM calls 0 · cache hits 12" in again.stdout
     assert (f"12 of 12 answers replayed from the call cache (12 of 12 LLM requests), not by the model in this run: "
-            f"{tmp_path / 'cache' / 'llm_calls.sqlite'}; llm_cache.mode=off runs without it") in again.stdout
+            f"{tmp_path / 'cache' / 'llm_calls'}; llm_cache.mode=off runs without it") in again.stdout
     off, _ = _kgreason(tmp_path, *args, "llm_cache.mode=off", env=env, run_dir=tmp_path / "c")
     assert off.returncode == 0, off.stderr
     assert "LLM calls 12 · cache hits 0" in off.stdout and "replayed" not in off.stdout

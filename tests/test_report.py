@@ -146,7 +146,7 @@ def test_a_replayed_run_is_marked_and_never_ranked_cheap(tmp_path):
     assert "| retrieval_only |" in cost  # no LLM request at all: nothing replayed
     cache = md.split("## Answers from the call cache")[1]
     assert "6 of 6 answers replayed from the call cache (6 of 6 LLM requests)" in cache
-    assert str(tmp_path / "cache" / "llm_calls.sqlite") in cache and "llm_cache.mode=off" in cache
+    assert str(tmp_path / "cache" / "llm_calls") in cache and "llm_cache.mode=off" in cache
     first = _report(tmp_path / "first", "--boot", "200")
     fresh = (tmp_path / "first" / "report.md").read_text()
     assert first.returncode == 0 and "(replayed)" not in fresh and "## Answers from the call cache" not in fresh

@@ -60,7 +60,7 @@ def test_run_that_raises_half_way_closes_everything(tmp_path, monkeypatch):
         calls.append(ex.id)
         if len(calls) == 2:  # half-way: the DB and the call cache are both open now
             held = open_files_under(cache)
-            assert any("llm_calls.sqlite" in p for p in held), held
+            assert any("llm_calls" in p for p in held), held
             # LLM-written Cypher runs in the kuzu sandbox worker, which holds the DB: start it
             gdb = built["c"].graphdb
             assert gdb.run_read("MATCH (n:Entity) RETURN count(n) AS c")[0]["c"] > 0
@@ -177,7 +177,8 @@ def test_every_resource_close_is_idempotent(tmp_path, embedded_kg):
                   OmegaConf.create({"dir": str(tmp_path / "llm"), "mode": "readwrite"}))
     assert not llm.built and open_files_under(tmp_path) == []  # nothing opened before first use
     assert llm.generate([ChatRequest.of("hi")])[0].text == "ok"
-    assert any("llm_calls.sqlite" in p for p in open_files_under(tmp_path))
+    assert llm.generate([ChatRequest.of("hi")])[0].cached  # read back: the shard is held open for reads
+    assert any("llm_calls" in p for p in open_files_under(tmp_path))
     db = LazyGraphDB("kuzu", kg=embedded_kg, cache_dir=str(tmp_path / "cypher"))
     assert db.run_read("MATCH (n:Entity) RETURN count(n) AS c")[0]["c"] == embedded_kg.n_entities
     # LLM-written reads run in the sandbox worker (kgreason/kg/sandbox.py): it holds the DB files

@@ -61,7 +61,7 @@ def test_missing_api_key_stops_at_start_up(tmp_path, monkeypatch):
 
 
 def test_damaged_call_cache_is_named_at_start_up(tmp_path):
-    from kgreason.callstore import StoreCorrupt
+    from kgreason.storage.callstore import StoreCorrupt
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -327,7 +327,7 @@ def test_bad_graphdb_engine_stops_before_the_call_cache_is_created(tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(PreflightError, match=r"graphdb.engine='bogus': expected one of"):
         _run(tmp_path / "run", "reasoner=sgr", "graphdb.engine=bogus", "llm=scripted", f"llm_cache.dir={cache}")
-    assert not (cache / "llm_calls.sqlite").exists()
+    assert not (cache / "llm_calls.sqlite").exists() and not (cache / "llm_calls").exists()
     _nothing_answered(tmp_path / "run")
 
 
@@ -335,7 +335,7 @@ def test_a_fresh_call_cache_is_not_created_by_the_start_up_check(tmp_path):
     from kgreason.llm.cache import check_cache
 
     check_cache({"dir": str(tmp_path / "c"), "mode": "readwrite"})
-    assert not (tmp_path / "c" / "llm_calls.sqlite").exists()
+    assert not (tmp_path / "c").exists()
 
 
 def test_missing_dataset_file_fails_before_the_kg_is_compiled(tmp_path):

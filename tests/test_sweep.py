@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -117,8 +116,9 @@ def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> li
     assert calls == len(srv.requests) - len(probes)  # every other server request is accounted to one run
     assert calls + hits == 4 * LIMIT
     assert 2 * LIMIT <= calls  # each distinct call reached the server at least once...
-    with sqlite3.connect(cache / "llm_calls.sqlite") as db:  # ...and is stored once, in one shared file
-        assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 2 * LIMIT
+    from kgreason.llm.cache import CallStore  # ...and is stored once, in one shared store
+
+    assert len(CallStore.open(cache, "readonly")) == 2 * LIMIT
     return ms
 
 

@@ -22,7 +22,7 @@ How it works
 * **Identifiers are validated, never trusted.** A MID reaching a query must match
   :data:`MID_RE` (``m.``/``g.`` ids), a relation :data:`RELATION_RE`; names an LLM writes
   (``find_entity``) only reach a query as an escaped string literal.
-* **Cache.** Responses are stored in SQLite (``<cache_dir>/sparql_calls.sqlite``, the LLM call
+* **Cache.** Responses are stored in a shard directory (``<cache_dir>/sparql_calls/``, the LLM call
   cache's store) keyed by sha256 of (endpoint, default graph, query text). A batched answer is
   also split and stored per entity under the text of the single-entity query, and an expansion
   asks the endpoint only for the entities not stored yet: a sweep asks each entity's facts once,
@@ -148,7 +148,7 @@ class SparqlEndpoint:
         retries: extra attempts after a transient failure (connection refused/reset, timeout,
             HTTP 429/5xx), with backoff ``backoff_s * 2**attempt``.
         max_concurrency: requests in flight at once (a semaphore shared by all threads).
-        cache_dir: directory of ``sparql_calls.sqlite``; ``None`` = no disk cache.
+        cache_dir: directory of ``sparql_calls/`` (an older ``sparql_calls.sqlite`` is migrated); ``None`` = no disk cache.
         cache_mode: ``readwrite`` | ``readonly`` | ``off`` (as ``llm_cache.mode``).
 
     ``stats``: ``queries`` (asked), ``requests`` (sent over HTTP, retries included),
@@ -172,9 +172,10 @@ class SparqlEndpoint:
                                           seconds=0.0, empty_rechecked=0, empty_recovered=0, by_kind={})
         self.store = None
         if cache_dir is not None and cache_mode != "off":
-            from kgreason.callstore import KeyValueStore
+            from kgreason.storage.callstore import KeyValueStore
 
-            self.store = KeyValueStore(Path(str(cache_dir)).expanduser() / "sparql_calls.sqlite", mode=cache_mode)
+            root = Path(str(cache_dir)).expanduser()
+            self.store = KeyValueStore(root / "sparql_calls", mode=cache_mode, legacy=root / "sparql_calls.sqlite")
 
     def _count(self, key: str, n: float = 1) -> None:
         with self._lock:

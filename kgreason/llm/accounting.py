@@ -28,6 +28,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from kgreason.llm.base import CacheMiss
 from kgreason.types import ChatRequest, Usage, to_jsonable
 
 log = logging.getLogger("kgreason.llm")
@@ -345,7 +346,10 @@ class MeteredLLM:
         if self.seed is not None:
             led = _LEDGER.get() or self.outside
             requests = seeded(requests, self.seed, led.example_id, purpose, led.next_samples(purpose, n_sampled))
-        out = self.inner.generate(requests)
+        try:
+            out = self.inner.generate(requests)
+        except CacheMiss as e:  # a readonly replay: say which example and purpose missed
+            raise _where(e, purpose) from None
         self._record(purpose, Usage.total(c.usage for c in out) + Usage(sampled_calls=n_sampled))
         return out
 
@@ -355,11 +359,20 @@ class MeteredLLM:
         t0 = time.perf_counter()
         try:
             scores = self.inner.score(prompt, candidates)
+        except CacheMiss as e:
+            raise _where(e, "judge" if self.purpose == "judge" else "score") from None
         finally:
             _SCORE_HIT.reset(token)
         usage = Usage(cache_hits=1) if flag[0] else Usage(calls=1, latency_s=time.perf_counter() - t0)
         self._record("judge" if self.purpose == "judge" else "score", usage)
         return scores
+
+
+def _where(e: Exception, purpose: str) -> Exception:
+    """``e`` (a CacheMiss) with the example being answered and the call's purpose in its message."""
+    led = _LEDGER.get()
+    ex = led.example_id if led is not None and led.example_id is not None else "(before the first example)"
+    return type(e)(f"{e} [example {ex}, purpose {purpose}]")
 
 
 def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger | None = None) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""Persistent LLM call cache: :class:`CallStore` (one SQLite file) + :class:`CachedLLM`.
+"""Persistent LLM call cache: :class:`CallStore` (a directory of append-only shards,
+:mod:`kgreason.storage.callstore`) + :class:`CachedLLM`.
 
 * **Key** – ``sha256`` of canonical JSON (``sort_keys=True``, compact separators) of
   ``{backend, model, settings, method, request}``: everything that shapes a reply.
@@ -20,9 +21,14 @@
   cache can be audited per seed.
 * **Modes** – ``readwrite`` (default), ``readonly`` (replay: a miss raises
   :class:`~kgreason.llm.base.CacheMiss`), ``off`` (no file is opened).
-* **Concurrency** – WAL journal + ``busy_timeout``, one short transaction per insert
-  (``INSERT OR IGNORE``): several processes (Hydra multirun, joblib launcher) can share one
-  file. A thread lock serialises use of the connection inside one process.
+* **Concurrency** – ``<llm_cache.dir>/llm_calls/`` holds one append-only shard per writing
+  process (host, pid): processes on one host or on many (a shared filesystem) share the
+  directory without locks; a lookup that misses reads what the other shards gained since
+  (:mod:`kgreason.storage.callstore`). An old ``llm_calls.sqlite`` is migrated into the shard
+  directory on first ``readwrite`` open and read in place by ``readonly``.
+* **Call log** – a :class:`CachedLLM` given ``call_log`` (the run loop passes
+  ``<run dir>/calls.jsonl``) appends one line per distinct key it served or stored
+  (``{"key", "method", "example"}``): the entries ``kgreason bundle export`` packs with the run.
 
 Accounting of hits (what ``metrics.json`` shows): a hit has ``cached=True`` and usage
 ``calls=0, cache_hits=1, latency_s=0, cost_usd=0`` while the **token counts of the original
@@ -43,16 +49,19 @@ import hashlib
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from kgreason.callstore import KeyValueStore, StoreCorrupt
 from kgreason.llm.accounting import claim_paid, current_payer, mark_score_cached
 from kgreason.llm.base import CacheMiss
+from kgreason.storage.callstore import LEGACY_SHARD, LLM_LEGACY, LLM_STORE, KeyValueStore, StoreCorrupt
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
 MODES = ("readwrite", "readonly", "off")
-DB_NAME = "llm_calls.sqlite"
+DB_NAME = LLM_LEGACY  # llm_calls.sqlite: the SQLite file of older versions (migrated, see CallStore.open)
+SHARD_DIR = LLM_STORE  # llm_calls/
+CALL_LOG = "calls.jsonl"
 
 
 def request_json(req: ChatRequest) -> dict[str, Any]:
@@ -88,15 +97,55 @@ def cache_key(backend: str, model: str, method: str, request: Any, settings: Any
 
 
 class CallStore(KeyValueStore):
-    """Key → JSON value in ``<dir>/llm_calls.sqlite`` (WAL, safe for several processes); a
-    ``readonly`` store without a file raises :class:`~kgreason.llm.base.CacheMiss`."""
+    """Key → JSON value in ``<dir>/llm_calls/`` (one shard per writing process, safe for several
+    processes and hosts); a ``readonly`` store with nothing to read raises
+    :class:`~kgreason.llm.base.CacheMiss`."""
 
     missing_error = CacheMiss
 
     @classmethod
     def open(cls, dir: str | Path, mode: str = "readwrite") -> "CallStore":
-        """The store file ``<dir>/llm_calls.sqlite`` (``dir`` = ``llm_cache.dir``)."""
-        return cls(Path(os.path.expanduser(str(dir))) / DB_NAME, mode=mode)
+        """The shard directory ``<dir>/llm_calls/`` (``dir`` = ``llm_cache.dir``); an older
+        ``<dir>/llm_calls.sqlite`` is migrated into it (readwrite) or read in place (readonly)."""
+        root = Path(os.path.expanduser(str(dir)))
+        return cls(root / SHARD_DIR, mode=mode, legacy=root / DB_NAME)
+
+
+class CallLog:
+    """``<run dir>/calls.jsonl``: one line per distinct cache key a run served or stored."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, key: str, method: str) -> None:
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen.add(key)
+            payer = current_payer()
+            line = json.dumps({"key": key, "method": method, "example": payer[1] if payer else None},
+                              ensure_ascii=True) + "\n"
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="ascii") as f:
+                f.write(line)
+
+
+def read_call_log(path: str | Path) -> list[str]:
+    """The distinct keys of a ``calls.jsonl`` (first-seen order); damaged lines are skipped."""
+    out: dict[str, None] = {}
+    p = Path(path)
+    if not p.is_file():
+        return []
+    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            k = json.loads(line)["key"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(k, str):
+            out[k] = None
+    return list(out)
 
 
 def _is_generate_entry(v: Any) -> bool:
@@ -107,12 +156,16 @@ def _is_generate_entry(v: Any) -> bool:
 
 def check_cache(cache_cfg: Any) -> None:
     """Open the run's call cache once at start-up, so a damaged file stops the run before the
-    first example with the file named (:class:`~kgreason.callstore.StoreCorrupt`), instead of
+    first example with the file named (:class:`~kgreason.storage.callstore.StoreCorrupt`), instead of
     failing every example on its own."""
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return
-    if str(cache_cfg.get("mode")) == "readwrite" and not (Path(os.path.expanduser(str(cache_cfg.get("dir")))) / DB_NAME).exists():
-        return  # nothing to check, and nothing is written before the run is known to start
+    root = Path(os.path.expanduser(str(cache_cfg.get("dir"))))
+    legacy_pending = (root / DB_NAME).exists() and not (root / SHARD_DIR / LEGACY_SHARD).exists()
+    if not legacy_pending and (str(cache_cfg.get("mode")) == "readwrite" or (root / SHARD_DIR).is_dir()):
+        # nothing to check (shards cannot be damaged as a whole: a damaged line is skipped), and
+        # nothing is written before the run is known to start
+        return
     store = CallStore.open(cache_cfg.get("dir"), mode=str(cache_cfg.get("mode")))
     store.close()
 
@@ -141,8 +194,10 @@ class CachedLLM:
     Misses of one ``generate`` batch are sent to the inner backend as one batch (order kept).
     """
 
-    def __init__(self, inner, store: CallStore, legacy_batched_keys: bool = False) -> None:
+    def __init__(self, inner, store: CallStore, legacy_batched_keys: bool = False,
+                 call_log: str | Path | None = None) -> None:
         self.inner, self.store = inner, store
+        self.call_log = CallLog(call_log) if call_log is not None else None
         self.backend = str(getattr(inner, "backend", type(inner).__name__))
         self.model = str(getattr(inner, "model", "?"))
         self.settings = backend_settings(inner)
@@ -175,6 +230,8 @@ class CachedLLM:
             if not _is_generate_entry(v):  # absent, or of another shape: never used as a reply
                 miss.append(i)
                 continue
+            if self.call_log is not None:
+                self.call_log.add(k, "generate")
             lp = v.get("token_logprobs")
             usage = _paid_usage(v) if claim_paid(k, v.get("paid_by")) else _hit_usage(v)
             out[i] = Completion(texts=tuple(v["texts"]), usage=usage, cached=True,
@@ -198,10 +255,12 @@ class CachedLLM:
                                          "sampling": {"temperature": r.temperature, "seed": r.seed,
                                                       "sample_index": r.sample_index}},
                                backend=self.backend, model=self.model, method="generate")
+                if self.call_log is not None:
+                    self.call_log.add(keys[i], "generate")
         return out  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Close the SQLite store and the inner backend (when it has a ``close``); idempotent."""
+        """Close the call store and the inner backend (when it has a ``close``); idempotent."""
         self.store.close()
         close = getattr(self.inner, "close", None)
         if callable(close):
@@ -216,6 +275,8 @@ class CachedLLM:
         ok = (isinstance(v, dict) and isinstance(v.get("scores"), list) and len(v["scores"]) == len(candidates)
               and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v["scores"]))
         if ok:
+            if self.call_log is not None:
+                self.call_log.add(key, "score")
             if not claim_paid(key, v.get("paid_by")):
                 mark_score_cached()  # the metering layer counts this call as a cache hit
             return [float(x) for x in v["scores"]]
@@ -229,4 +290,6 @@ class CachedLLM:
         claim_paid(key, payer)
         self.store.put(key, {"scores": scores, "paid_by": payer}, backend=self.backend, model=self.model,
                        method="score")
+        if self.call_log is not None:
+            self.call_log.add(key, "score")
         return scores

@@ -18,18 +18,20 @@ from kgreason import progress
 from kgreason.llm.cache import CachedLLM, CallStore
 
 
-def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1):
+def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1,
+              call_log: str | None = None):
     """Instantiate ``cfg`` (a ``conf/llm/*.yaml`` node) and wrap it in the persistent call cache
     unless ``cache_cfg`` is null or ``cache_cfg.mode`` is ``off``. With ``example_workers > 1``
     an in-process model (local, hf) is put behind the cross-example batcher
-    (:mod:`kgreason.llm.batching`), under the cache, so cache hits never wait for a batch."""
+    (:mod:`kgreason.llm.batching`), under the cache, so cache hits never wait for a batch.
+    ``call_log``: the run's ``calls.jsonl`` (every cache key it used; ``kgreason bundle``)."""
     from kgreason.llm.batching import maybe_batching
 
     llm = maybe_batching(instantiate(cfg), int(example_workers or 1))
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return llm
     return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])),
-                     legacy_batched_keys=bool(cache_cfg.get("legacy_batched_keys", False)))
+                     legacy_batched_keys=bool(cache_cfg.get("legacy_batched_keys", False)), call_log=call_log)
 
 
 class LazyLLM:
@@ -38,10 +40,13 @@ class LazyLLM:
     Args:
         cfg: the ``llm`` config node (``_target_`` + backend settings).
         cache_cfg: the ``llm_cache`` node (``dir``, ``mode``) or None.
+        call_log: the run's ``calls.jsonl`` (the cache keys it used), or None.
     """
 
-    def __init__(self, cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1) -> None:
+    def __init__(self, cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1,
+                 call_log: str | None = None) -> None:
         self._cfg, self._cache_cfg, self._llm = cfg, cache_cfg, None
+        self._call_log = call_log
         self._workers = int(example_workers or 1)
         self._lock = threading.Lock()  # example_workers > 1: build once
         self._closed = False
@@ -54,7 +59,7 @@ class LazyLLM:
                 if self._closed:
                     raise RuntimeError(f"LLM {self.model} was used after the run closed it")
                 if self._llm is None:
-                    self._llm = build_llm(self._cfg, self._cache_cfg, self._workers)
+                    self._llm = build_llm(self._cfg, self._cache_cfg, self._workers, self._call_log)
         return self._llm
 
     def resolved_model(self) -> str:
@@ -79,7 +84,7 @@ class LazyLLM:
             return llm.score(prompt, candidates)
 
     def close(self) -> None:
-        """Close the built LLM (its call-cache SQLite connection, the backend); idempotent."""
+        """Close the built LLM (its call-store files, the backend); idempotent."""
         with self._lock:
             self._closed = True
             llm, self._llm = self._llm, None

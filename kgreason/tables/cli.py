@@ -7,6 +7,7 @@ import sys
 from typing import Sequence
 
 from kgreason import stats
+from kgreason.storage.bundle import readable
 from kgreason.tables.build import write_tables
 from kgreason.tables.cells import MAX_BOOT, CIOptions
 from kgreason.tables.labels import parse_labels
@@ -27,7 +28,7 @@ def boot_count(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kgreason.tables", description=DESCRIPTION)
-    ap.add_argument("dir", help="a run dir or a multirun (sweep) dir")
+    ap.add_argument("dir", help="a run dir, a multirun (sweep) dir or a run bundle (.tar.gz, kgreason bundle)")
     ap.add_argument("--rows", default="reasoner,ablation,variant", help="comma-separated row axes")
     ap.add_argument("--cols", default="dataset,metric",
                     help="comma-separated column axes; a swept override works too, e.g. "
@@ -58,9 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     try:
         ci = CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed)
-        paths = write_tables(args.dir, split(args.rows), split(args.cols),
-                             split(args.metrics) if args.metrics else None, args.out, args.name, args.digits,
-                             ci, args.baseline, args.paper, args.allow_partial, parse_labels(args.label))
+        with readable(args.dir) as (root, bundle_out):  # a bundle (.tar.gz) is read as its sweep dir
+            paths = write_tables(root, split(args.rows), split(args.cols),
+                                 split(args.metrics) if args.metrics else None, args.out or bundle_out, args.name,
+                                 args.digits, ci, args.baseline, args.paper, args.allow_partial,
+                                 parse_labels(args.label))
     except (FileNotFoundError, KeyError, ValueError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2

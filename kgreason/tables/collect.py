@@ -36,6 +36,7 @@ def job_dirs(root: str | Path) -> list[Path]:
     root = Path(root)
     found = {p.parent.parent for p in root.rglob(".hydra/hydra.yaml")}
     found |= {p.parent for p in root.rglob("failed.json") if p.parent.name != ".hydra"}
+    found |= {p.parent for p in root.rglob("run.json") if p.parent.name != ".hydra"}  # a bundle's runs: no .hydra/
     return sorted(found, key=lambda p: (len(p.parts), _job_sort_key(p)))
 
 

@@ -29,10 +29,11 @@ import numpy as np
 
 from kgreason import stats
 from kgreason.tables.labels import metric_label
+from kgreason.storage.callstore import LLM_STORE
 from kgreason.tables.rows import read_rows
 
-#: the call cache's file in ``llm_cache.dir`` (kgreason/llm/cache.py ``DB_NAME``)
-CACHE_FILE = "llm_calls.sqlite"
+#: the call cache's folder in ``llm_cache.dir`` (one shard file per writing process; kgreason/storage/callstore.py)
+CACHE_FILE = LLM_STORE
 
 
 def _last_rows(pred: Path):
@@ -73,7 +74,7 @@ def replayed_answers(pred: str | Path) -> tuple[int, int]:
 
 
 def cache_path(cache_cfg: Mapping[str, Any] | None) -> str:
-    """The call cache's file as configured (``llm_cache.dir``), ``~`` expanded."""
+    """The call cache's folder as configured (``llm_cache.dir``), ``~`` expanded."""
     d = (cache_cfg or {}).get("dir")
     return str(Path(os.path.expanduser(str(d))) / CACHE_FILE) if d else f"<llm_cache.dir>/{CACHE_FILE}"
 

@@ -182,10 +182,10 @@ def test_scripted_rule_tables_never_share_an_entry(tmp_path, change):
 def test_a_file_that_is_not_a_cache_is_named_once_at_start_up(tmp_path):
     from omegaconf import OmegaConf
 
-    from kgreason.callstore import StoreCorrupt
+    from kgreason.storage.callstore import StoreCorrupt
     from kgreason.llm.cache import check_cache
 
-    (tmp_path / "llm_calls.sqlite").write_bytes(b"this is not sqlite" * 100)
+    (tmp_path / "llm_calls.sqlite").write_bytes(b"this is not sqlite" * 100)  # an older cache, damaged
     with pytest.raises(StoreCorrupt, match=r"llm_calls\.sqlite: not a usable cache file"):
         check_cache(OmegaConf.create({"dir": str(tmp_path), "mode": "readwrite"}))
     check_cache(OmegaConf.create({"dir": str(tmp_path), "mode": "off"}))  # off: never opened
@@ -200,11 +200,32 @@ def test_an_entry_of_the_wrong_shape_is_never_a_reply(tmp_path):
     req = ChatRequest.of("q")
     key = llm._key("generate", request_json(req))
     for bad in ({"texts": "not a list"}, {"texts": [None]}, ["x"], {"usage": {}}):
-        store._conn.execute("INSERT OR REPLACE INTO calls(key, value) VALUES (?, ?)", (key, json.dumps(bad)))
+        store.put(key, bad)
         first = llm.generate([req])[0]
         assert first.texts == ("fresh",) and not first.cached, bad
         assert llm.generate([req])[0].cached  # the fresh reply replaced the bad entry
-    store._conn.execute("INSERT OR REPLACE INTO calls(key, value) VALUES (?, ?)", (key, "{not json"))
-    out = llm.generate([req])[0]
-    assert out.texts == ("fresh",) and not out.cached
-    assert llm.generate([req])[0].cached  # the damaged entry was replaced by the fresh reply
+    # a line whose text no longer matches its checksum (a damaged disk block) is never a reply
+    other = CallStore.open(tmp_path, "readwrite")
+    other.put(key, {"texts": ["tampered"]})
+    shard = other.path / other._own
+    shard.write_bytes(shard.read_bytes().replace(b"tampered", b"tamperex"))
+    again = CallStore.open(tmp_path, "readwrite")
+    out = CachedLLM(ScriptedLLM(rules=[{"pattern": "q", "reply": "fresh"}]), again).generate([req])[0]
+    assert out.texts == ("fresh",) and out.cached  # the older intact entry, not the damaged one
+
+
+def test_a_prompt_with_a_lone_surrogate_is_cached_and_keys_of_other_text_are_unchanged(tmp_path):
+    """Issue #57 M2: a lone UTF-16 surrogate (e.g. from a truncated emoji) raised UnicodeEncodeError
+    in the key and in CallStore.put; it is now stored, and every other key stays what it was."""
+    import hashlib
+
+    payload = {"backend": "b", "model": "m", "settings": {}, "method": "generate", "request": {"q": "é ✓"}}
+    old = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                    default=str).encode("utf-8")).hexdigest()
+    assert cache_key("b", "m", "generate", {"q": "é ✓"}) == old  # the rule keys were made with
+    inner = CountingLLM()
+    llm = CachedLLM(inner, CallStore.open(tmp_path, "readwrite"))
+    req = ChatRequest.of("half an emoji \ud83d")
+    first = llm.generate([req])[0]
+    again = CachedLLM(CountingLLM(), CallStore.open(tmp_path, "readonly")).generate([req])[0]
+    assert again.cached and again.text == first.text and len(inner.generated) == 1

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kgreason.callstore import KeyValueStore
+from kgreason.storage.callstore import KeyValueStore
 from kgreason.llm.accounting import Ledger, ledger_metrics
 from kgreason.llm.base import LLMError
 from kgreason.llm.cache import CachedLLM
@@ -105,7 +105,7 @@ def _llm(srv, sleeps, **kw):
     (CUT_JSON, "not a JSON completion"), (NOT_OBJECT, "not a JSON completion"), (NULL_BODY, "not a JSON completion"),
 ])
 def test_an_unusable_reply_is_retried_then_fails_and_is_never_cached(tmp_path, bad, says):
-    store = KeyValueStore(tmp_path / "calls.sqlite")
+    store = KeyValueStore(tmp_path / "calls")
     sleeps: list[float] = []
     with Scripted([bad] * 3) as srv:
         llm = CachedLLM(_llm(srv, sleeps), store)
@@ -130,7 +130,7 @@ def test_fewer_choices_than_asked_is_a_failed_attempt():
 
 @pytest.mark.parametrize("value", ["86400", "inf", "1e12", "Fri, 31 Dec 9999 23:59:59 GMT", "61"])
 def test_a_retry_after_past_the_cap_fails_at_once(tmp_path, value):
-    store = KeyValueStore(tmp_path / "calls.sqlite")
+    store = KeyValueStore(tmp_path / "calls")
     sleeps: list[float] = []
     with Scripted([js(429, {"error": {"message": "slow down"}}, **{"Retry-After": value})], then=good()) as srv:
         llm = CachedLLM(_llm(srv, sleeps), store)
@@ -162,7 +162,7 @@ def test_parse_retry_after_never_raises():
 
 
 def test_a_reply_without_usage_is_unknown_not_zero_and_warned_once(tmp_path, caplog):
-    store = KeyValueStore(tmp_path / "calls.sqlite")
+    store = KeyValueStore(tmp_path / "calls")
     with Scripted([], then=good("x", usage=False)) as srv:
         llm = _llm(srv, [], prices={"m": {"input": 1.0, "output": 1.0}})
         with caplog.at_level(logging.WARNING, logger="kgreason.llm"):
@@ -173,7 +173,7 @@ def test_a_reply_without_usage_is_unknown_not_zero_and_warned_once(tmp_path, cap
         cached = CachedLLM(_llm(srv, []), store)
         cached.generate([ChatRequest.of("q3")])
         cached.close()
-    again = CachedLLM(_llm(srv, []), KeyValueStore(tmp_path / "calls.sqlite"))
+    again = CachedLLM(_llm(srv, []), KeyValueStore(tmp_path / "calls"))
     hit = again.generate([ChatRequest.of("q3")])[0]
     assert hit.cached and hit.usage.usage_unknown == 1  # the replay is still unknown, not 0 tokens
     led = Ledger()
@@ -208,7 +208,7 @@ def test_the_cache_stores_only_whole_replies(tmp_path):
         def score(self, prompt, cands):
             return [float("nan")] * len(cands)
 
-    store = KeyValueStore(tmp_path / "calls.sqlite")
+    store = KeyValueStore(tmp_path / "calls")
     llm = CachedLLM(Partial(), store)
     assert llm.generate([ChatRequest.of("q")])[0].texts == ()
     assert len(llm.score(ChatRequest.of("q").messages, ["a", "b"])) == 2

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -167,8 +166,9 @@ def test_tog_seed_sweep_samples_anew_and_shares_greedy_calls(tmp_path):
     assert sorted(jobs) == [0, 1]
     m = {s: json.loads((j / "metrics.json").read_text()) for s, j in jobs.items()}
     run_id = {s: json.loads((j / "fingerprint.json").read_text())["run_id"] for s, j in jobs.items()}
-    with sqlite3.connect(cache / "llm_calls.sqlite") as db:
-        entries = [json.loads(v) for (v,) in db.execute("SELECT value FROM calls WHERE method = 'generate'")]
+    store = CallStore.open(cache, "readonly")
+    recs = [store.record(k) for k in store.keys()]
+    entries = [r["value"] for r in recs if r["method"] == "generate"]
     hot = [e for e in entries if e["sampling"]["temperature"] > 0]
     cold = [e for e in entries if e["sampling"]["temperature"] == 0]
     by_seed = Counter(e["sampling"]["seed"] for e in hot)

@@ -1,0 +1,219 @@
+"""``kgreason bundle export|verify|replay``: make, check and re-run run bundles
+(:mod:`kgreason.storage.bundle`).
+
+* ``export RUN_OR_SWEEP_DIR... -o FILE [--cache DIR]``: one ``.tar.gz`` of the runs and every
+  model call they made or replayed.
+* ``verify FILE``: checks every entry's SHA-256 against the manifest and every cache entry's
+  checksum, and re-scores each run's bundled predictions (kgreason/score.py) against its
+  metrics.json; seconds, no model.
+* ``replay FILE [--out DIR]``: re-runs every run of the bundle from its launch overrides (run.json)
+  with the bundle's entries as a read-only call store (``llm_cache.mode=readonly``): zero model
+  calls; a miss is an error naming the run, example and purpose. Prints one line per run:
+  identical, or the first example and field that differ. Fields that describe what a run spent,
+  not what it answered (``llm/calls``, ``llm/cache_hits``, ``llm/cost_usd``, latencies, seconds,
+  ``prepare/*``: set-up work, which depends on what was cached), are left out of the comparison:
+  a replay pays for nothing.
+
+The data a run read is not in a bundle: ``kgreason data`` fetches it (the manifest's ``needs``
+lists each file with its fingerprint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from kgreason.storage.bundle import CALLS, BundleError, Opened, cache_records, export, open_bundle
+from kgreason.storage.callstore import LLM_STORE
+
+#: leaf names that describe what a run spent or how long it took, not what it answered
+SPENT = frozenset({"calls", "cache_hits", "cost_usd", "latency_s", "cached", "seconds"})
+#: launch overrides a replay sets itself
+DROPPED = ("llm_cache.", "hydra.", "tracking", "+llm_cache.", "++llm_cache.")
+
+
+def _spent(key: str) -> bool:
+    if key.startswith("prepare/"):  # set-up work done (embedding rows built...): depends on what was cached
+        return True
+    leaf = key.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+    return leaf in SPENT or leaf.endswith(("_s", "_seconds")) or leaf.startswith("seconds")
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The path of the first field where ``a`` and ``b`` differ (spending fields ignored), or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if _spent(str(k)):
+                continue
+            if k not in a or k not in b:
+                return f"{path}.{k}".lstrip(".")
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d is not None:
+                return d.lstrip(".")
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}[len {len(a)} vs {len(b)}]".lstrip(".")
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d is not None:
+                return d.lstrip(".")
+        return None
+    return None if a == b else path.lstrip(".") or "(value)"
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    from kgreason.runs import last_rows
+
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return last_rows(rows)
+
+
+def compare_run(bundled: Path, replayed: Path) -> str:
+    """``identical`` or where the replayed run first differs from the bundled one."""
+    a, b = _rows(bundled / "predictions.jsonl"), _rows(replayed / "predictions.jsonl")
+    by_id = {r.get("id"): r for r in b}
+    for row in a:
+        other = by_id.get(row.get("id"))
+        if other is None:
+            return f"differs: example {row.get('id')} was not answered by the replay"
+        d = first_difference(row, other)
+        if d is not None:
+            return f"differs: example {row.get('id')}, field {d}"
+    if len(b) != len(a):
+        return f"differs: the replay answered {len(b)} examples, the bundle holds {len(a)}"
+    ma = json.loads((bundled / "metrics.json").read_text(encoding="utf-8"))
+    mb = json.loads((replayed / "metrics.json").read_text(encoding="utf-8")) if (replayed / "metrics.json").is_file() else {}
+    d = first_difference(ma, mb)
+    if d is not None:
+        return f"differs: metrics.json {d}: {ma.get(d)!r} in the bundle, {mb.get(d)!r} replayed"
+    return "identical"
+
+
+def verify(opened: Opened) -> list[tuple[str, bool, str]]:
+    """(run, ok, line) per run: the bundled predictions re-scored against metrics.json, and every
+    key of the run's calls.jsonl present among the bundle's cache entries."""
+    from kgreason.metrics import METRICS
+    from kgreason.score import ScoreInputError, read_pairs, score
+
+    records = cache_records(opened)
+    out = []
+    for rel in opened.runs:
+        d = opened.run_dir(rel)
+        metrics = json.loads((d / "metrics.json").read_text(encoding="utf-8"))
+        names = [k.split("/", 1)[1] for k in metrics if k.startswith("metric/") and k.split("/", 1)[1] in METRICS]
+        try:
+            got = score(read_pairs(d / "predictions.jsonl"), names)
+        except (ScoreInputError, KeyError) as e:
+            out.append((rel, False, f"{rel}: predictions.jsonl cannot be re-scored: {e}"))
+            continue
+        bad = [n for n in names if got[n] != metrics[f"metric/{n}"] and not (
+            got[n] is not None and metrics[f"metric/{n}"] is not None and abs(got[n] - metrics[f"metric/{n}"]) < 1e-9)]
+        missing = [k for k in _keys(d) if k not in records]
+        if bad:
+            n = bad[0]
+            out.append((rel, False, f"{rel}: metric/{n} re-scored {got[n]!r}, metrics.json says "
+                                    f"{metrics[f'metric/{n}']!r}"))
+        elif missing:
+            out.append((rel, False, f"{rel}: cache entry {missing[0]} (calls.jsonl) is not in {CALLS}"))
+        else:
+            out.append((rel, True, f"{rel}: {len(names)} metrics re-scored, equal; {len(_keys(d))} cache entries present"))
+    return out
+
+
+def _keys(run: Path) -> list[str]:
+    from kgreason.llm.cache import read_call_log
+
+    return read_call_log(run / "calls.jsonl")
+
+
+def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
+    """Re-run one run of the bundle into ``out`` against ``cache`` (readonly); its result line."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import kgreason  # noqa: F401 - registers the resolvers conf/ uses
+    from kgreason.paths import config_dir
+    from kgreason.run import run
+
+    record = json.loads((opened.run_dir(rel) / "run.json").read_text(encoding="utf-8"))
+    overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)]
+    overrides += [f"llm_cache.dir={cache}", "llm_cache.mode=readonly", "tracking=none", f"hydra.run.dir={out}"]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
+        cfg = compose(config_name="config", overrides=overrides)
+    failed = None
+    try:
+        run(cfg, out)
+    except Exception as e:  # noqa: BLE001 - reported as this run's line
+        failed = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if "CacheMiss" in type(e).__name__ or "llm_cache.mode=readonly" in str(e):
+            return f"cache miss: {str(e).splitlines()[0]}"
+    for row in _rows(out / "predictions.jsonl"):  # a miss is the example's error: name the first
+        err = str(row.get("error") or "")
+        if "CacheMiss" in err or "llm_cache.mode=readonly" in err:
+            return f"cache miss: example {row.get('id')}: {err.splitlines()[0]}"
+    return failed or compare_run(opened.run_dir(rel), out)
+
+
+def replay(opened: Opened, out: Path) -> list[tuple[str, bool, str]]:
+    cache = out / "_bundle_cache"
+    (cache / LLM_STORE).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(opened.root / CALLS, cache / LLM_STORE / "bundle.jsonl")
+    res = []
+    for rel in opened.runs:
+        line = replay_run(opened, rel, cache, out / "runs" / rel)
+        res.append((rel, line == "identical", f"{rel}: {line}"))
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kgreason bundle", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="action", required=True)
+    e = sub.add_parser("export", help="write a bundle of run or sweep dirs")
+    e.add_argument("dirs", nargs="+", help="run dirs or sweep dirs")
+    e.add_argument("-o", "--out", required=True, help="the bundle file (.tar.gz)")
+    e.add_argument("--cache", default=None, help="the llm_cache.dir the runs used (default: the one run.json names)")
+    v = sub.add_parser("verify", help="check digests and re-score the bundled predictions")
+    v.add_argument("bundle")
+    r = sub.add_parser("replay", help="re-run every run of the bundle with its cache entries, read-only")
+    r.add_argument("bundle")
+    r.add_argument("--out", default=None, help="where the replayed runs go (default: a temporary dir, removed)")
+    a = ap.parse_args(argv)
+    try:
+        if a.action == "export":
+            m = export(a.dirs, a.out, a.cache)
+            n_calls = sum(r.get("calls", 0) for r in m["runs"])
+            print(f"{a.out}: {len(m['runs'])} runs, {n_calls} cache keys listed, "
+                  f"{Path(a.out).stat().st_size / 1e3:.1f} kB")
+            return 0
+        tmp = Path(tempfile.mkdtemp(prefix="kgreason-bundle-"))
+        try:
+            opened = open_bundle(a.bundle, tmp / "bundle")
+            if a.action == "verify":
+                lines = verify(opened)
+            else:
+                out = Path(a.out) if a.out else tmp / "replay"
+                lines = replay(opened, out)
+        finally:
+            if not (a.action == "replay" and a.out):
+                shutil.rmtree(tmp, ignore_errors=True)
+    except BundleError as err:
+        print(f"kgreason bundle: error: {err}", file=sys.stderr)
+        return 2
+    for _rel, _ok, line in lines:
+        print(line)
+    bad = sum(not ok for _r, ok, _l in lines)
+    print(f"{len(lines) - bad} of {len(lines)} runs {'verified' if a.action == 'verify' else 'identical'}")
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
