@@ -66,7 +66,7 @@ def is_user_error(e: BaseException) -> bool:
 
     from kgreason.storage.callstore import StoreCorrupt
     from kgreason.data.base import DataError
-    from kgreason.embedstore import StoreNoSpace
+    from kgreason.storage.embedstore import StoreNoSpace
     from kgreason.kg.cypher import GraphDBUnavailable
     from kgreason.preflight import PreflightError
     from kgreason.record import ResumeConfigMismatch

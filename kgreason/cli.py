@@ -43,9 +43,9 @@ def _module_main(module: str) -> Callable[[list[str]], int]:
 
 
 def _index(argv: list[str]) -> int:
-    """``kgreason index kg ...``: the KG embedding stores (kgreason/embedstore.py); otherwise SubQRAG's index."""
+    """``kgreason index kg ...``: the KG embedding stores (kgreason/storage/embedstore.py); otherwise SubQRAG's index."""
     if argv and argv[0] == "kg":
-        return _module_main("kgreason.embedstore")(argv[1:])
+        return _module_main("kgreason.storage.embedstore")(argv[1:])
     return _module_main("kgreason.reasoners.subqrag_index")(argv)
 
 

@@ -9,7 +9,7 @@ this box its vectors equal the former hand-written pooling to 1.5e-8 (docs/archi
 
 Where vectors come from, in order (docs/retrieval.md, "Embedding stores"):
 
-1. the KG embedding stores the run opened (:mod:`kgreason.embedstore`: one memory-mapped matrix
+1. the KG embedding stores the run opened (:mod:`kgreason.storage.embedstore`: one memory-mapped matrix
    per KG text form, built once per machine; ``kg_store`` = their dtype, null = none);
 2. the text cache: one SQLite file per model (``texts-<model key>.sqlite`` in ``cache_dir``), for
    texts that are not the KG's (questions, passages, generated text);
@@ -120,7 +120,7 @@ class Embedder:
                  cache_dir: str | None = None, max_length: int = 256, kg_store: str | None = "float32",
                  build_batch_size: int = 64, store_dir: str | None = None,
                  build_precision: str = "float32") -> None:
-        from kgreason.embedstore import BUILD_PRECISIONS, DTYPES
+        from kgreason.storage.embedstore import BUILD_PRECISIONS, DTYPES
 
         if kg_store is not None and kg_store not in DTYPES:
             raise ValueError(f"embedder.kg_store={kg_store!r}: expected float32, float16 or null")
@@ -178,7 +178,7 @@ class Embedder:
 
     def fingerprint(self) -> str:
         """SHA-256 of the model's files and the settings that change a vector (computed once per process)."""
-        from kgreason.embedstore import model_fingerprint
+        from kgreason.storage.embedstore import model_fingerprint
 
         k = (self.resolved_model_path, self.max_length)
         if k not in _FINGERPRINTS:
@@ -204,7 +204,7 @@ class Embedder:
 
     # ------------------------------------------------------------------ KG stores
     def kg_store(self, kg, form: str):
-        """The :class:`~kgreason.embedstore.KGStore` of ``form`` for ``kg`` (opened, or built once
+        """The :class:`~kgreason.storage.embedstore.KGStore` of ``form`` for ``kg`` (opened, or built once
         with a progress bar), or ``None`` when ``kg_store`` is null or ``kg`` is not in memory.
         Once opened, :meth:`encode` reads the texts it holds from it."""
         if self.kg_store_dtype is None or not hasattr(kg, "heads") or getattr(kg, "remote", False):  # a SPARQL source grows
@@ -215,7 +215,7 @@ class Embedder:
             with self._store_lock:
                 st = self._stores.get(k)
                 if st is None:
-                    from kgreason.embedstore import open_store
+                    from kgreason.storage.embedstore import open_store
 
                     st = open_store(kg, form, self, self.store_dir, self.kg_store_dtype)
                     self._stores[k] = st

@@ -269,9 +269,9 @@ def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path)
 
 def _open_embedding_stores(c: Components) -> list[dict[str, Any]]:
     """Before the first example: the KG embedding stores the reasoner ranks with, opened or built
-    once per machine (kgreason/embedstore.py). Returns the stores built here (their stats), which
+    once per machine (kgreason/storage/embedstore.py). Returns the stores built here (their stats), which
     ``prepare_usage.json`` and the ``prepare/*`` metrics count; timing.json's ``embedding`` lists all."""
-    from kgreason.embedstore import forms_of
+    from kgreason.storage.embedstore import forms_of
 
     if c.embedder is None or c.kg is None or not hasattr(c.embedder, "kg_store"):
         return []

@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def _embed_store_dir(tmp_path_factory):
     """One KG embedding store directory for the session: stores are keyed by their content
-    (kgreason/embedstore.py), so sharing them is what a machine does, and a KG is embedded once."""
+    (kgreason/storage/embedstore.py), so sharing them is what a machine does, and a KG is embedded once."""
     return tmp_path_factory.mktemp("embed_stores")
 
 

@@ -20,7 +20,7 @@ PKG = REPO / "kgreason"
 # bottom → top; a module may import from its own layer or any layer below. The same table is in
 # docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
-    ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.embedstore", "kgreason.runs", "kgreason.textio", "kgreason.secrets",
+    ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.runs", "kgreason.textio", "kgreason.secrets",
      "kgreason.storage", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search

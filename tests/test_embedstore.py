@@ -1,4 +1,4 @@
-"""KG embedding stores (kgreason/embedstore.py, issue 42): built once per machine, read at
+"""KG embedding stores (kgreason/storage/embedstore.py, issue 42): built once per machine, read at
 question time; rankings equal to embedding every fact on the fly (float32)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kgreason.embed import Embedder
-from kgreason.embedstore import form_texts, open_store, top_k
+from kgreason.storage.embedstore import form_texts, open_store, top_k
 from kgreason.kg.store import KG
 from kgreason.llm.scripted import ScriptedLLM
 from kgreason.reasoners.rag import RAG
@@ -119,7 +119,7 @@ def test_changed_kg_or_dtype_is_another_store_and_damage_is_named_and_rebuilt(ti
     data = bytearray(vec.read_bytes())
     data[-4:] = b"\x00\x00\x80\x7f"
     vec.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="kgreason.embedstore"):
+    with caplog.at_level(logging.WARNING, logger="kgreason.storage.embedstore"):
         b = open_store(tiny_kg, "triple", emb, tmp_path, "float32")
     assert b.built_here and str(vec) in caplog.text and "damaged" in caplog.text
     assert np.array_equal(np.asarray(b.matrix), ref)
@@ -282,7 +282,7 @@ def test_the_prepare_ledger_keeps_store_builds_beside_llm_calls():
 def test_index_kg_reads_overrides_after_forms(tmp_path, capsys):
     """``kgreason index kg --forms relation_words kg=embedded embedder.store_dir=…``: the key=value
     words after ``--forms`` are Hydra overrides, not form names (argparse's nargs took them)."""
-    from kgreason.embedstore import main
+    from kgreason.storage.embedstore import main
 
     assert main(["--forms", "relation_words", "kg=embedded", f"embedder.cache_dir={tmp_path}",
                  f"embedder.store_dir={tmp_path}", "embedder.build_precision=bfloat16"]) == 0
@@ -296,7 +296,7 @@ _BUILD_SCRIPT = """
 import sys, time
 from pathlib import Path
 from kgreason.embed import Embedder
-from kgreason.embedstore import open_store
+from kgreason.storage.embedstore import open_store
 from kgreason.kg.store import KG
 
 root, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -349,7 +349,7 @@ def test_a_full_disk_during_a_store_build_is_a_one_line_error_and_leaves_no_temp
     assert line.startswith("StoreNoSpace: ")
     assert not [x.name for x in (small_tmpfs / "kg").iterdir() if ".tmp." in x.name]
     from kgreason.app import is_user_error
-    from kgreason.embedstore import StoreNoSpace
+    from kgreason.storage.embedstore import StoreNoSpace
 
     assert is_user_error(StoreNoSpace("x"))  # a run stops on it with the line, no traceback
 
@@ -381,7 +381,7 @@ def test_a_stale_temp_dir_of_another_store_is_removed_only_when_no_build_holds_i
     and leaves one whose lock is held (a build in progress)."""
     import fcntl
 
-    from kgreason.embedstore import clean_stale_tmp
+    from kgreason.storage.embedstore import clean_stale_tmp
 
     base = tmp_path / "kg"
     base.mkdir()
@@ -408,7 +408,7 @@ def test_a_store_whose_meta_agrees_with_a_matrix_of_another_size_is_rebuilt(tiny
     meta = json.loads(meta_p.read_text())
     meta.update(rows=4, sha256=hashlib.sha256(vec.read_bytes()).hexdigest())
     meta_p.write_text(json.dumps(meta))
-    with caplog.at_level(logging.WARNING, logger="kgreason.embedstore"):
+    with caplog.at_level(logging.WARNING, logger="kgreason.storage.embedstore"):
         again = open_store(tiny_kg, "triple", E(kg_store="float32"), tmp_path)
     assert again.n == tiny_kg.n_triples == 5 and again.built_here
     assert "4 rows" in caplog.text and "5 triple texts" in caplog.text
@@ -416,7 +416,7 @@ def test_a_store_whose_meta_agrees_with_a_matrix_of_another_size_is_rebuilt(tiny
 
 def test_reserved_npy_reserves_the_bytes_it_maps(tmp_path):
     """The map's file holds its blocks before anything is written (not a sparse file)."""
-    from kgreason.embedstore import reserved_npy
+    from kgreason.storage.embedstore import reserved_npy
 
     m = reserved_npy(tmp_path / "x.npy", "float32", (1000, 64))
     st = (tmp_path / "x.npy").stat()

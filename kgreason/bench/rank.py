@@ -1,5 +1,5 @@
 """Fact ranking at question time: per-text encoding (the former path) against the KG embedding
-store (kgreason/embedstore.py), side by side in one process (issue 42; docs/retrieval.md).
+store (kgreason/storage/embedstore.py), side by side in one process (issue 42; docs/retrieval.md).
 
 ``python -m kgreason.bench rank [--datasets cwq metaqa] [--questions 20] [--before 3] [--out FILE]``
 
@@ -109,7 +109,7 @@ def bench_dataset(name: str, data: Path, work: Path, n: int, n_before: int, mode
     full shape whose rows are filled (by the build's own forward pass) at the triples these
     questions rank; the full build's time is extrapolated from the measured build throughput."""
     from kgreason.embed import Embedder
-    from kgreason.embedstore import KGStore, form_texts, texts_digest, top_k  # noqa: F401
+    from kgreason.storage.embedstore import KGStore, form_texts, texts_digest, top_k  # noqa: F401
 
     t0 = time.perf_counter()
     kg, qs, hops = _kg_and_questions(name, data, work, n)
@@ -193,7 +193,7 @@ def throughput(kg_name: str, data: Path, work: Path, model, n: int) -> dict:
     import torch
 
     from kgreason.embed import Embedder, TextCache
-    from kgreason.embedstore import form_texts
+    from kgreason.storage.embedstore import form_texts
 
     kg, _, _ = _kg_and_questions("cwq", data, work, 0)
     rng = np.random.default_rng(0)
@@ -258,7 +258,7 @@ def precision_overlap(name: str, data: Path, work: Path, n: int, model, store_di
     ``store_dir`` (built there first if absent: the full KG, so minutes). Also the whole-KG top-30
     of each question (every triple ranked), the stricter comparison."""
     from kgreason.embed import Embedder
-    from kgreason.embedstore import open_store
+    from kgreason.storage.embedstore import open_store
 
     kg, qs, hops = _kg_and_questions(name, data, work, n)
     out: dict = {"dataset": name, "kg_triples": int(kg.n_triples), "questions_linked": len(qs), "k": 30}
@@ -288,7 +288,7 @@ def precision_overlap(name: str, data: Path, work: Path, n: int, model, store_di
 
 def ranking_curve(rows: int, sizes: list[int], reps: int = 3) -> dict:
     """Gather + matvec + top-30 over ``m`` random candidate rows of a ``rows``-row store."""
-    from kgreason.embedstore import KGStore, top_k
+    from kgreason.storage.embedstore import KGStore, top_k
 
     rng = np.random.default_rng(0)
     mat = rng.standard_normal((rows, 384), dtype=np.float32)

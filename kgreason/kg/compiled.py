@@ -8,7 +8,7 @@ crashed compile never leaves a half-written cache). Editing the source file chan
 which invalidates the cache. A compile runs under a lock per key (``<key>.lock``): a second run
 waits for it and loads what it wrote; a compile stopped by ``kill -9`` leaves
 ``<key>.tmp.<pid>/``, removed by the next compile; a full disk is a one-line
-:class:`~kgreason.embedstore.StoreNoSpace` naming the cache dir and the bytes needed.
+:class:`~kgreason.storage.embedstore.StoreNoSpace` naming the cache dir and the bytes needed.
 
 Hydra use (``conf/kg/metaqa.yaml``)::
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kgreason import progress
-from kgreason.embedstore import clean_stale_tmp, no_space_error, out_of_space, store_lock
+from kgreason.storage.embedstore import clean_stale_tmp, no_space_error, out_of_space, store_lock
 from kgreason.kg.loaders import MAX_NAME_CHARS, name_limit
 from kgreason.kg.store import KG
 from kgreason.textio import note_file

@@ -29,7 +29,7 @@ class EmbeddingLinker:
     """Nearest KG entity label by all-MiniLM-L6-v2 cosine (exact search, one matrix product).
 
     Label embeddings are read from the KG's ``entity_label`` embedding store (built once per
-    machine, kgreason/embedstore.py) on first use; with ``embedder.kg_store: null`` they are
+    machine, kgreason/storage/embedstore.py) on first use; with ``embedder.kg_store: null`` they are
     embedded by the linker.
 
     Args:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kgreason.embedstore import reserved_npy
+from kgreason.storage.embedstore import reserved_npy
 from kgreason.kg.store import KG, RangeNames
 
 

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from kgreason.embedstore import top_k
+from kgreason.storage.embedstore import top_k
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answers
@@ -56,7 +56,7 @@ class RAG(BaseReasoner):
     """
 
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
-    embed_forms = ("triple",)  # the KG embedding store its ranking reads (kgreason/embedstore.py)
+    embed_forms = ("triple",)  # the KG embedding store its ranking reads (kgreason/storage/embedstore.py)
 
     def __init__(self, *, kg, retriever, llm, hops: int | None = None, max_hops: int = 2,
                  gold_hops: bool = False, top_k: int | None = 30, tau: float | None = None, max_candidates: int = 5000,

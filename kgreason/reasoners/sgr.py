@@ -226,7 +226,7 @@ class SGR(BaseReasoner):
     tasks = ("kgqa",)  # preflight: the dataset tasks this reasoner answers
     # per-question counts of the candidate cost cap (Eq. 4-6), added to the run's metrics
     metrics = ("candidates_truncated_rate", "candidates_unscored")
-    embed_forms = ("triple",)  # Eq. 4 / Eq. 24 read the KG's triple embedding store (kgreason/embedstore.py)
+    embed_forms = ("triple",)  # Eq. 4 / Eq. 24 read the KG's triple embedding store (kgreason/storage/embedstore.py)
 
     # no per-question state lives on the reasoner, and GraphDB.run_read serialises the database's
     # reads, so concurrent examples may share it (tests/reasoners/test_sgr.py)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kgreason import progress
-from kgreason.embedstore import store_lock
+from kgreason.storage.embedstore import store_lock
 from kgreason.kg.store import KG
 from kgreason.llm.accounting import credit_cached, credit_paid, current_payer
 from kgreason.llm.parsing import ParseResult, parse_json

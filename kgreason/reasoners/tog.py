@@ -140,7 +140,7 @@ class Pruner:
     @property
     def embed_forms(self) -> tuple[str, ...]:
         """The KG embedding stores the ``embedding`` backend reads its candidate texts from
-        (kgreason/embedstore.py; opened before the first example): only the question is embedded."""
+        (kgreason/storage/embedstore.py; opened before the first example): only the question is embedded."""
         return ("tog_relation", "tog_entity") if self.backend == "embedding" else ()
 
     def scores(self, question: str, names: list[str], texts: list[str], t: Trace, what: str,

@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from kgreason.embedstore import reserved_npy
+from kgreason.storage.embedstore import reserved_npy
 from kgreason.kg.store import KG
 from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout
 from kgreason.types import Subgraph

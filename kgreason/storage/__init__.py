@@ -8,5 +8,5 @@ disk, their locking and their integrity checks.
   (configs, predictions, metrics, every model call a run made), ``kgreason bundle``.
 
 Still outside (to move here next): ``kgreason/llm/cache.py`` (the LLM cache on top of the call
-store) and ``kgreason/embedstore.py`` (the KG embedding stores).
+store) and ``kgreason/storage/embedstore.py`` (the KG embedding stores).
 """

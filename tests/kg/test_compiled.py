@@ -149,7 +149,7 @@ def test_a_full_disk_while_compiling_is_a_one_line_error_and_leaves_nothing(tmp_
     naming the cache dir and the bytes needed, and no partial copy is left."""
     import pytest
 
-    from kgreason.embedstore import StoreNoSpace
+    from kgreason.storage.embedstore import StoreNoSpace
     from tmpfs_util import small_tmpfs
 
     src = tmp_path / "kb.txt"

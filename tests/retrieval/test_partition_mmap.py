@@ -52,7 +52,7 @@ def test_bad_load_mode():
 
 _FULL_DISK_SCRIPT = """
 import sys
-from kgreason.embedstore import StoreNoSpace
+from kgreason.storage.embedstore import StoreNoSpace
 from kgreason.kg.synthetic import synthetic_kg, write_synthetic_kg
 from kgreason.retrieval.partitioned import build_partitions
 
