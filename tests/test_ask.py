@@ -191,6 +191,28 @@ def test_ask_refuses_a_typo_and_a_bare_word_in_one_line(tmp_path):
     assert main(["Who", "directed", "it?"]) == 2
 
 
+def test_ask_takes_options_after_the_overrides_and_refuses_an_unknown_topic(tmp_path, monkeypatch, capsys):
+    """``--topic``/``--out`` may stand between the question and the overrides or after them;
+    a ``--topic`` the KG does not know stops in one line naming it, instead of a run from no entity
+    that answers nothing."""
+    from kgreason.ask import main
+
+    monkeypatch.setenv("KGREASON_OUTPUT", str(tmp_path / "outputs"))
+    monkeypatch.setenv("KGREASON_PROGRESS", "off")
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    out = tmp_path / "page.html"
+    assert main(["Who produced it?", "--topic", "The Hollow Orchard", "reasoner=retrieval_only",
+                 "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["row"]
+    assert row["trace"][0]["data"]["linked"][0][0] == "The Hollow Orchard"
+    capsys.readouterr()
+    assert main(["Who produced it?", "reasoner=retrieval_only", "--topic", "No Such Entity Qq",
+                 "--out", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'No Such Entity Qq'" in err[0] and "--topic" in err[0], err
+    assert not (tmp_path / "x.html").exists()
+
+
 def test_the_readmes_python_entry_point_runs_as_written(tmp_path):
     """The README's Python block (one configuration from Python, its metrics read) runs as pasted."""
     import re
