@@ -213,6 +213,24 @@ def test_ask_takes_options_after_the_overrides_and_refuses_an_unknown_topic(tmp_
     assert not (tmp_path / "x.html").exists()
 
 
+def test_show_says_in_one_line_what_it_could_not_write_or_find(tmp_path, capsys):
+    """A page that cannot be written (its folder is a file) is one line naming the path, not a
+    traceback; a run with no rows says so instead of an empty "e.g." list."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text(json.dumps({"id": "a", "prediction": "x", "trace": []}) + "\n")
+    (tmp_path / "afile").write_text("")
+    assert show_main([str(run), "a", "--out", str(tmp_path / "afile" / "p.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kgreason show: error:") and "afile" in err[0], err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "predictions.jsonl").write_text("")
+    assert show_main([str(empty), "a"]) == 2
+    err = capsys.readouterr().err
+    assert "no rows" in err and "e.g." not in err, err
+
+
 def test_the_readmes_python_entry_point_runs_as_written(tmp_path):
     """The README's Python block (one configuration from Python, its metrics read) runs as pasted."""
     import re
