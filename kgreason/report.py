@@ -174,7 +174,8 @@ REPLAYED_NOTE = (" A row marked (replayed) was answered from the call cache: its
 def question_pages(t: Tables, out: Path, n: int) -> list[str]:
     """Write the page (:mod:`kgreason.tables.question`) of each run's first ``n`` examples under
     ``<out>/questions/<run>/``; the Markdown list items that link them (relative to ``out``)."""
-    from kgreason.tables.question import load_row, page_name, question_page, load_record
+    from kgreason.runs import PredictionStore
+    from kgreason.tables.question import load_record, page_name, question_page
 
     items = []
     for job in dict.fromkeys(t.df["job"]) if n > 0 else ():
@@ -182,13 +183,14 @@ def question_pages(t: Tables, out: Path, n: int) -> list[str]:
         path = run_dir / "predictions.jsonl"
         if not path.is_file():
             continue
-        ids = [json.loads(ln)["id"] for ln in path.read_text(encoding="utf-8").splitlines()[:n] if ln.strip()]
+        # the last row per id (a retried example's, not its error row), damaged lines skipped, read once
+        rows = PredictionStore(path, repair=False).rows
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(job)).strip("._") or "run"
-        for ex_id in ids:
+        record = load_record(run_dir)
+        for ex_id in list(rows)[:n]:
             rel = Path("questions") / slug / page_name(ex_id)
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            (out / rel).write_text(question_page(load_row(run_dir, ex_id), load_record(run_dir), source=str(run_dir)),
-                                   encoding="utf-8")
+            (out / rel).write_text(question_page(rows[ex_id], record, source=str(run_dir)), encoding="utf-8")
             items.append(f"- [{slug}: {ex_id}]({rel.as_posix()})")
     return items
 

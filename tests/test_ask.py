@@ -164,6 +164,28 @@ def test_report_links_the_pages_of_each_runs_first_examples(tmp_path):
     assert "## Questions" in (run_dir / "report.md").read_text(encoding="utf-8")
 
 
+def test_report_pages_read_the_last_row_per_id_and_skip_a_torn_line(tmp_path):
+    """A resumed run holds an example twice (its error row, then the retry) and may hold a torn
+    line (a kill mid-write): the report links each of the first examples once, drawn from its last
+    row, and a torn line is skipped, not a traceback."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from kgreason.report import question_pages
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps({"id": "a", "prediction": "", "error": "timeout", "trace": []}), '{"id": "b", "predic',
+             json.dumps({"id": "a", "prediction": "retried answer", "trace": []}),
+             json.dumps({"id": "c", "prediction": "y", "trace": []})]
+    (run / "predictions.jsonl").write_text("\n".join(lines) + "\n")
+    t = SimpleNamespace(df=pd.DataFrame({"job": ["run"]}), root=tmp_path)
+    items = question_pages(t, tmp_path / "out", 2)
+    assert [i.split("]")[0] for i in items] == ["- [run: a", "- [run: c"], items
+    assert "retried answer" in (tmp_path / "out" / "questions" / "run" / "question_a.html").read_text()
+
+
 def test_sgr_paths_and_subqrag_subquestions_are_read_from_their_trace_steps():
     """The trace steps SGR (hypothesis calls' parsed claims, sgr.py ``_path``) and SubQRAG
     (``subquestion`` steps, subqrag.py ``_answer``) record become one edge group each."""
