@@ -121,6 +121,7 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
     from kgreason.run import _open_embedding_stores, _start_checks, answer_and_score, build
     from kgreason.runs import scrub_secrets
     from kgreason.tables.question import question_page
+    from kgreason.textio import utf8_safe
 
     cfg, choices = compose(overrides)
     set_hub_mode(cfg)
@@ -144,9 +145,10 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
         out = root / f"{now.strftime('%H-%M-%S')}_{choices.get('reasoner', 'reasoner')}.html"
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(question_page(row, record, source="kgreason ask"), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"row": row, "record": record}, indent=1, ensure_ascii=False,
-                                                   default=str), encoding="utf-8")
+    # text UTF-8 can hold (a question typed in another encoding arrives as lone surrogates)
+    out.write_text(utf8_safe(question_page(row, record, source="kgreason ask")), encoding="utf-8")
+    out.with_suffix(".json").write_text(utf8_safe(json.dumps({"row": row, "record": record}, indent=1,
+                                                             ensure_ascii=False, default=str)), encoding="utf-8")
     return row, out
 
 

@@ -253,6 +253,20 @@ def test_show_says_in_one_line_what_it_could_not_write_or_find(tmp_path, capsys)
     assert "no rows" in err and "e.g." not in err, err
 
 
+def test_ask_writes_a_question_with_undecodable_bytes(tmp_path, monkeypatch):
+    """A question typed in another encoding reaches Python as lone surrogates (argv's
+    surrogateescape); the page and its JSON are still written, each such character as U+FFFD,
+    as every JSON writer of a run does (kgreason/textio.py utf8_safe)."""
+    from kgreason.ask import main
+
+    monkeypatch.setenv("KGREASON_OUTPUT", str(tmp_path / "outputs"))
+    monkeypatch.setenv("KGREASON_PROGRESS", "off")
+    out = tmp_path / "page.html"
+    assert main(["Caf\udce9 owner?", "reasoner=retrieval_only", "--out", str(out)]) == 0
+    assert "Caf\ufffd owner?" in out.read_text(encoding="utf-8")
+    assert json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["row"]["question"] == "Caf\ufffd owner?"
+
+
 def test_the_readmes_python_entry_point_runs_as_written(tmp_path):
     """The README's Python block (one configuration from Python, its metrics read) runs as pasted."""
     import re
