@@ -28,6 +28,7 @@ import pandas as pd
 
 from kgreason import stats
 from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, parse_labels, pivot, render_markdown
+from kgreason.tables.cli import error_text
 from kgreason.tables.summary import cache_note, replayed_answers
 
 COST_METRICS = ["llm/calls", "llm/cache_hits", "llm/calls_per_question", "llm/prompt_tokens",
@@ -332,12 +333,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline, args.paper,
                                 allow_partial=args.allow_partial, labels=parse_labels(args.label),
                                 questions_out=out, n_questions=args.questions)
-    except (FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{args.name}.md").write_text(md, encoding="utf-8")
+        (out / f"{args.name}.html").write_text(page, encoding="utf-8")
+    except (OSError, KeyError, ValueError) as e:  # OSError: --out under a file, not writable, a full disk
+        print(f"error: {error_text(e)}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.md").write_text(md, encoding="utf-8")
-    (out / f"{args.name}.html").write_text(page, encoding="utf-8")
     print(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.html')}")
     return 0
 

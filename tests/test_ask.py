@@ -267,6 +267,24 @@ def test_ask_writes_a_question_with_undecodable_bytes(tmp_path, monkeypatch):
     assert json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["row"]["question"] == "Caf\ufffd owner?"
 
 
+def test_show_names_the_file_of_a_file_system_error_not_its_number(tmp_path, monkeypatch, capsys):
+    """A FileNotFoundError from the file system carries its errno first: the line is its message
+    ("[Errno 2] ... 'path'"), not "error: 2"."""
+    import errno
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text(json.dumps({"id": "a", "prediction": "x", "trace": []}) + "\n")
+
+    def gone(self, *a, **k):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(self))
+
+    monkeypatch.setattr(Path, "write_text", gone)
+    assert show_main([str(run), "a", "--out", str(tmp_path / "p.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "No such file or directory" in err and "p.html" in err, err
+
+
 def test_the_readmes_python_entry_point_runs_as_written(tmp_path):
     """The README's Python block (one configuration from Python, its metrics read) runs as pasted."""
     import re

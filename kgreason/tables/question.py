@@ -364,11 +364,10 @@ def show_main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         path = write_page(args.run_dir, args.example_id, args.out)
-    except (FileNotFoundError, KeyError) as e:
-        print(f"kgreason show: error: {e.args[0] if e.args else e}", file=sys.stderr)
-        return 2
-    except (OSError, UnicodeDecodeError) as e:  # a page that cannot be written, a file that is not text
-        print(f"kgreason show: error: {e}", file=sys.stderr)
+    except (OSError, KeyError, UnicodeDecodeError) as e:  # a page that cannot be written, a file that is not text
+        from kgreason.tables.cli import error_text
+
+        print(f"kgreason show: error: {error_text(e)}", file=sys.stderr)
         return 2
     print(path)
     return 0
