@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import REPO
+from test_resume import _sigterm_once
 
 N = 30
 
@@ -116,23 +117,13 @@ def test_a_stopped_sweep_job_names_the_command_that_goes_on(tmp_path):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
     env = dict(_env(out), PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")  # `python` in the line
     cmd = _cmd(cache, "seed=0")
-    proc = subprocess.Popen([*cmd[:3], "--multirun", *cmd[3:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and sum(
-                len(p.read_text().splitlines()) for p in out.rglob("predictions.jsonl")) < 5:
-            assert proc.poll() is None, proc.stdout.read()
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)
-        text, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, text = _sigterm_once([*cmd[:3], "--multirun", *cmd[3:]], env, lambda: sum(
+        len(p.read_text().splitlines()) for p in out.rglob("predictions.jsonl")) >= 5)
     line = next(ln for ln in text.splitlines() if "interrupted by SIGTERM" in ln)
     assert "the same command" not in line, line
     [job] = list(out.rglob("predictions.jsonl"))
-    assert "hydra.sweep.dir=" in line and str(job.parent.parent) in line, line
+    [sweep] = list(out.glob("multirun/*/*"))  # <date>/<time>: the job's own dir is below it
+    assert f"hydra.sweep.dir={sweep} " in line, line
     printed = re.search(r"this job alone: (.+)$", line).group(1)
     again = subprocess.run(["bash", "-c", printed], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, (printed, again.stderr[-3000:])
