@@ -11,7 +11,7 @@ subgraph the method used).
 The question: when it is (up to case and spacing) a question of the configured dataset, that
 example is answered, with its topic entities and gold answers (the page shows its scores);
 ``--id`` picks a dataset example by id. Any other text is a new question without gold: its
-topic entities are ``--topic`` (repeatable), or else the longest runs of words in the question
+topic entities are ``--topic`` (repeatable; one the KG does not know is refused), or else the longest runs of words in the question
 that name a KG entity (:func:`mentions`; not a method's linker, only ``ask``'s way to find a
 start for a question typed by hand).
 
@@ -101,6 +101,11 @@ def _example(c, question: str, example_id: str | None, topics: Sequence[str]):
     same = next((ex for ex in examples if _norm(ex.question) == _norm(question)), None)
     if same is not None and not topics:
         return same
+    if topics and c.kg is not None:
+        unknown = [t for t in topics if c.kg.find_entity(t) < 0]
+        if unknown:  # a run from no entity would answer nothing and look like the method's failure
+            raise KeyError(f"--topic {unknown[0]!r}: the KG has no entity of that name or id "
+                           "(give its name, label, alias or id as the KG spells it)")
     if not topics and c.kg is not None:
         topics = mentions(c.kg, question)
     return Example(id="ask", question=question, topic_entities=tuple(topics))
@@ -116,6 +121,7 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
     from kgreason.run import _open_embedding_stores, _start_checks, answer_and_score, build
     from kgreason.runs import scrub_secrets
     from kgreason.tables.question import question_page
+    from kgreason.textio import utf8_safe
 
     cfg, choices = compose(overrides)
     set_hub_mode(cfg)
@@ -139,9 +145,10 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
         out = root / f"{now.strftime('%H-%M-%S')}_{choices.get('reasoner', 'reasoner')}.html"
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(question_page(row, record, source="kgreason ask"), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"row": row, "record": record}, indent=1, ensure_ascii=False,
-                                                   default=str), encoding="utf-8")
+    # text UTF-8 can hold (a question typed in another encoding arrives as lone surrogates)
+    out.write_text(utf8_safe(question_page(row, record, source="kgreason ask")), encoding="utf-8")
+    out.with_suffix(".json").write_text(utf8_safe(json.dumps({"row": row, "record": record}, indent=1,
+                                                             ensure_ascii=False, default=str)), encoding="utf-8")
     return row, out
 
 
@@ -156,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--topic", action="append", default=[], help="a topic entity (KG name or id); repeatable")
     ap.add_argument("--id", dest="example_id", default=None, help="answer this example of the dataset instead")
     ap.add_argument("--out", default=None, help="the page to write (default <paths.output>/ask/<date>/<time>_<reasoner>.html)")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # --topic/--out/--id anywhere, before or among the overrides
     bad = [o for o in args.overrides if "=" not in o and not o.startswith(("+", "~"))]
     if bad:
         print(f"kgreason ask: error: {bad[0]!r} is not an override (group=option or key=value); quote the question "

@@ -29,6 +29,7 @@ import pandas as pd
 from kgreason import stats
 from kgreason.storage.bundle import readable
 from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, parse_labels, pivot, render_markdown
+from kgreason.tables.cli import error_text
 from kgreason.tables.summary import cache_note, replayed_answers
 
 COST_METRICS = ["llm/calls", "llm/cache_hits", "llm/calls_per_question", "llm/prompt_tokens",
@@ -175,7 +176,8 @@ REPLAYED_NOTE = (" A row marked (replayed) was answered from the call cache: its
 def question_pages(t: Tables, out: Path, n: int) -> list[str]:
     """Write the page (:mod:`kgreason.tables.question`) of each run's first ``n`` examples under
     ``<out>/questions/<run>/``; the Markdown list items that link them (relative to ``out``)."""
-    from kgreason.tables.question import load_row, page_name, question_page, load_record
+    from kgreason.runs import PredictionStore
+    from kgreason.tables.question import load_record, page_name, question_page
 
     items = []
     for job in dict.fromkeys(t.df["job"]) if n > 0 else ():
@@ -183,13 +185,14 @@ def question_pages(t: Tables, out: Path, n: int) -> list[str]:
         path = run_dir / "predictions.jsonl"
         if not path.is_file():
             continue
-        ids = [json.loads(ln)["id"] for ln in path.read_text(encoding="utf-8").splitlines()[:n] if ln.strip()]
+        # the last row per id (a retried example's, not its error row), damaged lines skipped, read once
+        rows = PredictionStore(path, repair=False).rows
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(job)).strip("._") or "run"
-        for ex_id in ids:
+        record = load_record(run_dir)
+        for ex_id in list(rows)[:n]:
             rel = Path("questions") / slug / page_name(ex_id)
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            (out / rel).write_text(question_page(load_row(run_dir, ex_id), load_record(run_dir), source=str(run_dir)),
-                                   encoding="utf-8")
+            (out / rel).write_text(question_page(rows[ex_id], record, source=str(run_dir)), encoding="utf-8")
             items.append(f"- [{slug}: {ex_id}]({rel.as_posix()})")
     return items
 
@@ -332,12 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed), args.baseline,
                                     args.paper, allow_partial=args.allow_partial, labels=parse_labels(args.label),
                                     questions_out=out, n_questions=args.questions)
-    except (FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{args.name}.md").write_text(md, encoding="utf-8")
+            (out / f"{args.name}.html").write_text(page, encoding="utf-8")
+    except (OSError, KeyError, ValueError) as e:  # OSError: --out under a file, not writable, a full disk
+        print(f"error: {error_text(e)}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.md").write_text(md, encoding="utf-8")
-    (out / f"{args.name}.html").write_text(page, encoding="utf-8")
     print(f"wrote {out / (args.name + '.md')}, {out / (args.name + '.html')}")
     return 0
 

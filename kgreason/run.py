@@ -641,6 +641,29 @@ def resume_command(out_dir: Path) -> str:
     return " ".join(["python -m kgreason", *map(shlex.quote, kept), run_dir])
 
 
+def go_on_hint(out_dir: Path) -> str:
+    """How a stopped run goes on, for its interruption line. A single run: the same command again
+    (``GoOn`` finds the dir) or :func:`resume_command`. A sweep's job: the same ``--multirun``
+    command makes a new sweep dir unless it names this one, so the line says which
+    ``hydra.sweep.dir`` to give, and the command that finishes this job alone."""
+    sweep_dir = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            sweep_dir = str(HydraConfig.get().sweep.dir)
+    except Exception:  # noqa: BLE001 - only for the message
+        sweep_dir = None
+    if sweep_dir is None:
+        return f"Resume with the same command, or: {resume_command(out_dir)}"
+    from kgreason.paths import hydra_quote
+
+    given = shlex.quote(f"hydra.sweep.dir={hydra_quote(sweep_dir)}")
+    return (f"Resume the sweep with its command and {given} (without it a new sweep dir is made), "
+            f"or this job alone: {resume_command(out_dir)}")
+
+
 def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_dir: Path, prepared: Ledger,
                    report: Mapping[str, Any], why: BaseException) -> None:
     """metrics.json for the rows written before an interruption, marked ``run/partial``; the
@@ -660,8 +683,8 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
         log.error("could not write partial metrics.json: %s", e)
         done = -1
     log.warning("run interrupted by %s after %d of %d examples; rows are kept in %s and metrics.json holds "
-                "the partial figures (run/partial: true). Resume with the same command, or: %s", signame, done, len(examples),
-                out_dir / "predictions.jsonl", resume_command(out_dir))
+                "the partial figures (run/partial: true). %s", signame, done, len(examples),
+                out_dir / "predictions.jsonl", go_on_hint(out_dir))
 
 
 #: written when Ctrl-C or SIGTERM stops a run in its set-up (before the examples it has left);
@@ -686,7 +709,7 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
     got = f" ({where['what']}: {where['done']} of {where['total']} {where['unit']} done)" if where else ""
     log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; what the set-up "
                 "finished is kept (SubQRAG's index: every extracted passage) and a resume goes on from there. "
-                "Resume with the same command, or: %s", signame, got, done, n, resume_command(out_dir))
+                "%s", signame, got, done, n, go_on_hint(out_dir))
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:

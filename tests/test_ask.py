@@ -164,6 +164,28 @@ def test_report_links_the_pages_of_each_runs_first_examples(tmp_path):
     assert "## Questions" in (run_dir / "report.md").read_text(encoding="utf-8")
 
 
+def test_report_pages_read_the_last_row_per_id_and_skip_a_torn_line(tmp_path):
+    """A resumed run holds an example twice (its error row, then the retry) and may hold a torn
+    line (a kill mid-write): the report links each of the first examples once, drawn from its last
+    row, and a torn line is skipped, not a traceback."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from kgreason.report import question_pages
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps({"id": "a", "prediction": "", "error": "timeout", "trace": []}), '{"id": "b", "predic',
+             json.dumps({"id": "a", "prediction": "retried answer", "trace": []}),
+             json.dumps({"id": "c", "prediction": "y", "trace": []})]
+    (run / "predictions.jsonl").write_text("\n".join(lines) + "\n")
+    t = SimpleNamespace(df=pd.DataFrame({"job": ["run"]}), root=tmp_path)
+    items = question_pages(t, tmp_path / "out", 2)
+    assert [i.split("]")[0] for i in items] == ["- [run: a", "- [run: c"], items
+    assert "retried answer" in (tmp_path / "out" / "questions" / "run" / "question_a.html").read_text()
+
+
 def test_sgr_paths_and_subqrag_subquestions_are_read_from_their_trace_steps():
     """The trace steps SGR (hypothesis calls' parsed claims, sgr.py ``_path``) and SubQRAG
     (``subquestion`` steps, subqrag.py ``_answer``) record become one edge group each."""
@@ -189,6 +211,78 @@ def test_ask_refuses_a_typo_and_a_bare_word_in_one_line(tmp_path):
 
     assert main(["Who?", "reasoner=rgg"]) == 2
     assert main(["Who", "directed", "it?"]) == 2
+
+
+def test_ask_takes_options_after_the_overrides_and_refuses_an_unknown_topic(tmp_path, monkeypatch, capsys):
+    """``--topic``/``--out`` may stand between the question and the overrides or after them;
+    a ``--topic`` the KG does not know stops in one line naming it, instead of a run from no entity
+    that answers nothing."""
+    from kgreason.ask import main
+
+    monkeypatch.setenv("KGREASON_OUTPUT", str(tmp_path / "outputs"))
+    monkeypatch.setenv("KGREASON_PROGRESS", "off")
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    out = tmp_path / "page.html"
+    assert main(["Who produced it?", "--topic", "The Hollow Orchard", "reasoner=retrieval_only",
+                 "--out", str(out)]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["row"]
+    assert row["trace"][0]["data"]["linked"][0][0] == "The Hollow Orchard"
+    capsys.readouterr()
+    assert main(["Who produced it?", "reasoner=retrieval_only", "--topic", "No Such Entity Qq",
+                 "--out", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'No Such Entity Qq'" in err[0] and "--topic" in err[0], err
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_show_says_in_one_line_what_it_could_not_write_or_find(tmp_path, capsys):
+    """A page that cannot be written (its folder is a file) is one line naming the path, not a
+    traceback; a run with no rows says so instead of an empty "e.g." list."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text(json.dumps({"id": "a", "prediction": "x", "trace": []}) + "\n")
+    (tmp_path / "afile").write_text("")
+    assert show_main([str(run), "a", "--out", str(tmp_path / "afile" / "p.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kgreason show: error:") and "afile" in err[0], err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "predictions.jsonl").write_text("")
+    assert show_main([str(empty), "a"]) == 2
+    err = capsys.readouterr().err
+    assert "no rows" in err and "e.g." not in err, err
+
+
+def test_ask_writes_a_question_with_undecodable_bytes(tmp_path, monkeypatch):
+    """A question typed in another encoding reaches Python as lone surrogates (argv's
+    surrogateescape); the page and its JSON are still written, each such character as U+FFFD,
+    as every JSON writer of a run does (kgreason/textio.py utf8_safe)."""
+    from kgreason.ask import main
+
+    monkeypatch.setenv("KGREASON_OUTPUT", str(tmp_path / "outputs"))
+    monkeypatch.setenv("KGREASON_PROGRESS", "off")
+    out = tmp_path / "page.html"
+    assert main(["Caf\udce9 owner?", "reasoner=retrieval_only", "--out", str(out)]) == 0
+    assert "Caf\ufffd owner?" in out.read_text(encoding="utf-8")
+    assert json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["row"]["question"] == "Caf\ufffd owner?"
+
+
+def test_show_names_the_file_of_a_file_system_error_not_its_number(tmp_path, monkeypatch, capsys):
+    """A FileNotFoundError from the file system carries its errno first: the line is its message
+    ("[Errno 2] ... 'path'"), not "error: 2"."""
+    import errno
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text(json.dumps({"id": "a", "prediction": "x", "trace": []}) + "\n")
+
+    def gone(self, *a, **k):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(self))
+
+    monkeypatch.setattr(Path, "write_text", gone)
+    assert show_main([str(run), "a", "--out", str(tmp_path / "p.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "No such file or directory" in err and "p.html" in err, err
 
 
 def test_the_readmes_python_entry_point_runs_as_written(tmp_path):

@@ -150,3 +150,15 @@ def test_a_replayed_run_is_marked_and_never_ranked_cheap(tmp_path):
     first = _report(tmp_path / "first", "--boot", "200")
     fresh = (tmp_path / "first" / "report.md").read_text()
     assert first.returncode == 0 and "(replayed)" not in fresh and "## Answers from the call cache" not in fresh
+
+
+def test_an_out_dir_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """--out under a file: the question pages (written while the report is built) and the report
+    itself stop in one line naming the path, exit 2, not a traceback."""
+    from kgreason.report import main
+
+    root = _sweep(tmp_path)
+    (tmp_path / "afile").write_text("")
+    assert main([str(root), "--out", str(tmp_path / "afile" / "rep"), "--ci", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "afile" in err[0], err

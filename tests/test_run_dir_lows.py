@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, compose_cfg
+from test_resume import _sigterm_once
 
 from kgreason.run import run
 from kgreason.runs import RunDirLocked, lock_run_dir
@@ -185,19 +185,9 @@ def test_the_printed_resume_command_works_pasted_in_bash(tmp_path):
                PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     cmd = [sys.executable, "-m", "kgreason", *BASE, "llm.delay_s=0.05", "dataset.limit=20",
            f"llm_cache.dir={tmp_path / 'cache'}", f"hydra.run.dir={hydra_quote(str(d))}"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        pred = d / "predictions.jsonl"
-        while time.monotonic() < deadline and (not pred.exists() or len(pred.read_text().splitlines()) < 3):
-            assert proc.poll() is None, proc.stdout.read()
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, out
+    pred = d / "predictions.jsonl"
+    rc, out = _sigterm_once(cmd, env, lambda: pred.exists() and len(pred.read_text().splitlines()) >= 3)
+    assert rc == 143, out
     printed = re.search(r"Resume with the same command, or: (.+)$", out, re.M).group(1)
     again = subprocess.run(["bash", "-c", printed], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, (printed, again.stderr[-3000:])

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import REPO
+from test_resume import _sigterm_once
 
 N = 30
 
@@ -105,3 +106,26 @@ def test_resume_false_starts_a_new_dir_beside_an_unfinished_one(tmp_path):
                          text=True, timeout=300)
     assert new.returncode == 0, new.stderr[-3000:]
     assert len(list(out.glob("runs/*/*"))) == 2
+
+
+def test_a_stopped_sweep_job_names_the_command_that_goes_on(tmp_path):
+    """In a sweep the same ``--multirun`` command makes a new sweep dir (named by the second it
+    starts), so a stopped job's line does not promise that; it names the sweep dir to give and the
+    command that finishes this job, which works pasted in bash."""
+    import re
+
+    out, cache = tmp_path / "outputs", tmp_path / "cache"
+    env = dict(_env(out), PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")  # `python` in the line
+    cmd = _cmd(cache, "seed=0")
+    _, text = _sigterm_once([*cmd[:3], "--multirun", *cmd[3:]], env, lambda: sum(
+        len(p.read_text().splitlines()) for p in out.rglob("predictions.jsonl")) >= 5)
+    line = next(ln for ln in text.splitlines() if "interrupted by SIGTERM" in ln)
+    assert "the same command" not in line, line
+    [job] = list(out.rglob("predictions.jsonl"))
+    [sweep] = list(out.glob("multirun/*/*"))  # <date>/<time>: the job's own dir is below it
+    assert f"hydra.sweep.dir={sweep} " in line, line
+    printed = re.search(r"this job alone: (.+)$", line).group(1)
+    again = subprocess.run(["bash", "-c", printed], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, (printed, again.stderr[-3000:])
+    m = json.loads((job.parent / "metrics.json").read_text())
+    assert m["run/status"] == "complete" and m["run/n_examples"] == N

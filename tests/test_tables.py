@@ -926,3 +926,15 @@ def test_pairing_group_is_not_a_variant(tmp_path):
         (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hy))
     md = write_tables(root, ci=None)["md"].read_text()
     assert "pairing" not in md
+
+
+def test_tables_out_under_a_file_is_one_line(tmp_path, capsys):
+    """``--out`` under a file: one line naming the path, exit 2, not a traceback."""
+    from kgreason.tables import main
+
+    root = tmp_path / "m"
+    _run(root, 0, "io", 0, [1, 0, 1])
+    (tmp_path / "afile").write_text("")
+    assert main([str(root), "--out", str(tmp_path / "afile" / "t"), "--ci", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "afile" in err[0], err

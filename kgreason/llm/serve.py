@@ -6,7 +6,7 @@ finds the model's GGUF exactly as the in-process routes do
 starts llama-cpp-python's server on it (``python -m llama_cpp.server``) and prints the override
 line that points any run at it::
 
-    llm=openai llm.base_url=http://127.0.0.1:8000/v1 llm.model=smollm2-135m-instruct llm.api_key_env=null
+    llm=openai llm.base_url=http://127.0.0.1:8000/v1 llm.model=smollm2-135m-instruct llm.api_key_env=null example_workers=1
 
 so a machine without a GPU runs the same configs as a ``vllm serve`` user.
 
@@ -108,9 +108,13 @@ def resolve_model(overrides: Sequence[str]) -> tuple[Path, str, dict[str, Any]]:
     return gguf, name, llm
 
 
-def override_line(base_url: str, name: str, key_env: str | None = None) -> str:
-    """The overrides that point a run at a served model (``key_env``: the variable holding its key)."""
-    return f"llm=openai llm.base_url={base_url} llm.model={name} llm.api_key_env={key_env or 'null'}"
+def override_line(base_url: str, name: str, key_env: str | None = None, slots: int | None = None) -> str:
+    """The overrides that point a run at a served model (``key_env``: the variable holding its key).
+    With ``slots``, ``example_workers`` is set to it: each slot answers one request at a time, and
+    ``example_workers=auto`` (16 against any HTTP model) would queue the rest on the slots, where
+    the wait counts against ``llm.timeout_s``."""
+    line = f"llm=openai llm.base_url={base_url} llm.model={name} llm.api_key_env={key_env or 'null'}"
+    return f"{line} example_workers={int(slots)}" if slots else line
 
 
 def is_loopback(host: str) -> bool:
@@ -428,7 +432,7 @@ class LlamaServer:
         return f"http://{self.host}:{port}/v1"
 
     def override_line(self) -> str:
-        return override_line(self.base_url, self.name, KEY_ENV if self.api_key else None)
+        return override_line(self.base_url, self.name, KEY_ENV if self.api_key else None, self.parallel)
 
     def command(self, port: int) -> list[str]:
         # llama_cpp.server behind kgreason.llm.llamacpp_compat (AMX CPUs), same arguments

@@ -193,15 +193,7 @@ class TorchRetriever(GraphRetriever):
             if need_tids or self.return_triples:
                 tkeys = torch.unique(q * m + tids)  # sorted: query-major, triple ids ascending
                 counts = torch.bincount(tkeys // m, minlength=B).cpu().numpy()
-                tsort = tkeys % m
-                if need_tids:
-                    for j, part in enumerate(_split(tsort.cpu().numpy(), counts)):
-                        tids_by_hop[j].append(part)
-                if self.return_triples:
-                    tri = torch.stack((self._kg_col("heads")[tsort], self._kg_col("rels")[tsort],
-                                       self._kg_col("tails")[tsort]), dim=1).to(torch.int32)
-                    for j, part in enumerate(_split(tri.cpu().numpy(), counts)):
-                        triples_by_hop[j].append(part)
+                self._add_hop_triples(tkeys % m, counts, need_tids, tids_by_hop, triples_by_hop)
             keys = torch.unique(q * n + far)
             if not walk:
                 keys = keys[~torch.isin(keys, visited)]
@@ -210,8 +202,26 @@ class TorchRetriever(GraphRetriever):
             counts = torch.bincount(qidx, minlength=B).cpu().numpy()
             for j, part in enumerate(_split(ent.to(torch.int32).cpu().numpy(), counts)):
                 layers[j].append(part)
+        return self._subgraphs(seeds, layers, tids_by_hop, triples_by_hop, timed_out, deadline)
+
+    # --------------------------------------------------------------- shared by both batch kernels
+    def _add_hop_triples(self, tids, counts, need_tids: bool, tids_by_hop, triples_by_hop) -> None:
+        """One hop's triple ids ``tids`` (query-major, each query's ascending; ``counts[j]`` of
+        query ``j``) appended per query: the ids when paths are wanted, the triples when returned."""
+        torch = self._torch
+        if need_tids:
+            for j, part in enumerate(_split(tids.cpu().numpy(), counts)):
+                tids_by_hop[j].append(part)
+        if self.return_triples:
+            tri = torch.stack((self._kg_col("heads")[tids], self._kg_col("rels")[tids],
+                               self._kg_col("tails")[tids]), dim=1).to(torch.int32)
+            for j, part in enumerate(_split(tri.cpu().numpy(), counts)):
+                triples_by_hop[j].append(part)
+
+    def _subgraphs(self, seeds, layers, tids_by_hop, triples_by_hop, timed_out: bool, deadline) -> list[Subgraph]:
+        """The batch's results, each query's paths enumerated within the batch's deadline."""
         results = []
-        for j in range(B):
+        for j in range(len(seeds)):
             paths, truncated, t_out = (), False, timed_out
             if self.max_paths > 0 and not t_out and layers[j]:
                 try:
@@ -300,29 +310,12 @@ class TorchRetriever(GraphRetriever):
             visited |= new
             if need_tids or self.return_triples:
                 tids, counts = _rows_by_query(torch, T, B)
-                if need_tids:
-                    for j, part in enumerate(_split(tids.cpu().numpy(), counts)):
-                        tids_by_hop[j].append(part)
-                if self.return_triples:
-                    tri = torch.stack((self._kg_col("heads")[tids], self._kg_col("rels")[tids],
-                                       self._kg_col("tails")[tids]), dim=1).to(torch.int32)
-                    for j, part in enumerate(_split(tri.cpu().numpy(), counts)):
-                        triples_by_hop[j].append(part)
+                self._add_hop_triples(tids, counts, need_tids, tids_by_hop, triples_by_hop)
             ents, counts = _rows_by_query(torch, new, B)
             for j, part in enumerate(_split(ents.to(torch.int32).cpu().numpy(), counts)):
                 layers[j].append(part)
             Q = new.to(torch.float32)
-        results = []
-        for j in range(B):
-            paths, truncated, t_out = (), False, timed_out
-            if self.max_paths > 0 and not t_out and layers[j]:
-                try:
-                    paths, truncated = self._paths(seeds[j], layers[j], tids_by_hop[j], deadline)
-                except QueryTimeout:
-                    t_out = True
-            results.append(Subgraph(seeds=seeds[j], entities_by_hop=layers[j], triples_by_hop=triples_by_hop[j],
-                                    paths=paths, paths_truncated=truncated, timed_out=t_out))
-        return results
+        return self._subgraphs(seeds, layers, tids_by_hop, triples_by_hop, timed_out, deadline)
 
 
 def _rows_by_query(torch, M, B: int):

@@ -26,6 +26,15 @@ def boot_count(text: str) -> int:
     return int(v)
 
 
+def error_text(e: BaseException) -> str:
+    """The one line a tool prints for ``e``: a KeyError's or our own FileNotFoundError's message
+    without quotes, a file-system error as Python words it (``[Errno 20] Not a directory: 'path'``,
+    not its bare number)."""
+    if len(e.args) == 1 and isinstance(e.args[0], str):
+        return e.args[0]
+    return str(e)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kgreason.tables", description=DESCRIPTION)
     ap.add_argument("dir", help="a run dir, a multirun (sweep) dir or a run bundle (.tar.gz, kgreason bundle)")
@@ -64,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  split(args.metrics) if args.metrics else None, args.out or bundle_out, args.name,
                                  args.digits, ci, args.baseline, args.paper, args.allow_partial,
                                  parse_labels(args.label))
-    except (FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+    except (OSError, KeyError, ValueError) as e:  # OSError: --out under a file, not writable, a full disk
+        print(f"error: {error_text(e)}", file=sys.stderr)
         return 2
     sys.stdout.write(paths["md"].read_text())
     print("\nwrote " + ", ".join(str(p) for p in paths.values()))

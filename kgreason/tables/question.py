@@ -329,7 +329,8 @@ def load_row(run_dir: Path, example_id: str) -> dict[str, Any]:
     store = PredictionStore(path, repair=False)
     if example_id not in store.rows:
         ids = list(store.rows)
-        raise KeyError(f"{path} has no example {example_id!r} ({len(ids)} examples; e.g. {', '.join(ids[:5])})")
+        have = f"{len(ids)} examples; e.g. {', '.join(ids[:5])}" if ids else "no rows yet"
+        raise KeyError(f"{path} has no example {example_id!r} ({have})")
     return store.rows[example_id]
 
 
@@ -363,8 +364,10 @@ def show_main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         path = write_page(args.run_dir, args.example_id, args.out)
-    except (FileNotFoundError, KeyError) as e:
-        print(f"kgreason show: error: {e.args[0] if e.args else e}", file=sys.stderr)
+    except (OSError, KeyError, UnicodeDecodeError) as e:  # a page that cannot be written, a file that is not text
+        from kgreason.tables.cli import error_text
+
+        print(f"kgreason show: error: {error_text(e)}", file=sys.stderr)
         return 2
     print(path)
     return 0

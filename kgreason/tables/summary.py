@@ -7,8 +7,11 @@ each with its percentile bootstrap interval over the run's questions (the same i
 errors, LLM calls and call-cache hits, what the cache answered (:func:`cache_note`), and the run
 dir last::
 
-    Hits@1    0.113  [0.077, 0.150]
-    Coverage  0.907  [0.873, 0.940]
+                 value  95% CI over questions
+    Hits@1       0.113  [0.080, 0.150]
+    All answers  0.297  [0.247, 0.350]
+    Answer F1    0.082  [0.066, 0.099]
+    Coverage     0.907  [0.873, 0.940]
     N 300 · errors 0 · LLM calls 0 · cache hits 0
     run dir: outputs/runs/2026-11-27/03-57-58_embedded_retrieval_only
 

@@ -71,7 +71,7 @@ def test_models_endpoint_names_the_served_model(llama_server):
         ids = [m["id"] for m in json.loads(r.read())["data"]]
     assert ids == [NAME]
     assert llama_server.override_line() == (f"llm=openai llm.base_url={llama_server.base_url} "
-                                            f"llm.model={NAME} llm.api_key_env=null")
+                                            f"llm.model={NAME} llm.api_key_env=null example_workers={llama_server.parallel}")
 
 
 def test_server_applies_the_ggufs_chat_template_and_reports_its_tokens(llama_server, local_llama):
@@ -288,7 +288,7 @@ def test_kgreason_serve_prints_the_override_line_and_answers(tmp_path):
             if line.startswith("llm=openai") or not line and p.poll() is not None:
                 break
         url = f"http://127.0.0.1:{port}/v1"
-        assert line.strip() == f"llm=openai llm.base_url={url} llm.model=SmolLM2-135M-Instruct.Q4_1 llm.api_key_env=null", \
+        assert line.strip() == f"llm=openai llm.base_url={url} llm.model=SmolLM2-135M-Instruct.Q4_1 llm.api_key_env=null example_workers=1", \
             (line, p.stderr.read() if p.poll() is not None else "")
         from kgreason.llm.openai_http import OpenAIChat
 

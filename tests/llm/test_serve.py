@@ -101,6 +101,9 @@ def test_server_command_and_override_line(tmp_path):
                      "--logits_all": "true", "--verbose": "true"}
     assert override_line("http://127.0.0.1:8000/v1", "my-model") == \
         "llm=openai llm.base_url=http://127.0.0.1:8000/v1 llm.model=my-model llm.api_key_env=null"
+    # the printed line sets as many examples at once as there are slots (example_workers=auto
+    # would send 16 against any HTTP model, queued on one-request-at-a-time slots)
+    assert srv.override_line().endswith(" llm.api_key_env=null example_workers=2")
     with pytest.raises(ValueError, match="parallel"):
         LlamaServer(tmp_path / "m.gguf", "m", parallel=0)
 

@@ -41,7 +41,7 @@ def test_a_non_loopback_host_with_a_key_warns_and_goes_on(monkeypatch, capsys, h
     err = capsys.readouterr().err
     assert "warning: listening on 0.0.0.0" in err and "Authorization: Bearer" in err
     srv = LlamaServer("m.gguf", "m", host="0.0.0.0", api_key="sk-serve-0123456789")
-    assert srv.override_line().endswith(f"llm.api_key_env={KEY_ENV}")
+    assert srv.override_line().endswith(f"llm.api_key_env={KEY_ENV} example_workers=1")
 
 
 def test_loopback_names():
