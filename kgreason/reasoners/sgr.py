@@ -286,20 +286,24 @@ class SGR(BaseReasoner):
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
         self.embedder = embedder if embedder is not None else Embedder()
         self.max_schema_types, self.choice_cap = int(max_schema_types), int(choice_cap)
-        self.db: GraphDB | None = None
-        self.rel_types: dict[str, str] = {}  # {KG relation: relationship type} of the DB export
-        if self.use_cypher and graphdb is None:
+        self.db, self.rel_types = self._open_graphdb(graphdb)
+        self.prompts = {s: load_prompt("sgr", s) for s in ("structure", "schema", "cypher", "refine", "hypothesis",
+                                                           "answer", "choose", "step")}
+
+    def _open_graphdb(self, graphdb: GraphDB | None) -> tuple[GraphDB | None, dict[str, str]]:
+        """The graph database and ``{KG relation: relationship type}`` of its export, opened (and
+        the KG exported) up front, so an unavailable engine fails the run at build; ``(None, {})``
+        without Cypher (``cypher=false``)."""
+        if not self.use_cypher:
+            return None, {}
+        if graphdb is None:
             from kgreason.kg.source import require_in_memory
 
-            require_in_memory(kg, "SGR's Cypher database export (reasoner.cypher=true; cypher=false runs on SPARQL)")
-        if self.use_cypher:
-            if graphdb is None:
-                raise ValueError("SGR with cypher=true needs a graph database: set graphdb=kuzu|falkordb|neo4j "
-                                 "(got graphdb=none), or reasoner.cypher=false")
-            # opened (and the KG exported) up front: an unavailable engine fails the run at build
-            self.db = graphdb.open()
-            self.rel_types = self.db.relation_types()
-        self.prompts = {s: load_prompt("sgr", s) for s in ("structure", "schema", "cypher", "refine", "hypothesis", "answer", "choose", "step")}
+            require_in_memory(self.kg, "SGR's Cypher database export (reasoner.cypher=true; cypher=false runs on SPARQL)")
+            raise ValueError("SGR with cypher=true needs a graph database: set graphdb=kuzu|falkordb|neo4j "
+                             "(got graphdb=none), or reasoner.cypher=false")
+        db = graphdb.open()
+        return db, db.relation_types()
 
     # ------------------------------------------------------------------ helpers
     def _ask(self, t: Trace, purpose: str, prompt: str, parser, *, temperature: float = 0.0,

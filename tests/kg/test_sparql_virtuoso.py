@@ -37,8 +37,10 @@ REASONERS = {
     "tog": ["reasoner=tog", "reports.hop_distribution=false", "reasoner.prune=bm25", "reasoner.width=2", "reasoner.depth=2"],
     "reknos": ["reasoner=reknos", "reports.hop_distribution=false", "reasoner.width=2", "reasoner.depth=2",
                "reasoner.few_shot=false"],
+    # reasoner.topics=dataset: the scripted model writes no usable S_q (Eq. 2), so V_q would link
+    # nothing and no question would reach either KG; the dataset's topics make both sources walk
     "sgr": ["reasoner=sgr", "reports.hop_distribution=false", "reasoner.cypher=false", "reasoner.hops=1",
-            "reasoner.num_paths=1", "reasoner.collab_iterations=1"],
+            "reasoner.num_paths=1", "reasoner.collab_iterations=1", "reasoner.topics=dataset"],
 }
 SPARQL = ["kg=freebase_sparql", "retriever=sparql", "kg.max_rows=100000", "kg.retries=1"]
 SLICE = ["kg=freebase_slice", "retriever=scipy"]

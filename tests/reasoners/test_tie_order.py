@@ -111,7 +111,8 @@ def test_sgr_subgraph_ties_are_canonical(kgs):
         sgr = SGR(kg=kg, retriever=ScipyRetriever(kg, direction="both"), llm=None, cypher=False,
                   embedder=_TieEmbedder(), top_k=15)
         sub = sgr.retriever.retrieve([kg.entity_id(n) for n in names], 1)
-        estar, _, _ = sgr.subgraph("q", sub)
+        cands, _ = sgr.candidates(sub, [])  # §3.1.2 step 2 (no R_q: every relation), then Eq. 6
+        estar, _, _ = sgr.subgraph("q", cands)
         got.append(_named_triples(kg, estar))
     assert len(got[0]) == 15 and got[0] == got[1] == got[2]
 
