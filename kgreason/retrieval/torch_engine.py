@@ -179,12 +179,8 @@ class TorchRetriever(GraphRetriever):
         qidx = torch.from_numpy(np.repeat(np.arange(B, dtype=np.int64), [len(s) for s in seeds])).to(self.device)
         ent = torch.from_numpy(np.concatenate(seeds).astype(np.int64) if seeds else np.zeros(0, np.int64)).to(self.device)
         visited = qidx * n + ent  # sorted: query-major, each query's seeds ascending
-        layers: list[list[np.ndarray]] = [[] for _ in range(B)]
-        tids_by_hop: list[list[np.ndarray]] = [[] for _ in range(B)]
-        triples_by_hop: list[list[np.ndarray]] = [[] for _ in range(B)]
-        need_tids = self.max_paths > 0
-        timed_out = False
-        walk = self.semantics is Semantics.WALK
+        layers, tids_by_hop, triples_by_hop = _per_query(B), _per_query(B), _per_query(B)
+        need_tids, timed_out, walk = self.max_paths > 0, False, self.semantics is Semantics.WALK
         for _ in range(hops):
             if deadline is not None and time.perf_counter() > deadline:
                 timed_out = True
@@ -295,12 +291,8 @@ class TorchRetriever(GraphRetriever):
             if len(s):
                 Q[torch.from_numpy(s.astype(np.int64)).to(self.device), j] = 1.0
         visited = Q > 0
-        layers: list[list[np.ndarray]] = [[] for _ in range(B)]
-        tids_by_hop: list[list[np.ndarray]] = [[] for _ in range(B)]
-        triples_by_hop: list[list[np.ndarray]] = [[] for _ in range(B)]
-        need_tids = self.max_paths > 0
-        timed_out = False
-        walk = self.semantics is Semantics.WALK
+        layers, tids_by_hop, triples_by_hop = _per_query(B), _per_query(B), _per_query(B)
+        need_tids, timed_out, walk = self.max_paths > 0, False, self.semantics is Semantics.WALK
         for _ in range(hops):
             if deadline is not None and time.perf_counter() > deadline:
                 timed_out = True
@@ -323,6 +315,11 @@ def _rows_by_query(torch, M, B: int):
     nz = torch.nonzero(M.t())
     counts = torch.bincount(nz[:, 0], minlength=B).cpu().numpy()
     return nz[:, 1], counts
+
+
+def _per_query(B: int) -> list[list[np.ndarray]]:
+    """One empty list per query of a batch (its per-hop entities, triple ids or triples)."""
+    return [[] for _ in range(B)]
 
 
 def _split(rows: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
