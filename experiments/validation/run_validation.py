@@ -411,6 +411,79 @@ def summarise(run_dir: Path) -> dict:
     }
 
 
+#: where each row's bundle is committed: ``bundles/<table>/<row>.tar.gz`` (issue 58)
+BUNDLES = HERE / "bundles"
+#: the fields of a row that its bundle alone determines (the generator re-derives them from it and
+#: refuses a JSON row that disagrees); wall time and sittings are the runner's, not in a bundle
+FROM_BUNDLE = ("n_examples", "metrics", "unparseable_replies", "reasks", "llm_calls_per_question",
+               "tokens_per_question", "errors", "partial", "ci95", "per_question")
+
+
+def bundle_path(table: str, row: str) -> Path:
+    return BUNDLES / table / f"{row}.tar.gz"
+
+
+def export_bundle(run_dir: Path, table: str, row: str, cache: str) -> dict:
+    """Export the row's run dir (and every model call it made or replayed, from ``cache``) as its
+    committed bundle; the record the JSON row keeps of it."""
+    from kgreason.storage.bundle import export
+
+    path = bundle_path(table, row)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    m = export([run_dir], path, cache)
+    return {"file": path.relative_to(HERE).as_posix(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "bytes": path.stat().st_size, "calls": sum(r.get("calls", 0) for r in m["runs"])}
+
+
+def derive(run_dir: Path, row: str) -> dict:
+    """The row's :data:`FROM_BUNDLE` fields as its run dir (or an unpacked bundle) gives them."""
+    entry = summarise(run_dir)
+    values = per_question(run_dir)
+    keys = KEY_METRICS[row.split("_")[0]]
+    entry["ci95"] = intervals(values, keys)
+    kept = keys + [k for k in COUNTS_PER_QUESTION if k in values]
+    entry["per_question"] = {qid: {k: values[k][qid] for k in kept if qid in values.get(k, {})}
+                             for qid in sorted({q for k in keys for q in values.get(k, {})})}
+    entry.setdefault("partial", False)
+    return {k: entry.get(k) for k in FROM_BUNDLE}
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+    return a == b
+
+
+def bundle_problem(row: str, e: dict) -> str | None:
+    """None when the row's committed bundle is intact (its file's SHA-256, every entry's digest)
+    and gives the row's :data:`FROM_BUNDLE` fields; else what differs, naming the row and field."""
+    import tempfile
+
+    from kgreason.storage.bundle import BundleError, open_bundle
+
+    rec = e.get("bundle") or {}
+    path = HERE / rec.get("file", "")
+    if not path.is_file():
+        return f"{row}: its bundle {rec.get('file')} is missing"
+    if hashlib.sha256(path.read_bytes()).hexdigest() != rec.get("sha256"):
+        return f"{row}: {rec.get('file')} is not the file the row was committed with (SHA-256 differs)"
+    with tempfile.TemporaryDirectory(prefix="kgreason-validation-") as tmp:
+        try:
+            opened = open_bundle(path, Path(tmp) / "b")
+        except BundleError as err:
+            return f"{row}: {err}"
+        got = derive(opened.run_dir(opened.runs[0]), row)
+    want = {k: e.get(k, False if k == "partial" else None) for k in FROM_BUNDLE}
+    for k in FROM_BUNDLE:
+        if not _close(got[k], want[k]):
+            return f"{row}: field {k} of the JSON row differs from what its bundle {rec.get('file')} gives"
+    return None
+
+
 KEY_METRICS = {"metaqa": ["hits_at_1", "answer_set_f1", "answer_coverage"], "hotpotqa": ["em", "f1"],
                "cwq": ["hits_at_1", "answer_set_f1", "answer_coverage"],
                "webqsp": ["hits_at_1", "answer_set_f1", "answer_coverage"],
@@ -449,6 +522,14 @@ def _fmt(v) -> str:
     return f"{v:.3f}" if isinstance(v, (int, float)) else "–"
 
 
+def replay_cell(e: dict) -> str:
+    """Where a row can be replayed from: its committed bundle, or "not replayable"."""
+    b = e.get("bundle")
+    if b:
+        return f"`{b['file']}` ({b['bytes'] / 1e3:.0f} kB)"
+    return "no model call" if not e.get("llm_calls_per_question") else "not replayable"
+
+
 def markdown() -> str:
     """The committed rows as markdown: the held-out tables first (metric [95% CI], paired
     difference to the baseline row, calls and tokens per question, wall time, route), then the
@@ -461,11 +542,11 @@ def markdown() -> str:
         route = "llama.cpp" if f.stem.endswith("_llamacpp") else "transformers"
         split = "held-out" if "heldout" in f.stem else "dev"
         out += ["", f"**{f.stem}** ({split} split, {route} route)", "",
-                "| row | N | metric [95% CI] | paired difference to | unparseable | calls / q | tokens / q | wall s |",
-                "|---|---|---|---|---|---|---|---|"]
+                "| row | N | metric [95% CI] | paired difference to | unparseable | calls / q | tokens / q | wall s | replay |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for row, e in json.loads(f.read_text()).items():
             if "metrics" not in e:
-                out.append(f"| {row} | {e.get('n')} | {e.get('status')} | | | | | |")
+                out.append(f"| {row} | {e.get('n')} | {e.get('status')} | | | | | | |")
                 continue
             keys = KEY_METRICS[row.split("_")[0]]
             ci = e.get("ci95") or {}
@@ -497,7 +578,7 @@ def markdown() -> str:
             if changed:  # the method's files differ from those the row measured
                 n_shown = f"{n_shown} ¹"
             out.append(f"| {row} | {n_shown} | {ms} | {pair} | {e['unparseable_replies']} | "
-                       f"{_fmt(e.get('llm_calls_per_question'))} | {tok} | {wall} |")
+                       f"{_fmt(e.get('llm_calls_per_question'))} | {tok} | {wall} | {replay_cell(e)} |")
     return "\n".join(out).strip()
 
 
@@ -584,6 +665,10 @@ def row_notes(row: str, e: dict, rows: dict[str, dict]) -> list[str]:
             if not nested and None not in pools and pools[0] != pools[1]:
                 why += " and another passage pool"
             notes.append(f"not comparable with `{ROWS[other][1]}` ({why})")
+    if not e.get("bundle") and not e.get("llm_calls_per_question"):
+        notes.append("no model call: its command reproduces it")
+    elif not e.get("bundle"):
+        notes.append("not replayable: its model replies were kept only in a machine-local cache")
     changed = code_changed(row, e) if row in ROWS else None
     if changed is None:
         notes.append("not stamped with the code it measured")
@@ -615,7 +700,8 @@ def method_table() -> str:
     kept = sum(1 for e in shown.values() if e.get("bundle"))
     out += ["", f"Replayable from a committed bundle: {kept} of {len(shown)} rows"
             + (" (the others' model replies were kept only in a machine-local cache; they are marked so until "
-               "re-measured)" if kept < len(shown) else "") + "."]
+               "re-measured)" if kept < len(shown) else "")
+            + ". A bundle replays with `kgreason bundle replay experiments/validation/<file>` (no model call)."]
     return "\n".join(out)
 
 
@@ -657,10 +743,24 @@ def _block(name: str) -> tuple[str, str]:
             f"<!-- end generated: {name} -->")
 
 
+def bundle_problems() -> list[str]:
+    """Every committed row with a bundle whose bundle does not give it (:func:`bundle_problem`)."""
+    out = []
+    for f in sorted(HERE.glob("validation_*.json")):
+        for row, e in json.loads(f.read_text()).items():
+            if e.get("bundle") and (p := bundle_problem(row, e)):
+                out.append(f"{f.name}: {p}")
+    return out
+
+
 def write_docs(check: bool = False) -> list[str]:
-    """Rewrite each generated block from the JSON; with ``check``, write nothing and return the
-    files whose block differs from what the JSON gives (a test runs this)."""
-    stale = []
+    """Rewrite each generated block from the JSON, once every bundled row is checked against its
+    bundle; with ``check``, write nothing and return the files whose block differs from what the
+    JSON gives, and the rows their bundles contradict (a test runs this)."""
+    problems = bundle_problems()
+    if problems and not check:
+        raise SystemExit("not writing the tables: a committed row differs from its bundle\n" + "\n".join(problems))
+    stale = list(problems)
     for rel, name, make in GENERATED:
         path = ROOT / rel
         text = path.read_text(encoding="utf-8")
@@ -770,6 +870,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collect", action="store_true",
                     help="run nothing: summarise each row's run dir as it stands (a row stopped early is "
                          "committed with partial: true and its own N; pairings are taken again)")
+    ap.add_argument("--no-bundle", action="store_true",
+                    help="do not export the row's bundle (experiments/validation/bundles/<table>/<row>.tar.gz, "
+                         "the default: the committed row's runs and every model reply they used)")
     args = ap.parse_args(argv)
     if args.table:
         print(markdown())
@@ -803,6 +906,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.fresh and run_dir.exists():
             shutil.rmtree(run_dir)
         t0 = time.time()
+        # the method's files as this sitting runs them (stamped now: a file edited while the row runs
+        # must not be credited with its numbers)
+        stamp = {"commit": _head(), "from": "the working tree of the sitting", "files": code_stamp(row)}
         rc = 0 if args.collect else run_row(cmd, args.stop_after)
         table = json.loads(out.read_text()) if out.exists() else {}  # re-read: other sittings may have written
         if args.collect and not (run_dir / "metrics.json").exists():
@@ -907,10 +1013,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.collect and prev.get("command"):  # the command that made the run, not this call's flags
                 shown = prev["command"]
             # the method's code this sitting measured (a --collect keeps the stamp of the sitting that ran)
-            code = (prev.get("code") if args.collect and prev.get("code") else
-                    {"commit": _head(), "from": "the working tree of the sitting", "files": code_stamp(row)})
+            code = prev.get("code") if args.collect and prev.get("code") else stamp
             table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
                           "sitting_s": this_sitting, "code": code, "per_question": pq}
+            if not args.no_bundle:  # the row's runs and model replies, committed beside it (issue 58)
+                from kgreason.storage.bundle import BundleError
+
+                try:
+                    table[row]["bundle"] = export_bundle(run_dir, name, row, args.cache)
+                    print(f"row {row}: bundle {table[row]['bundle']['file']} "
+                          f"({table[row]['bundle']['bytes'] / 1e3:.0f} kB)", file=sys.stderr, flush=True)
+                except BundleError as err:  # the row stands, marked "not replayable" by the generator
+                    print(f"row {row}: no bundle ({err}); the table marks it not replayable",
+                          file=sys.stderr, flush=True)
         out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
     return 0
 
