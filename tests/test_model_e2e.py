@@ -52,7 +52,7 @@ ROWS = {  # the validation table's rows (experiments/validation/run_validation.p
 }
 
 
-# Known: replies of this model that no parser should read (docs/validation.md, "Traces"). strict:
+# Known: replies of this model that no parser should read (docs/validation.md, "The `model` tests"). strict:
 # when a prompt fix makes the reply parse, the test says so and the mark must go.
 KNOWN_UNPARSEABLE = {
     "metaqa_rag": "the reader continues the prompt's fact list (`X | directed_by | Y; ...`) with no answer line",

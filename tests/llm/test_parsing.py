@@ -171,7 +171,8 @@ def test_parse_triple_answer():
 
 # --------------------------------------------------------------------------- replies Qwen2.5-Coder-1.5B wrote
 # Each case below is a reply the issue-21 model (llm=qwen_coder_1_5b) actually gave, or its
-# shape; docs/validation.md shows them in their traces.
+# shape; docs/validation.md, "What the model writes, and what the parsers read", states the rules
+# (the traces they came from are in its git history).
 
 def test_tog_scores_keyed_by_list_number_are_not_read_as_scores():
     # ToG lists the candidates as "1. name"; the model answered by number. The list numbers

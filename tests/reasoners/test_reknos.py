@@ -181,7 +181,7 @@ def test_few_shot_examples_use_the_kgs_own_naming(world, tiny_kg):
     """The examples name super-relations in the form the candidates take: ``domain.type
     (backward)`` on a domain.type KG, bare relation names on a flat KG (MetaQA). With the
     Freebase-form examples on MetaQA, Qwen2.5-Coder-1.5B replied ``film.film (backward): 0.9``
-    to candidates named ``directed_by (backward)``, which no parser can map (docs/validation.md).
+    to candidates named ``directed_by (backward)``, which no parser can map (git history of docs/validation.md).
     Both example sets use a made-up domain (bridges and rivers), never a dataset's own relation
     names (tests/test_prompt_examples.py)."""
     seen = {}

@@ -178,7 +178,7 @@ def test_schema_direction_reads_a_wrong_way_arrow_only_when_the_strict_reading_b
     """Eq. 19 on hand-computed cases. Seen with Qwen2.5-Coder-1.5B on 'films that share the
     director of X': S_q = [(X, directed_by, ?x), (?x, directed_by, ?y)], a forward chain no film
     satisfies (the films are the heads of directed_by), so the strict reading rejected the right
-    Cypher answers (docs/validation.md)."""
+    Cypher answers (the git history of docs/validation.md)."""
     from kgreason.kg.store import KG
     from kgreason.reasoners.base import Trace
 

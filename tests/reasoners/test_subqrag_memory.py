@@ -187,7 +187,7 @@ def test_shared_hotpotqa_question_keeps_its_passage_triple(shared_data, tmp_path
 
 
 # --- which passage triples are "used" (T_used_i) after a fallback ------------------------------
-# Real replies (Qwen2.5-Coder-1.5B, held-out HotpotQA, docs/validation.md) rarely spell the passage
+# Real replies (Qwen2.5-Coder-1.5B, held-out HotpotQA; git history of docs/validation.md) rarely spell the passage
 # answer as a triple's head or tail: "Merlinio Technologies and Merlinio Insurance Services" against
 # two triples naming each company, "1980" for a date no passage gives. The earlier rule (a triple is
 # used when its head or tail contains the answer) then left the memory empty after every one of the
