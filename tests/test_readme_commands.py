@@ -27,7 +27,8 @@ a comment; comment-only lines are text):
 * **Tools** (every tool of ``kgreason/cli.py``): ``tables``, ``report``, ``score``, ``data`` run as
   written; ``serve`` is not started (a server that keeps running: its own tests run it); the retrieval bench gets
   ``queries=3 'hops=[1,2]'``; ``index`` gets ``llm=scripted`` (last group choice wins) over a
-  one-passage ``corpus.jsonl``; ``sync`` gets ``--dry-run`` (an upload needs the network).
+  one-passage ``corpus.jsonl``; ``sync`` gets ``--dry-run`` (an upload needs the network);
+  ``bundle replay`` re-runs a run from its dataset, so it runs only where the shared data is found.
   Placeholders name the fixtures made once per session (a 4-job sweep of
   ``experiment=kgqa_baselines`` on the embedded world with a scripted LLM and offline W&B):
   ``outputs/multirun/<date>/<time>``, ``outputs/multirun/2026-…`` and ``SWEEP`` are that sweep;
@@ -376,6 +377,9 @@ def run_tool(cmd: Command, tool: str, prelude: list[str], text: str, w: dict, lo
         text += " llm=scripted"
     elif tool == "sync" and "--dry-run" not in words:
         text += " --dry-run"
+    elif tool == "bundle" and "replay" in words and "KGREASON_DATA" not in w["env"]:
+        log.append(f"{cmd.where}: not run (a replay re-reads its dataset; shared data not found)")
+        return
     r = sh(cmd, prelude, text, w)
     assert r.returncode == 0, _fail(cmd, f"kgreason {tool}", text, r)
     log.append(f"{cmd.where}: ran ({tool})")
