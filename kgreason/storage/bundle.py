@@ -91,6 +91,55 @@ def _redact(obj: Any) -> Any:
     return obj
 
 
+#: how a bundle spells the data root (paths under it are written relative to it, so a bundle names
+#: no path of the machine that made it and replays wherever ``KGREASON_DATA`` points)
+DATA_ROOT = "$KGREASON_DATA"
+
+
+def _roots() -> list[tuple[str, str]]:
+    """(absolute prefix, portable spelling), longest first: the data root, the clone, the home dir."""
+    from kgreason.paths import ENV, default, repo_root
+
+    found: list[tuple[str, str]] = []
+    data = os.environ.get(ENV["data"]) or default("data")
+    for form in {os.path.abspath(os.path.expanduser(data)), os.path.realpath(os.path.expanduser(data))}:
+        found.append((form.rstrip("/"), DATA_ROOT))
+    root = repo_root()
+    if root is not None:
+        for form in {str(root), os.path.realpath(root)}:
+            found.append((form.rstrip("/"), "."))
+    home = os.path.expanduser("~")
+    if home not in ("", "/"):
+        found.append((home.rstrip("/"), "~"))
+    return sorted(found, key=lambda x: -len(x[0]))
+
+
+def portable(obj: Any, roots: list[tuple[str, str]] | None = None) -> Any:
+    """``obj`` with every absolute path under the data root, the clone or the home dir rewritten as
+    ``$KGREASON_DATA/…``, ``./…`` or ``~/…`` (strings, dict keys and values, lists)."""
+    roots = _roots() if roots is None else roots
+    if isinstance(obj, dict):
+        return {portable(k, roots): portable(v, roots) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable(v, roots) for v in obj]
+    if isinstance(obj, str) and "/" in obj:
+        for prefix, spelled in roots:
+            if prefix and prefix in obj:
+                obj = obj.replace(prefix + "/", spelled + "/").replace(prefix, spelled)
+        return obj
+    return obj
+
+
+def local_path(path: str) -> Path:
+    """A path a bundle spells portably (:func:`portable`) on this machine."""
+    from kgreason.paths import ENV, default
+
+    if path == DATA_ROOT or path.startswith(DATA_ROOT + "/"):
+        root = os.environ.get(ENV["data"]) or default("data")
+        return Path(os.path.expanduser(root)) / path[len(DATA_ROOT):].lstrip("/")
+    return Path(os.path.expanduser(path))
+
+
 def _run_entry(run: Path, rel: str) -> tuple[dict[str, bytes], dict[str, Any], list[str]]:
     files: dict[str, bytes] = {}
     for name in RUN_FILES:
@@ -102,9 +151,10 @@ def _run_entry(run: Path, rel: str) -> tuple[dict[str, bytes], dict[str, Any], l
             continue
         data = p.read_bytes()
         if name == "run.json":
-            data = (json.dumps(_redact(json.loads(data)), indent=2, sort_keys=True) + "\n").encode("utf-8")
+            data = (json.dumps(portable(_redact(json.loads(data))), indent=2, sort_keys=True) + "\n").encode("utf-8")
         elif name == "config.yaml":
-            data = yaml.safe_dump(_redact(yaml.safe_load(data)), sort_keys=False, allow_unicode=True).encode("utf-8")
+            data = yaml.safe_dump(portable(_redact(yaml.safe_load(data))), sort_keys=False,
+                                  allow_unicode=True).encode("utf-8")
         files[f"runs/{rel}/{name}"] = data
     record = json.loads(files[f"runs/{rel}/run.json"])
     info = {"dir": rel, "data_files": record.get("data_files") or {}, "overrides": record.get("overrides") or [],

@@ -134,8 +134,37 @@ def _keys(run: Path) -> list[str]:
     return read_call_log(run / "calls.jsonl")
 
 
+def data_problem(opened: Opened, rel: str) -> str | None:
+    """Why run ``rel`` cannot be replayed on this machine's data, or None: a data file it read is
+    missing under ``KGREASON_DATA`` or is not the file the bundle was made with (size, SHA-256)."""
+    import hashlib
+
+    from kgreason.storage.bundle import local_path
+
+    info = next((r for r in opened.manifest.get("runs", []) if r.get("dir") == rel), {})
+    for spelled, fp in sorted((info.get("data_files") or {}).items()):
+        p = local_path(spelled)
+        if not p.is_file():
+            return (f"needs the data file {spelled} ({p} not found; set KGREASON_DATA to the data root, "
+                    "or fetch it with `kgreason data fetch`)")
+        want = (fp or {}).get("sha256") if isinstance(fp, dict) else None
+        if isinstance(fp, dict) and fp.get("bytes") is not None and p.stat().st_size != fp["bytes"]:
+            return f"{spelled}: {p} has {p.stat().st_size:,} bytes, the bundle was made with {fp['bytes']:,}"
+        if want:
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                while b := f.read(1 << 22):
+                    h.update(b)
+            if h.hexdigest() != want:
+                return f"{spelled}: {p} is not the file the bundle was made with (SHA-256 {h.hexdigest()[:12]}…, expected {want[:12]}…)"
+    return None
+
+
 def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     """Re-run one run of the bundle into ``out`` against ``cache`` (readonly); its result line."""
+    problem = data_problem(opened, rel)
+    if problem:
+        return f"failed: {problem}"
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
