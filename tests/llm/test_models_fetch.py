@@ -224,3 +224,67 @@ def test_ctrl_c_mid_fetch_leaves_nothing_and_exits_130(index, tmp_path, monkeypa
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "interrupted" in err
     assert not list(cache.iterdir())  # neither the part already copied nor its wheel
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_sigterm_mid_fetch_leaves_nothing_and_exits_143(index, tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    spec, _, links = index
+    real = models._download
+
+    def download(dist, version, dest, pip_args):
+        if dist == spec.parts[1]:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(dist, version, dest, pip_args)
+
+    monkeypatch.setattr(models, "_download", download)
+    before = signal.getsignal(signal.SIGTERM)
+    cache = tmp_path / "models"
+    assert cli.main(["models", "fetch", spec.name, "--dir", str(cache), "--", *_offline(links)]) == 143
+    assert "SIGTERM" in capsys.readouterr().err
+    assert not list(cache.iterdir())
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only
+
+
+def test_a_killed_fetchs_leftovers_go_with_the_next_fetch(tmp_path, monkeypatch):
+    """SIGKILL or a power cut leave the temporary file and the wheels folder: the next fetch removes
+    those of processes that are gone, and leaves a running fetch's alone."""
+    import os
+
+    cache = tmp_path / "models"
+    cache.mkdir()
+    dead, alive = _dead_pid(), os.getppid()
+    stale = [cache / f"kgr-fake.gguf.tmp{dead}", cache / f".kgr-fake.gguf.wheels-{dead}-x1"]
+    running = [cache / f"kgr-fake.gguf.tmp{alive}", cache / f".kgr-fake.gguf.wheels-{alive}-x2"]
+    for p in stale + running:
+        (p.mkdir() and None) if "wheels" in p.name else p.write_bytes(b"half")
+    (stale[1] / "kgr_fake_part1-0.3.1-py3-none-any.whl").write_bytes(b"PK")
+    files = {}
+    for i, c in enumerate(CHUNKS, 1):
+        f = tmp_path / "site" / f"part{i}.bin"
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(c)
+        files[DIST.format(i)] = f
+    monkeypatch.setattr(models, "part_file", lambda name, version=None: files[name])
+    whole = b"".join(CHUNKS)
+    spec = PartedGGUF(name="kgr-fake", parts=tuple(files), version=VERSION, file_name="kgr-fake.gguf",
+                      size=len(whole), sha256=hashlib.sha256(whole).hexdigest(), extra="fake", dtype="float32")
+    models.fetch(spec, cache)
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in running)
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not models.parts_installed(models.QWEN_CODER_1_5B),
+                    reason="the Qwen parts are not installed as packages (pip install 'kgreason[qwen]')")
+def test_the_qwen_part_pins_match_the_installed_parts():
+    """The per-part SHA-256 pins are those of the real 0.2.0 parts (hashes 1.1 GB: marked model)."""
+    q = models.QWEN_CODER_1_5B
+    got = [models._sha256(p) for p in models.part_files(q)]
+    assert tuple(got) == q.part_sha256
