@@ -113,3 +113,26 @@ def test_ci_replays_the_named_rows_with_no_model_call(name, shared_data, tmp_pat
     assert metrics["llm/calls"] == 0
     got = mod.derive(out, row)
     assert mod._close(got["metrics"], e["metrics"]) and got["n_examples"] == e["n_examples"]
+
+
+def test_no_committed_bundle_names_a_path_of_the_machine_that_made_it():
+    """Paths under the data root, the clone and the home dir are written as ``$KGREASON_DATA/…``,
+    ``./…`` and ``~/…`` (kgreason/storage/bundle.py ``portable``)."""
+    machine = ("/" + "work" + "/", "/root/", "/home/")
+    for _table, row, e in _bundled_rows():
+        with tarfile.open(RUNNER.parent / e["bundle"]["file"]) as t:
+            for m in t.getmembers():
+                text = t.extractfile(m).read().decode("utf-8", "replace")
+                assert not any(p in text for p in machine), (row, m.name)
+        with tarfile.open(RUNNER.parent / e["bundle"]["file"]) as t:
+            needs = json.loads(t.extractfile("manifest.json").read())["needs"]
+        assert needs and all(k.startswith("$KGREASON_DATA/") for k in needs), needs
+
+
+def test_a_replay_without_the_data_says_which_file_in_one_line(tmp_path, monkeypatch):
+    _table, _row, e = _bundled_rows()[0]
+    opened = open_bundle(RUNNER.parent / e["bundle"]["file"], tmp_path / "b")
+    monkeypatch.setenv("KGREASON_DATA", str(tmp_path / "nowhere"))
+    line = replay_run(opened, opened.runs[0], tmp_path / "cache", tmp_path / "out")
+    assert line.startswith("failed: needs the data file $KGREASON_DATA/") and "\n" not in line
+    assert "set KGREASON_DATA" in line and not (tmp_path / "out").exists()

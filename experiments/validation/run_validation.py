@@ -185,6 +185,34 @@ def code_changed(row: str, e: dict) -> list[str] | None:
     return sorted(p for p in set(then) | set(now) if then.get(p) != now.get(p))
 
 
+def stamp_at(row: str, commit: str) -> dict[str, str]:
+    """``{path: blob id}`` of ``row``'s method files as they were at ``commit``."""
+    def listdir(folder):
+        return sorted(_git("ls-tree", "-r", "--name-only", commit, "--", folder).split())
+    files = {}
+    for p in method_paths(row, listdir):
+        try:
+            files[p] = _git("rev-parse", f"{commit}:{p}").strip()
+        except subprocess.CalledProcessError:
+            pass  # not in the tree at that commit
+    return files
+
+
+def run_stamp(run_dir: Path, row: str) -> dict | None:
+    """The code a run dir measured, from the commit its run.json records, when the method's files
+    had no uncommitted change then (they equal that commit's in today's working tree, or the run's
+    tree was clean); else None."""
+    try:
+        git = json.loads((run_dir / "run.json").read_text()).get("git") or {}
+        commit = str(git.get("commit") or "")
+        files = stamp_at(row, commit) if commit else None
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        return None
+    if not files or (git.get("dirty") and files != code_stamp(row)):
+        return None
+    return {"commit": commit[:12], "from": "the commit the run's run.json records", "files": files}
+
+
 def _head() -> str | None:
     try:
         return _git("rev-parse", "HEAD").strip()[:12]
@@ -1013,7 +1041,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.collect and prev.get("command"):  # the command that made the run, not this call's flags
                 shown = prev["command"]
             # the method's code this sitting measured (a --collect keeps the stamp of the sitting that ran)
-            code = prev.get("code") if args.collect and prev.get("code") else stamp
+            code = stamp
+            if args.collect:  # the sitting that ran: its run.json's commit, else the row's earlier stamp
+                code = run_stamp(run_dir, row) or prev.get("code") or stamp
             table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
                           "sitting_s": this_sitting, "code": code, "per_question": pq}
             if not args.no_bundle:  # the row's runs and model replies, committed beside it (issue 58)
