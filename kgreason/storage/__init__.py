@@ -7,6 +7,7 @@ disk, their locking and their integrity checks.
 * :mod:`kgreason.storage.bundle` – run bundles: one self-checking archive of what a table needs
   (configs, predictions, metrics, every model call a run made), ``kgreason bundle``.
 
-Still outside (to move here next): ``kgreason/llm/cache.py`` (the LLM cache on top of the call
-store) and ``kgreason/storage/embedstore.py`` (the KG embedding stores).
+* :mod:`kgreason.storage.llm_cache` – the LLM call cache on top of the call store:
+  :class:`~kgreason.storage.llm_cache.CachedLLM`, its keys, and a run's ``calls.jsonl``.
+* :mod:`kgreason.storage.embedstore` – the KG embedding stores.
 """
