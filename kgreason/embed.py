@@ -11,8 +11,9 @@ Where vectors come from, in order (docs/retrieval.md, "Embedding stores"):
 
 1. the KG embedding stores the run opened (:mod:`kgreason.storage.embedstore`: one memory-mapped matrix
    per KG text form, built once per machine; ``kg_store`` = their dtype, null = none);
-2. the text cache: one SQLite file per model (``texts-<model key>.sqlite`` in ``cache_dir``), for
-   texts that are not the KG's (questions, passages, generated text);
+2. the text cache: one SQLite file per model (``texts-<model key>.sqlite`` in ``cache_dir``,
+   :mod:`kgreason.storage.textcache`), for texts that are not the KG's (questions, passages,
+   generated text);
 3. the model, in length-sorted batches.
 
 Nothing is loaded at construction: the model loads on the first forward pass, so a run that
@@ -24,13 +25,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kgreason.storage.textcache import TextCache
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +48,6 @@ def minilm_path() -> Path:
 
 
 _FINGERPRINTS: dict[tuple[str, int], str] = {}
-
-
-class TextCache:
-    """Vectors by text hash in one SQLite file (shared by processes; WAL, busy wait)."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), timeout=120, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS vec (key BLOB PRIMARY KEY, v BLOB NOT NULL)")
-
-    def get(self, keys: list[bytes]) -> dict[bytes, np.ndarray]:
-        out: dict[bytes, np.ndarray] = {}
-        with self._lock:
-            for s in range(0, len(keys), 500):
-                part = keys[s:s + 500]
-                q = f"SELECT key, v FROM vec WHERE key IN ({','.join('?' * len(part))})"
-                for k, v in self._db.execute(q, part):
-                    out[bytes(k)] = np.frombuffer(v, dtype=np.float32)
-        return out
-
-    def put(self, items: list[tuple[bytes, np.ndarray]]) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT OR IGNORE INTO vec (key, v) VALUES (?, ?)",
-                                     [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in items])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 def _cpu_has_bf16() -> bool:
@@ -255,6 +221,8 @@ class Embedder:
         if self._cache is None:
             with self._lock:
                 if self._cache is None:
+                    from kgreason.storage.textcache import TextCache
+
                     self._cache = TextCache(self.cache_dir / f"texts-{self.fingerprint()[:16]}.sqlite")
         return self._cache
 
@@ -332,4 +300,4 @@ class Embedder:
         return self.encode(queries) @ self.encode(texts).T
 
 
-__all__ = ["Embedder", "TextCache", "minilm_path"]
+__all__ = ["Embedder", "minilm_path"]

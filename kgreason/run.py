@@ -36,7 +36,7 @@ from kgreason import preflight, progress
 from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
-from kgreason.llm.cache import CALL_LOG, check_cache
+from kgreason.storage.llm_cache import CALL_LOG, check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
 from kgreason.metrics.qa import normalize_answer

@@ -2,7 +2,10 @@
 two modules import each other, directly or through others.
 
 Every ``import``/``from ... import`` of every module under kgreason/ counts, including the lazy
-ones inside functions: a lazy import still ties the two modules together.
+ones inside functions: a lazy import still ties the two modules together. Importing a submodule
+runs its package's ``__init__`` first, so a module that imports ``kgreason.llm.base`` from outside
+``kgreason.llm`` also imports ``kgreason.llm`` (the package): a cycle through a package's
+re-exports is a cycle.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
      "kgreason.storage", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
-    ("kgreason.llm",),                                                    # 3 LLM backends, cache, parsing
+    ("kgreason.llm", "kgreason.storage.llm_cache"),                       # 3 LLM backends, call cache, parsing
     ("kgreason.data", "kgreason.metrics"),                                # 4 datasets, scoring
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
@@ -64,7 +67,20 @@ def imports_of(path: Path) -> set[str]:
                 target = node.module or ""
             out.add(target)
             out.update(f"{target}.{a.name}" for a in node.names)
-    return {m for m in out if m in MODULES and m != name}
+    out = {m for m in out if m in MODULES}
+    # the packages above each imported module run first (unless this module is inside them)
+    out |= {pkg for m in out for pkg in ancestors(m) if pkg in MODULES and not inside(name, pkg)}
+    return {m for m in out if m != name}
+
+
+def ancestors(module: str) -> list[str]:
+    """``a.b.c`` -> ``["a.b", "a"]``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
+def inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
@@ -126,14 +142,41 @@ def test_the_parser_sees_real_edges():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
 
 
+def test_a_package_init_counts_as_imported():
+    """Importing ``kgreason.llm.base`` from outside ``kgreason.llm`` runs ``kgreason/llm/__init__.py``
+    first; from inside the package it adds no edge (the package is already being imported)."""
+    assert "kgreason.llm" in GRAPH["kgreason.storage.llm_cache"]  # imports kgreason.llm.base
+    assert "kgreason.llm" not in GRAPH["kgreason.llm.lazy"]
+
+
+def test_the_call_cache_moved_without_a_cycle():
+    """The LLM call cache lives in storage/ (issue 58, item 7) at the LLM layer; the layering and
+    the cycle check still catch the two ways that move goes wrong."""
+    assert "kgreason.llm.cache" not in MODULES and "kgreason.storage.llm_cache" in MODULES
+    assert layer_of("kgreason.storage.llm_cache") == layer_of("kgreason.llm")
+    assert layer_of("kgreason.storage.callstore") < layer_of("kgreason.storage.llm_cache")
+    # kgreason/llm/__init__.py re-exporting CachedLLM again (even lazily) is a cycle
+    naive = {m: set(t) for m, t in GRAPH.items()}
+    naive["kgreason.llm"].add("kgreason.storage.llm_cache")
+    assert frozenset({"kgreason.llm", "kgreason.storage.llm_cache"}) in cycles(naive)
+    # the ground-floor call store importing the LLM layer is an upward import
+    naive = {m: set(t) for m, t in GRAPH.items()}
+    naive["kgreason.storage.callstore"].add("kgreason.llm.base")
+    assert upward_imports(naive) == ["kgreason.storage.callstore (layer 0) imports kgreason.llm.base (layer 3)"]
+
+
 def test_every_module_has_a_layer():
     for m in MODULES:
         layer_of(m)
 
 
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+            for a, targets in graph.items() for b in sorted(targets) if layer_of(b) > layer_of(a)]
+
+
 def test_no_upward_import():
-    bad = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-           for a, targets in GRAPH.items() for b in sorted(targets) if layer_of(b) > layer_of(a)]
+    bad = upward_imports(GRAPH)
     assert not bad, "imports from a higher layer (docs/architecture.md):\n" + "\n".join(bad)
 
 
@@ -152,3 +195,16 @@ def test_kg_stays_below(lower, upper):
     bad = [(a, b) for a, targets in GRAPH.items() if a.startswith(lower + ".")
            for b in targets if b == upper or b.startswith(upper + ".")]
     assert not bad
+
+
+@pytest.mark.parametrize("first", ["kgreason.storage.llm_cache", "kgreason.llm", "kgreason.llm.lazy", "kgreason.run"])
+def test_the_call_cache_imports_in_any_order(first):
+    """A fresh interpreter imports the call cache whichever module comes first (a cycle through
+    ``kgreason/llm/__init__.py`` would fail for one of these orders)."""
+    import subprocess
+    import sys
+
+    code = (f"import {first}; from kgreason.storage.llm_cache import CachedLLM, CallStore, cache_key; "
+            "from kgreason.llm.lazy import build_llm")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]

@@ -192,7 +192,8 @@ def throughput(kg_name: str, data: Path, work: Path, model, n: int) -> dict:
     """Forward-pass throughput on ``n`` verbalised FB15k-237 triples, and the per-text file cost."""
     import torch
 
-    from kgreason.embed import Embedder, TextCache
+    from kgreason.embed import Embedder
+    from kgreason.storage.textcache import TextCache
     from kgreason.storage.embedstore import form_texts
 
     kg, _, _ = _kg_and_questions("cwq", data, work, 0)

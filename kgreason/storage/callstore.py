@@ -1,5 +1,5 @@
 """A persistent key → JSON store that many processes on many hosts can share: the LLM call cache
-(``kgreason.llm.cache``) and the SPARQL response cache (``kgreason.kg.sparql``) keep their entries
+(``kgreason.storage.llm_cache``) and the SPARQL response cache (``kgreason.kg.sparql``) keep their entries
 in one.
 
 **Layout.** A store is a directory of append-only *shard* files, one per writing process
@@ -180,7 +180,7 @@ class KeyValueStore:
         path: the shard directory.
         legacy: an old SQLite store file to migrate (readwrite) or read in place (readonly).
         record_keys: an optional callable ``(key, method)`` told of every key this store returned
-            a value for or stored (a run's call log, :mod:`kgreason.llm.cache`).
+            a value for or stored (a run's call log, :mod:`kgreason.storage.llm_cache`).
     """
 
     missing_error: type[Exception] = StoreMissing

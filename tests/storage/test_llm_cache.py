@@ -8,7 +8,7 @@ import multiprocessing as mp
 import pytest
 
 from kgreason.llm.base import CacheMiss, LLM
-from kgreason.llm.cache import CachedLLM, CallStore, cache_key, request_json
+from kgreason.storage.llm_cache import CachedLLM, CallStore, cache_key, request_json
 from kgreason.types import ChatRequest, Completion, Message, Usage
 
 
@@ -183,7 +183,7 @@ def test_a_file_that_is_not_a_cache_is_named_once_at_start_up(tmp_path):
     from omegaconf import OmegaConf
 
     from kgreason.storage.callstore import StoreCorrupt
-    from kgreason.llm.cache import check_cache
+    from kgreason.storage.llm_cache import check_cache
 
     (tmp_path / "llm_calls.sqlite").write_bytes(b"this is not sqlite" * 100)  # an older cache, damaged
     with pytest.raises(StoreCorrupt, match=r"llm_calls\.sqlite: not a usable cache file"):
