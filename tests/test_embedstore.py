@@ -8,6 +8,7 @@ import logging
 
 import numpy as np
 import pytest
+from conftest import REPO
 
 from kgreason.embed import Embedder
 from kgreason.storage.embedstore import form_texts, open_store, top_k
@@ -208,18 +209,12 @@ def test_cwq_rankings_on_the_freebase_slice_equal_per_text_encoding(shared_data,
 #: two WebQSP questions on their RoG subgraphs (tests/assets, 5 triples): a rag run on them builds
 #: a real triple store in seconds, where the embedded world's 6.7k triples take about a minute on
 #: 2 cores, and the store build and its accounting are the same code whatever the KG's size
-ROG_RAG = ["reasoner=rag", "dataset=webqsp", "kg=rog_subgraphs", "llm=scripted", "dataset.limit=2", "tracking=none"]
-
-
-@pytest.fixture
-def rog_env(monkeypatch):
-    from conftest import REPO
-
-    monkeypatch.setenv("ROG_JSONL", str(REPO / "tests" / "assets" / "rog_subgraphs.jsonl"))
+ROG_RAG = ["reasoner=rag", "dataset=webqsp", "kg=rog_subgraphs", f"kg.path={REPO / 'tests' / 'assets' / 'rog_subgraphs.jsonl'}",
+           "llm=scripted", "dataset.limit=2", "tracking=none"]
 
 
 @pytest.mark.slow
-def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path, rog_env):
+def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path):
     """Two rag runs (kgreason.run) on one machine: the first builds the KG's triple store before
     its first example; the second (another run dir and text cache) opens it and embeds only its
     questions (timing.json ``embedding``). Measured: about 10 s on the loaded 2-core machine
@@ -250,7 +245,7 @@ def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path
 
 
 @pytest.mark.slow
-def test_a_run_killed_after_its_store_build_still_counts_the_build_on_resume(tmp_path, monkeypatch, rog_env):
+def test_a_run_killed_after_its_store_build_still_counts_the_build_on_resume(tmp_path, monkeypatch):
     """The store is built before the reasoner's own set-up (SubQRAG's index: hours). A run killed
     in that set-up, then resumed, built the store in its first attempt: the resumed run counts
     it, so ``prepare/embedding_*`` are those of an uninterrupted run (never resume-dependent).
