@@ -19,8 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    return Embedder()
+def embedder(_embed_store_dir):
+    """MiniLM with the session's KG store directory: the embedded world's triple store is built
+    once per session (tests/conftest.py), not again in memory for this file."""
+    return Embedder(store_dir=str(_embed_store_dir))
 
 
 def _rag(world, embedder, **kw):
