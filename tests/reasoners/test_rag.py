@@ -19,10 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def embedder(_embed_store_dir):
-    """MiniLM with the session's KG store directory: the embedded world's triple store is built
-    once per session (tests/conftest.py), not again in memory for this file."""
-    return Embedder(store_dir=str(_embed_store_dir))
+def embedder():
+    return Embedder()
 
 
 def _rag(world, embedder, **kw):
