@@ -217,8 +217,8 @@ ROG_RAG = ["reasoner=rag", "dataset=webqsp", "kg=rog_subgraphs", f"kg.path={REPO
 def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path):
     """Two rag runs (kgreason.run) on one machine: the first builds the KG's triple store before
     its first example; the second (another run dir and text cache) opens it and embeds only its
-    questions (timing.json ``embedding``). Measured: about 10 s on the loaded 2-core machine
-    (62 s when it built the embedded world's store)."""
+    questions (timing.json ``embedding``). Measured on the loaded 2-core machine: 11-12 s (453 s
+    at the same load when it built the embedded world's store; 63 s idle)."""
     from conftest import compose_cfg
 
     from kgreason.run import run
@@ -249,7 +249,8 @@ def test_a_run_killed_after_its_store_build_still_counts_the_build_on_resume(tmp
     """The store is built before the reasoner's own set-up (SubQRAG's index: hours). A run killed
     in that set-up, then resumed, built the store in its first attempt: the resumed run counts
     it, so ``prepare/embedding_*`` are those of an uninterrupted run (never resume-dependent).
-    Measured: about 10 s on the loaded 2-core machine (65 s with the embedded world's store)."""
+    Measured on the loaded 2-core machine: 1-8 s (331 s at the same load with the embedded world's
+    store; 65 s idle)."""
     from conftest import compose_cfg
 
     from kgreason.reasoners.rag import RAG
