@@ -122,25 +122,39 @@ def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> li
     return ms
 
 
-def test_llm_sweep_shares_one_server_and_one_cache(tmp_path):
+@pytest.fixture(scope="module")
+def llm_sweep(tmp_path_factory):
+    """The first 2×2 LLM sweep, run once for the two tests below (its server stays up for the
+    rerun): ``(server, jobs, cache, tmp)``. The rerun test comes second in the file and is the
+    only one that sends the server more requests."""
+    tmp = tmp_path_factory.mktemp("llm_sweep")
+    cache = tmp / "shared_cache"
+    with FakeChatServer(latency_s=0.02) as srv, pytest.MonkeyPatch.context() as mp:
+        # what tests/conftest.py's per-test environment gives a test's own sweep
+        mp.setenv("KGREASON_CACHE_DIR", str(tmp / "cache"))
+        mp.setenv("WANDB_MODE", "offline")
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        jobs = _llm_sweep(srv, tmp / "sweep1", cache)
+        mp.undo()
+        yield srv, jobs, cache, tmp
+
+
+def test_llm_sweep_shares_one_server_and_one_cache(llm_sweep):
     """Four jobs (2 at a time) against one OpenAI-compatible server and one cache dir."""
-    cache = tmp_path / "shared_cache"
-    with FakeChatServer(latency_s=0.02) as srv:
-        _check_first_sweep(srv, _llm_sweep(srv, tmp_path / "sweep", cache), cache)
+    srv, jobs, cache, _ = llm_sweep
+    _check_first_sweep(srv, jobs, cache)
 
 
 @pytest.mark.slow
-def test_llm_sweep_rerun_makes_no_server_calls(tmp_path):
+def test_llm_sweep_rerun_makes_no_server_calls(llm_sweep):
     """Re-running the whole sweep (new sweep dir, same cache dir) answers everything from the cache."""
-    cache = tmp_path / "shared_cache"
-    with FakeChatServer(latency_s=0.02) as srv:
-        jobs = _llm_sweep(srv, tmp_path / "sweep1", cache)
-        _check_first_sweep(srv, jobs, cache)
-        n_before = len(srv.requests)
-        jobs2 = _llm_sweep(srv, tmp_path / "sweep2", cache)
-        assert len(srv.requests) == n_before + 4 + 1  # zero server calls but the probes (4 jobs + the sweep check)
-        for m in (_metrics(j) for j in jobs2):
-            assert m["llm/calls"] == 0 and m["llm/cache_hits"] == LIMIT and m["llm/cost_usd"] == 0
+    srv, jobs, cache, tmp = llm_sweep  # the first sweep is the module's, checked again before the rerun
+    _check_first_sweep(srv, jobs, cache)
+    n_before = len(srv.requests)
+    jobs2 = _llm_sweep(srv, tmp / "sweep2", cache)
+    assert len(srv.requests) == n_before + 4 + 1  # zero server calls but the probes (4 jobs + the sweep check)
+    for m in (_metrics(j) for j in jobs2):
+        assert m["llm/calls"] == 0 and m["llm/cache_hits"] == LIMIT and m["llm/cost_usd"] == 0
 
     def by_name(js):
         return {j.name: _metrics(j)["metric/hits_at_1"] for j in js}

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import compose_cfg
+from conftest import REPO, compose_cfg
 
 from kgreason.data.base import ExampleSet
 from kgreason.embed import Embedder
@@ -150,6 +150,12 @@ def test_an_example_that_fails_after_writing_back_keeps_its_write_backs(tmp_path
     assert (list(r2.graph.triples), dict(r2.graph.provenance)) == state
 
 
+#: ``kg_source=injected`` starts G from the run's KG: the 5 triples of tests/assets' RoG subgraphs
+#: (a real KG the hotpot questions do not need), not the embedded world's 6.7k triples, whose
+#: MiniLM encoding took 3-4 minutes of the test on 2 cores
+INJECTED = ["reasoner.kg_source=injected", "kg=rog_subgraphs", f"kg.path={REPO / 'tests' / 'assets' / 'rog_subgraphs.jsonl'}"]
+
+
 def _hotpot_run(tmp_path, emb_dir, *overrides, rules=None):
     from kgreason.run import run
 
@@ -194,7 +200,7 @@ def test_without_an_index_the_write_backs_resume_to_the_uninterrupted_metrics(tm
     uninterrupted metrics byte for byte (extraction calls included, no indexing call)."""
     rules = [{"pattern": "Unanswered: ", "reply": '[["Alpha", "directed by", "Bob Stone"], '
                                                   '["Bob Stone", "born in", "Riverton"], ["Zeta", "in", "Eastland"]]'}]
-    go, out = _hotpot_run(tmp_path, emb_dir, "reasoner.kg_source=injected", rules=rules)
+    go, out = _hotpot_run(tmp_path, emb_dir, *INJECTED, rules=rules)
     first = go()
     reference = (out / "metrics.json").read_bytes()
     rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
@@ -216,7 +222,7 @@ def test_a_resume_that_would_answer_a_question_after_later_writes_is_refused(tmp
     from kgreason.preflight import PreflightError
 
     rules = [{"pattern": "Unanswered: ", "reply": '[["Alpha", "directed by", "Bob Stone"]]'}]
-    go, out = _hotpot_run(tmp_path, emb_dir, "reasoner.kg_source=injected", rules=rules)
+    go, out = _hotpot_run(tmp_path, emb_dir, *INJECTED, rules=rules)
     go()
     preds = out / "predictions.jsonl"
     lines = preds.read_text().splitlines()
