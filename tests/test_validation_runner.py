@@ -573,3 +573,17 @@ def test_the_method_table_marks_ceilings_pools_and_rows_that_cannot_be_compared(
     assert "pool: 961 passages" in line["`rag_text`"] and "not comparable with `subqrag`" in line["`rag_text`"]
     assert "pool: 286 passages" in line["`subqrag`"] and "not comparable with `rag_text`" in line["`subqrag`"]
     assert "Replayable from a committed bundle:" in table
+
+
+def test_the_method_table_shows_a_partial_row_as_partial_only_where_no_finished_one_exists(tmp_path, monkeypatch):
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    row = {"command": "…", "split": "heldout", "n": 30, "metrics": {"hits_at_1": 0.5}, "unparseable_replies": 0,
+           "llm_calls_per_question": 20.0}
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(
+        {"metaqa_sgr": {**row, "n_examples": 9, "partial": True}}))
+    line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `sgr` |"))
+    assert "| 9 of 30 (partial) |" in line and "Hits@1 0.50" in line
+    (tmp_path / "validation_heldout_n20_llamacpp.json").write_text(json.dumps(
+        {"metaqa_sgr": {**row, "n": 20, "n_examples": 20, "metrics": {"hits_at_1": 0.25}}}))
+    line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `sgr` |"))
+    assert "| 20 |" in line and "Hits@1 0.25" in line and "partial" not in line

@@ -632,13 +632,14 @@ METHODS = [
 
 def heldout_rows() -> dict[str, dict]:
     """The committed held-out rows on the llama.cpp route, the largest N of each row winning (at
-    equal N, a fresh draw ``_skip<K>`` over the first draw)."""
+    equal N, a fresh draw ``_skip<K>`` over the first draw); a partial row (stopped before its N)
+    only where the row has no finished one."""
     out: dict[str, dict] = {}
     files = sorted(HERE.glob("validation_heldout_n*_llamacpp.json"),
                    key=lambda f: (int(f.stem.split("_n")[1].split("_")[0]), "_skip" in f.stem))
     for f in files:
         for row, e in json.loads(f.read_text()).items():
-            if "metrics" in e and not e.get("partial"):
+            if "metrics" in e and (not e.get("partial") or row not in out or out[row].get("partial")):
                 out[row] = {**e, "_file": f.name}
     return out
 
@@ -722,7 +723,8 @@ def method_table() -> str:
         sq = seconds_per_question(e)
         sq = "–" if sq is None else ("< 1" if sq < 1 else f"{sq:.0f}")
         first, last = _draw(e)
-        n = f"{e['n_examples']}" + (f" (draw places {first}–{last})" if first > 1 else "")
+        n = f"{e['n_examples']}" + (f" of {e['n']} (partial)" if e.get("partial") else "") + (
+            f" (draw places {first}–{last})" if first > 1 else "")
         notes = "; ".join(row_notes(row, e, shown))
         out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | {sq} | {score} | {n} | {notes} |")
     kept = sum(1 for e in shown.values() if e.get("bundle"))
@@ -744,7 +746,8 @@ def method_figure(path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = heldout_rows()
-    items = [(f"{reasoner} ({row.split('_')[0]}, N={rows[row]['n_examples']})", rows[row]["metrics"][metric],
+    items = [(f"{reasoner} ({row.split('_')[0]}, N={rows[row]['n_examples']}"
+              + (f" of {rows[row]['n']}, partial)" if rows[row].get("partial") else ")"), rows[row]["metrics"][metric],
               (rows[row].get("ci95") or {}).get(metric), label)
              for reasoner, _, row, _, metric, label in METHODS if row in rows and reasoner != "kg_dx"]
     fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(items) + 1.0))
