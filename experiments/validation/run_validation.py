@@ -722,6 +722,8 @@ def method_table() -> str:
         score = f"{label} {v:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
         sq = seconds_per_question(e)
         sq = "–" if sq is None else ("< 1" if sq < 1 else f"{sq:.0f}")
+        if sq == "–" and isinstance(e.get("llm_seconds_per_question"), (int, float)):  # a partial row: the model's time
+            sq = f"{e['llm_seconds_per_question']:.0f} (model only)"
         first, last = _draw(e)
         n = f"{e['n_examples']}" + (f" of {e['n']} (partial)" if e.get("partial") else "") + (
             f" (draw places {first}–{last})" if first > 1 else "")
