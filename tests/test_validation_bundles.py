@@ -95,6 +95,11 @@ def test_ci_replays_the_named_rows_with_no_model_call(name, shared_data, tmp_pat
     predictions and metrics, zero model calls, and the committed JSON row equals what the replay
     gives (about 15 s for metaqa_io on 2 cores)."""
     monkeypatch.setenv("KGREASON_DATA", str(shared_data))
+    # a replay needs no weights: the named model answers from the store and is never looked for
+    # (CI has no Qwen; kgreason/llm/local.py ``defer_load``)
+    import kgreason.llm.local as local
+
+    monkeypatch.setattr(local, "resolve_gguf", lambda *a, **k: pytest.fail("the replay looked for the model's weights"))
     mod = _runner()
     found = [(t, r, e) for t, r, e in _bundled_rows() if r == name and t.startswith("validation_heldout")]
     assert found, f"{name}: no committed held-out bundle"
@@ -136,3 +141,28 @@ def test_a_replay_without_the_data_says_which_file_in_one_line(tmp_path, monkeyp
     line = replay_run(opened, opened.runs[0], tmp_path / "cache", tmp_path / "out")
     assert line.startswith("failed: needs the data file $KGREASON_DATA/") and "\n" not in line
     assert "set KGREASON_DATA" in line and not (tmp_path / "out").exists()
+
+
+def test_a_partial_run_replays_only_the_examples_its_bundle_holds(tmp_path):
+    """A row stopped before its N is bundled with the examples it answered; the replay answers the
+    whole config (the rest miss the call store, as they must), and only the bundled examples are
+    compared and re-scored (kgreason/storage/replay.py ``compare_partial``)."""
+    from kgreason.storage.replay import compare_partial
+
+    _table, _row, e = next(x for x in _bundled_rows() if x[1] == "metaqa_io")
+    opened = open_bundle(RUNNER.parent / e["bundle"]["file"], tmp_path / "b")
+    rows = [json.loads(x) for x in (opened.run_dir(opened.runs[0]) / "predictions.jsonl").read_text().splitlines()]
+    bundled, replayed = tmp_path / "bundled", tmp_path / "replayed"
+    bundled.mkdir()
+    replayed.mkdir()
+    kept = rows[:5]
+    (bundled / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    hits = sum(r["metrics"]["hits_at_1"] for r in kept) / len(kept)
+    (bundled / "metrics.json").write_text(json.dumps({"metric/hits_at_1": hits, "run/partial": True}))
+    missed = [{**r, "prediction": None, "error": "CacheMiss: llm_cache.mode=readonly"} for r in rows[5:]]
+    (replayed / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5] + missed))
+    ids = {r["id"] for r in kept}
+    assert compare_partial(bundled, replayed, ids) == "identical (5 examples of a partial run)"
+    changed = [{**rows[0], "prediction": "someone else"}] + rows[1:5]
+    (replayed / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in changed))
+    assert compare_partial(bundled, replayed, ids).startswith(f"differs: example {rows[0]['id']}, field ")

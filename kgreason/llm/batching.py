@@ -59,7 +59,9 @@ class BatchingLLM:
         self.backend = getattr(inner, "backend", "?")
         self.model = getattr(inner, "model", "?")
         if batch_size is None:
-            batch_size = getattr(inner, "batch_size", None) or getattr(getattr(inner, "impl", None), "batch_size", None)
+            # a backend that states its batch size (even None) is not asked to load its model for it
+            batch_size = (inner.batch_size if hasattr(inner, "batch_size")
+                          else getattr(getattr(inner, "impl", None), "batch_size", None))
         self.batch_size = max(1, int(batch_size or 8))
         self.wait_s = float(wait_s)
         self.batch_sizes: list[int] = []

@@ -27,7 +27,13 @@ def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, examp
     ``call_log``: the run's ``calls.jsonl`` (every cache key it used; ``kgreason bundle``)."""
     from kgreason.llm.batching import maybe_batching
 
-    llm = maybe_batching(instantiate(cfg), int(example_workers or 1))
+    readonly = cache_cfg is not None and str(cache_cfg.get("mode", "off")) == "readonly"
+    if readonly and str(cfg.get("_target_", "")).endswith("llm.local.LocalLLM"):
+        # a replay: the named model answers under its name from the store; its weights are found and
+        # loaded only for a call the store misses (which then fails as a miss), so a replay needs none
+        llm = maybe_batching(instantiate(cfg, defer_load=True), int(example_workers or 1))
+    else:
+        llm = maybe_batching(instantiate(cfg), int(example_workers or 1))
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return llm
     return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])),

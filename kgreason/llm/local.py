@@ -25,6 +25,7 @@ import glob
 import importlib.util
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -149,7 +150,7 @@ class LocalLLM:
     def __init__(self, route: str = "transformers", package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
                  cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int = 2048,
                  n_threads: int | None = None, model: str | None = None, sha256: str | None = None,
-                 dtype: str = "auto") -> None:
+                 dtype: str = "auto", defer_load: bool = False) -> None:
         # n_threads also sets torch's CPU threads on the transformers route
         from kgreason.llm.models import MODELS
 
@@ -165,7 +166,10 @@ class LocalLLM:
                              "for another GGUF set llm.gguf_path=<file> (llm.model then only names it)")
         if dtype not in DTYPES:  # checked before any assembly or conversion
             raise ValueError(f"llm.dtype must be one of {DTYPES}, got {dtype!r}")
-        self.gguf = resolve_gguf(model, package, gguf_path, cache_dir, sha256)
+        # defer_load (a readonly replay, kgreason/llm/lazy.py): a named model answers under its name
+        # without its file; the file is found and loaded on the first call that misses the store
+        self._where = (model, package, gguf_path, cache_dir, sha256)
+        self.gguf = None if (defer_load and spec is not None) else resolve_gguf(model, package, gguf_path, cache_dir, sha256)
         warning = cannot_read_warning(model, package, gguf_path)
         if warning:
             log.warning(warning)
@@ -176,17 +180,41 @@ class LocalLLM:
         self.dtype = (resolve_dtype(dtype, default_dtype, device) if route == "transformers"
                       else default_dtype if dtype == "auto" else dtype)
         self.model = model_name(model or self.gguf.stem, route, self.dtype, default_dtype)
+        self._load_args = (cache_dir, device, batch_size, n_ctx, n_threads)
+        # the batcher's batch size, known without loading (llama.cpp takes requests one at a time: none)
+        self.batch_size = batch_size if route == "transformers" else None
+        self._impl: Any = None
+        self._lock = threading.Lock()
+        if self.gguf is not None:
+            self._load()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._impl is None:
+                if self.gguf is None:
+                    self.gguf = resolve_gguf(*self._where)
+                self._impl = self._build(*self._load_args)
+        return self._impl
+
+    @property
+    def impl(self) -> Any:
+        return self._impl if self._impl is not None else self._load()
+
+    def _build(self, cache_dir, device, batch_size, n_ctx, n_threads) -> Any:
+        route = self.route
         t0 = time.perf_counter()
+        impl: Any = None
         if route == "transformers":
             from kgreason.llm.hf import HFCausalLM
 
             net, tok, self.load_info = load_transformers(self.gguf, cache_dir, self.dtype)
-            self.impl: Any = HFCausalLM(str(self.gguf), device=device, dtype=self.dtype, batch_size=batch_size,
-                                        model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)
+            impl = HFCausalLM(str(self.gguf), device=device, dtype=self.dtype, batch_size=batch_size,
+                              model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)
         elif route == "llamacpp":
-            self.impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads)
+            impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads)
             self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}
         log.info("LocalLLM(%s, route=%s) ready in %.1fs", self.model, route, time.perf_counter() - t0)
+        return impl
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         return self.impl.generate(requests)

@@ -175,6 +175,10 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     record = json.loads((opened.run_dir(rel) / "run.json").read_text(encoding="utf-8"))
     overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)]
     overrides += [f"llm_cache.dir={cache}", "llm_cache.mode=readonly", "tracking=none", f"hydra.run.dir={out}"]
+    bundled_metrics = json.loads((opened.run_dir(rel) / "metrics.json").read_text(encoding="utf-8"))
+    if bundled_metrics.get("run/partial"):  # the examples it never answered miss, as they must: not a failed run
+        overrides = [o for o in overrides if not str(o).lstrip("+~").startswith(("max_error_rate=", "max_consecutive_failures="))]
+        overrides += ["max_error_rate=1.0", "max_consecutive_failures=0"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
         cfg = compose(config_name="config", overrides=overrides)
@@ -185,11 +189,50 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
         failed = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if "CacheMiss" in type(e).__name__ or "llm_cache.mode=readonly" in str(e):
             return f"cache miss: {str(e).splitlines()[0]}"
+    bundled = {r.get("id") for r in _rows(opened.run_dir(rel) / "predictions.jsonl")}
+    partial = bool(json.loads((opened.run_dir(rel) / "metrics.json").read_text(encoding="utf-8")).get("run/partial"))
     for row in _rows(out / "predictions.jsonl"):  # a miss is the example's error: name the first
+        if partial and row.get("id") not in bundled:
+            continue  # a run stopped before its N: the examples it never answered have no replies to replay
         err = str(row.get("error") or "")
         if "CacheMiss" in err or "llm_cache.mode=readonly" in err:
             return f"cache miss: example {row.get('id')}: {err.splitlines()[0]}"
+    if partial and failed is None:
+        return compare_partial(opened.run_dir(rel), out, bundled)
     return failed or compare_run(opened.run_dir(rel), out)
+
+
+def compare_partial(bundled_dir: Path, replayed: Path, ids: set) -> str:
+    """A bundled run stopped before its N (``run/partial``): the replay answers the whole config,
+    so only the examples the bundle holds are compared, row by row, and re-scored against the
+    bundle's metrics (the examples it never answered miss the call store, as they must)."""
+    from kgreason.score import read_pairs, score
+
+    a = _rows(bundled_dir / "predictions.jsonl")
+    by_id = {r.get("id"): r for r in _rows(replayed / "predictions.jsonl") if r.get("id") in ids}
+    for row in a:
+        other = by_id.get(row.get("id"))
+        if other is None:
+            return f"differs: example {row.get('id')} was not answered by the replay"
+        d = first_difference(row, other)
+        if d is not None:
+            return f"differs: example {row.get('id')}, field {d}"
+    kept = replayed / "predictions.bundled_examples.jsonl"
+    kept.write_text("".join(json.dumps(by_id[r.get("id")]) + "\n" for r in a), encoding="utf-8")
+    ma = json.loads((bundled_dir / "metrics.json").read_text(encoding="utf-8"))
+    names = [k.split("/", 1)[1] for k in ma if k.startswith("metric/")]
+    got = score(read_pairs(kept), [n for n in names if n in _known_metrics()])
+    for n, v in got.items():
+        w = ma.get(f"metric/{n}")
+        if not (v == w or (v is not None and w is not None and abs(v - w) < 1e-9)):
+            return f"differs: metric/{n} {w!r} in the bundle, {v!r} re-scored from the replay"
+    return f"identical ({len(a)} examples of a partial run)"
+
+
+def _known_metrics():
+    from kgreason.metrics import METRICS
+
+    return METRICS
 
 
 def replay(opened: Opened, out: Path) -> list[tuple[str, bool, str]]:
@@ -199,7 +242,7 @@ def replay(opened: Opened, out: Path) -> list[tuple[str, bool, str]]:
     res = []
     for rel in opened.runs:
         line = replay_run(opened, rel, cache, out / "runs" / rel)
-        res.append((rel, line == "identical", f"{rel}: {line}"))
+        res.append((rel, line.startswith("identical"), f"{rel}: {line}"))
     return res
 
 
