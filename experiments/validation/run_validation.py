@@ -244,16 +244,8 @@ def stamp_from_history(path: Path) -> list[str]:
         for r in sorted(todo):
             if (then.get(r) or {}).get("metrics") != table[r]["metrics"]:
                 continue
-            def listdir(folder, c=c):
-                return sorted(_git("ls-tree", "-r", "--name-only", c, "--", folder).split())
-            files = {}
-            for p in method_paths(r, listdir):
-                try:
-                    files[p] = _git("rev-parse", f"{c}:{p}").strip()
-                except subprocess.CalledProcessError:
-                    pass  # not in the tree at that commit
             table[r]["code"] = {"commit": c[:12], "from": "git history (the first commit holding these metrics)",
-                                "files": files}
+                                "files": stamp_at(r, c)}
             todo.discard(r)
             done.append(r)
     if done:

@@ -76,17 +76,24 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     return last_rows(rows)
 
 
-def compare_run(bundled: Path, replayed: Path) -> str:
-    """``identical`` or where the replayed run first differs from the bundled one."""
-    a, b = _rows(bundled / "predictions.jsonl"), _rows(replayed / "predictions.jsonl")
-    by_id = {r.get("id"): r for r in b}
-    for row in a:
-        other = by_id.get(row.get("id"))
+def first_row_difference(bundled: list[dict[str, Any]], replayed: dict[Any, dict[str, Any]]) -> str | None:
+    """The first bundled example the replay did not answer, or answered differently (by id)."""
+    for row in bundled:
+        other = replayed.get(row.get("id"))
         if other is None:
             return f"differs: example {row.get('id')} was not answered by the replay"
         d = first_difference(row, other)
         if d is not None:
             return f"differs: example {row.get('id')}, field {d}"
+    return None
+
+
+def compare_run(bundled: Path, replayed: Path) -> str:
+    """``identical`` or where the replayed run first differs from the bundled one."""
+    a, b = _rows(bundled / "predictions.jsonl"), _rows(replayed / "predictions.jsonl")
+    by_id = {r.get("id"): r for r in b}
+    if (d := first_row_difference(a, by_id)) is not None:
+        return d
     if len(b) != len(a):
         return f"differs: the replay answered {len(b)} examples, the bundle holds {len(a)}"
     ma = json.loads((bundled / "metrics.json").read_text(encoding="utf-8"))
@@ -210,13 +217,8 @@ def compare_partial(bundled_dir: Path, replayed: Path, ids: set) -> str:
 
     a = _rows(bundled_dir / "predictions.jsonl")
     by_id = {r.get("id"): r for r in _rows(replayed / "predictions.jsonl") if r.get("id") in ids}
-    for row in a:
-        other = by_id.get(row.get("id"))
-        if other is None:
-            return f"differs: example {row.get('id')} was not answered by the replay"
-        d = first_difference(row, other)
-        if d is not None:
-            return f"differs: example {row.get('id')}, field {d}"
+    if (d := first_row_difference(a, by_id)) is not None:
+        return d
     kept = replayed / "predictions.bundled_examples.jsonl"
     kept.write_text("".join(json.dumps(by_id[r.get("id")]) + "\n" for r in a), encoding="utf-8")
     ma = json.loads((bundled_dir / "metrics.json").read_text(encoding="utf-8"))
