@@ -71,6 +71,18 @@ def fingerprint(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, dict[str, Any
     return digest, flat
 
 
+def _same_file(a: Any, b: Any) -> bool:
+    """Two spellings of one existing file or dir (``../shared/data/x`` and ``/work/shared/data/x``):
+    the data a run reads, not how its path was written, is what a resume must keep."""
+    if not (isinstance(a, str) and isinstance(b, str)) or not a or not b or ("/" not in a and "/" not in b):
+        return False
+    try:
+        pa, pb = Path(a).expanduser(), Path(b).expanduser()
+        return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+    except (OSError, ValueError):
+        return False
+
+
 def check_resume(out_dir: str | Path, cfg: DictConfig | Mapping[str, Any], *, allow_changes: bool = False) -> str:
     """Write ``fingerprint.json`` on a new run dir; on a resumed one, refuse a different config.
 
@@ -99,7 +111,12 @@ def check_resume(out_dir: str | Path, cfg: DictConfig | Mapping[str, Any], *, al
         return run_id
     before = old.get("settings", {})
     keys = sorted(set(before) | set(flat))
-    diff = {k: (before.get(k, "<absent>"), flat.get(k, "<absent>")) for k in keys if before.get(k) != flat.get(k)}
+    diff = {k: (before.get(k, "<absent>"), flat.get(k, "<absent>")) for k in keys
+            if before.get(k) != flat.get(k) and not _same_file(before.get(k), flat.get(k))}
+    if not diff:  # only paths spelled otherwise: the dir takes this spelling, and says so in its history
+        history = list(old.get("history", [])) + [{"from": old.get("sha256"), "changed": [], "respelled_paths": True}]
+        write_json(path, {"sha256": digest, "settings": flat, "history": history, "run_id": run_id})
+        return run_id
     if not allow_changes:
         lines = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:20]]
         more = f" (and {len(diff) - 20} more)" if len(diff) > 20 else ""

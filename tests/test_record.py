@@ -57,3 +57,23 @@ def test_run_record_lists_data_files_with_hashes_git_and_versions(tmp_path):
     assert rec["config"]["llm"]["api_key"] == "<redacted>" and "sk-should" not in json.dumps(rec)
     assert set(rec["git"]) == {"commit", "dirty"} and rec["versions"]["numpy"]
     assert str(p.resolve()) in files_read()
+
+
+def test_resume_takes_a_data_path_spelled_otherwise_but_not_another_file(tmp_path, monkeypatch):
+    """A first sitting with ``KGREASON_DATA=../shared/data`` and a second with the default (the
+    absolute path) read the same file: the second resumes (it once refused, naming dataset.path)."""
+    data = tmp_path / "shared" / "data"
+    data.mkdir(parents=True)
+    (data / "q.jsonl").write_text("{}\n")
+    (data / "other.jsonl").write_text("{}\n")
+    work = tmp_path / "main"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    run = tmp_path / "run"
+    run.mkdir()
+    check_resume(run, _cfg(**{"dataset.path": "../shared/data/q.jsonl"}))
+    check_resume(run, _cfg(**{"dataset.path": str(data / "q.jsonl")}))  # the same file
+    rec = json.loads((run / "fingerprint.json").read_text())
+    assert rec["history"][-1] == {"from": rec["history"][-1]["from"], "changed": [], "respelled_paths": True}
+    with pytest.raises(ResumeConfigMismatch, match="dataset.path"):
+        check_resume(run, _cfg(**{"dataset.path": str(data / "other.jsonl")}))
