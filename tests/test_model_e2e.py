@@ -56,6 +56,10 @@ KNOWN_UNPARSEABLE = {
     "metaqa_rag": "the reader continues the prompt's fact list (`X | directed_by | Y; ...`) with no answer line",
     "metaqa_sgr": "a collaborative hypothesis in prose with no answer at all (`The answer could be based on the "
                   "information that A Single Shot, directed by ...`), one at a time (1 worker)",
+    "metaqa_tog": "an entity-pruning reply with fewer scores than candidates (`Score: 0.0, 0.0, 0.0, 0.0` and a "
+                  "sentence); the release then scores every candidate equally, as kgreason does",
+    "metaqa_reknos": "an answer in a sentence with no answer line (`Daniel Sackheim directed films in the genres of "
+                     "drama, comedy, and drama thriller.`)",
 }
 
 
