@@ -176,12 +176,14 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     from hydra.core.global_hydra import GlobalHydra
 
     import kgreason  # noqa: F401 - registers the resolvers conf/ uses
-    from kgreason.paths import config_dir
+    from kgreason.paths import config_dir, hydra_quote
     from kgreason.run import run
 
     record = json.loads((opened.run_dir(rel) / "run.json").read_text(encoding="utf-8"))
     overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)]
-    overrides += [f"llm_cache.dir={cache}", "llm_cache.mode=readonly", "tracking=none", f"hydra.run.dir={out}"]
+    # quoted for Hydra: a sweep's job dir is named after its overrides (``0_reasoner=io,seed=0``)
+    overrides += [f"llm_cache.dir={hydra_quote(str(cache))}", "llm_cache.mode=readonly", "tracking=none",
+                  f"hydra.run.dir={hydra_quote(str(out))}"]
     bundled_metrics = json.loads((opened.run_dir(rel) / "metrics.json").read_text(encoding="utf-8"))
     if bundled_metrics.get("run/partial"):  # the examples it never answered miss, as they must: not a failed run
         overrides = [o for o in overrides if not str(o).lstrip("+~").startswith(("max_error_rate=", "max_consecutive_failures="))]
