@@ -155,7 +155,7 @@ TOOLS: dict[str, Tool] = {
                  "kgreason data prepare umls --from umls-2024AA-metathesaurus.zip",
                  _module_main("kgreason.data.command")),
     "cache": Tool("describe or compact a call-cache directory (one shard per process that wrote it)",
-                  "kgreason cache stats ~/.cache/kgreason/llm     |     kgreason cache merge ~/.cache/kgreason/llm",
+                  "kgreason cache stats ~/.cache/kgreason     |     kgreason cache merge ~/.cache/kgreason",
                   _module_main("kgreason.storage.cache_command")),
     "bundle": Tool("export, verify or replay a run bundle (runs + every model call they made, one .tar.gz)",
                    "kgreason bundle export outputs/multirun/2026-01-31/12-00-00 -o sweep.tar.gz     |     "
