@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from kgreason.storage.bundle import CALLS, BundleError, Opened, cache_records, export, open_bundle
+from kgreason.storage.bundle import CALLS, BundleError, Opened, cache_records, export, open_bundle, requests
 from kgreason.storage.callstore import LLM_STORE
 
 #: leaf names that describe what a run spent or how long it took, not what it answered
@@ -124,12 +124,16 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
         bad = [n for n in names if got[n] != metrics[f"metric/{n}"] and not (
             got[n] is not None and metrics[f"metric/{n}"] is not None and abs(got[n] - metrics[f"metric/{n}"]) < 1e-9)]
         missing = [k for k in _keys(d) if k not in records]
+        asked = requests(metrics)
         if bad:
             n = bad[0]
             out.append((rel, False, f"{rel}: metric/{n} re-scored {got[n]!r}, metrics.json says "
                                     f"{metrics[f'metric/{n}']!r}"))
         elif missing:
             out.append((rel, False, f"{rel}: cache entry {missing[0]} (calls.jsonl) is not in {CALLS}"))
+        elif asked and not _keys(d):
+            out.append((rel, False, f"{rel}: made {asked} model requests but the bundle lists no cache key of "
+                                    "them (no calls.jsonl); it cannot be replayed"))
         else:
             out.append((rel, True, f"{rel}: {len(names)} metrics re-scored, equal; {len(_keys(d))} cache entries present"))
     return out
