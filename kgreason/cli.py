@@ -155,7 +155,7 @@ TOOLS: dict[str, Tool] = {
                  "kgreason data prepare umls --from umls-2024AA-metathesaurus.zip",
                  _module_main("kgreason.data.command")),
     "cache": Tool("describe or compact a call-cache directory (one shard per process that wrote it)",
-                  "kgreason cache stats ~/.cache/kgreason/llm     |     kgreason cache merge ~/.cache/kgreason/llm",
+                  "kgreason cache stats ~/.cache/kgreason     |     kgreason cache merge ~/.cache/kgreason",
                   _module_main("kgreason.storage.cache_command")),
     "bundle": Tool("export, verify or replay a run bundle (runs + every model call they made, one .tar.gz)",
                    "kgreason bundle export outputs/multirun/2026-01-31/12-00-00 -o sweep.tar.gz     |     "
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int | None:
                 return _exit(0, argv)
         elif any(a in ("-h", "--help") for a in rest):
             print(tool_help(name))
-        return _exit(TOOLS[name].run(rest), argv)
+        return _exit(_run_tool(name, rest), argv)
     if args and not args[0].startswith(("-", "+", "~")) and "=" not in args[0]:
         print(f"kgreason: {args[0]!r} is neither a tool ({', '.join(TOOLS)}) nor a Hydra override "
               "(group=option, key=value); see `kgreason --help`", file=sys.stderr)
@@ -288,6 +288,18 @@ def config_file_problem(args: Sequence[str]) -> str | None:
                 what = " ".join(str(getattr(e, "problem", None) or e).split())
                 return f"{f}{where}: invalid YAML ({what}); fix the file or move it away"
     return None
+
+
+def _run_tool(name: str, rest: list[str]) -> int:
+    """Run a tool; a reader that stopped early (``kgreason tables DIR | head``) ends it quietly with
+    141 (128 + SIGPIPE, as a shell reports it), not a ``BrokenPipeError`` traceback."""
+    try:
+        rc = TOOLS[name].run(rest)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 141
 
 
 def _exit(rc: int, argv) -> int:

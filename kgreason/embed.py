@@ -140,7 +140,10 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return int(self._load().get_sentence_embedding_dimension())
+        model = self._load()
+        # newer sentence-transformers (6.x) call it get_embedding_dimension and warn on the old name
+        get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(get())
 
     def fingerprint(self) -> str:
         """SHA-256 of the model's files and the settings that change a vector (computed once per process)."""

@@ -75,7 +75,7 @@ def _first_value(value: str) -> str:
 def check_keys(args: Sequence[str], conf: Path | None = None) -> str | None:
     """One line for the first ``key.path=value`` whose key is not in the composed config."""
     conf = conf or config_dir()
-    keyed, choices = [], []
+    keyed, choices, fixed, swept = [], [], [], []
     for a in args:
         if a.startswith(("-", "~", "+")) or "=" not in a:
             continue
@@ -84,6 +84,10 @@ def check_keys(args: Sequence[str], conf: Path | None = None) -> str | None:
             continue
         if (conf / key.replace(".", "/")).is_dir():
             choices.append(f"{key}={_first_value(value)}")
+            if len(_split_sweep(value)) > 1:
+                swept.append(key)
+            else:
+                fixed.append(f"{key}={value}")
         else:
             keyed.append(key)
     if not keyed:
@@ -107,6 +111,37 @@ def check_keys(args: Sequence[str], conf: Path | None = None) -> str | None:
             hint = f"; did you mean {full}?" if full else ""
             return (f"{key}={_value_of(args, key)}: no key {part!r} in {parent}{hint} "
                     f"(to add a new key on purpose: +{key}=...)")
+    if any(a in ("--multirun", "-m") for a in args) and swept:
+        return _sweep_base_problem(conf, fixed, swept, keyed, args)
+    return None
+
+
+def _sweep_base_problem(conf: Path, fixed: list[str], swept: list[str], keyed: list[str],
+                        args: Sequence[str]) -> str | None:
+    """Hydra composes a multirun's base config with each swept group at its *default* option and
+    sets every plain ``key=value`` there first: a key that only the swept options have stops it
+    ("Key ... is not in struct", exit 1). One line instead, naming the default and the fix."""
+    from omegaconf import DictConfig
+
+    mine = [k for k in keyed if any(k.startswith(g + ".") for g in swept)]
+    if not mine:
+        return None
+    base = _compose(conf, fixed, hydra=True)
+    if base is None:
+        return None
+    for key in mine:
+        node = base
+        for part in key.split("."):
+            if not isinstance(node, DictConfig):
+                break
+            if part not in node.keys():
+                group = next(g for g in swept if key.startswith(g + "."))
+                default = base.hydra.runtime.choices.get(group)
+                value = _value_of(args, key)
+                return (f"{key}={value}: a sweep's base config has the default {group}={default}, which has no "
+                        f"{key}, and Hydra sets the key there first; write ++{key}={value} to set it in every "
+                        f"job of the sweep")
+            node = node._get_node(part)
     return None
 
 
@@ -117,7 +152,7 @@ def _value_of(args: Sequence[str], key: str) -> str:
     return ""
 
 
-def _compose(conf: Path, overrides: list[str]):
+def _compose(conf: Path, overrides: list[str], hydra: bool = False):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -125,7 +160,7 @@ def _compose(conf: Path, overrides: list[str]):
         return None
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(conf)):
-            return compose("config", overrides=overrides)
+            return compose("config", overrides=overrides, return_hydra_config=hydra)
     except Exception:  # noqa: BLE001 - any other composition problem is Hydra's to report
         return None
     finally:

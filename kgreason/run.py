@@ -707,9 +707,12 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
     except OSError as e:  # the interruption is what is reported
         log.error("could not write %s: %s", out_dir / PREPARE_STOPPED, e)
     got = f" ({where['what']}: {where['done']} of {where['total']} {where['unit']} done)" if where else ""
-    log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; what the set-up "
-                "finished is kept (SubQRAG's index: every extracted passage) and a resume goes on from there. "
-                "%s", signame, got, done, n, go_on_hint(out_dir))
+    kept = ("what the set-up finished is kept (SubQRAG's index: every extracted passage) and a resume goes on "
+            "from there")
+    if where and str(where.get("what", "")).startswith("embedding store"):  # its partial dir is removed
+        kept = "an embedding store stopped mid-build is not kept: a resume builds it again from its first text"
+    log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; %s. %s",
+                signame, got, done, n, kept, go_on_hint(out_dir))
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:

@@ -52,3 +52,17 @@ def test_loads_offline(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "(1, 384) 384"
+
+
+def test_the_dimension_is_read_without_a_deprecation_warning():
+    """sentence-transformers renamed ``get_sentence_embedding_dimension`` to
+    ``get_embedding_dimension`` and warns on the old name: every rag run and bundle replay printed
+    that FutureWarning (two lines on stderr) before its first example."""
+    import warnings
+
+    emb = Embedder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        assert emb.dim == 384
+    emb.close()

@@ -75,3 +75,22 @@ def test_the_written_files_say_which_runs_were_superseded(tmp_path):
     _dir(day, "b", "io", "aaa", [1, 1], 2000)
     md = write_tables(day, ["reasoner"], ["metric"], ["hits_at_1"])["md"].read_text()
     assert "superseded by b" in md.lower(), md
+
+
+def test_run_control_overrides_are_not_a_variant(tmp_path):
+    """``resume=false`` (what the Ctrl-C line offers), ``example_workers=2`` or ``llm.delay_s=1``
+    change how a run goes, not what it computes (kgreason/record.py NOT_FINGERPRINTED): a day folder
+    where one run was started with them gets no ``variant`` column, and its label does not carry
+    them; a setting that does change the result (``reasoner.k=5``) still makes a variant."""
+    day = tmp_path / "d"
+    io = _dir(day, "a", "io", "aaa", [1, 0], 1000)
+    (io / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
+        ["reasoner=io", "resume=false", "example_workers=2", "llm.delay_s=1", "llm_cache.mode=readonly"]))
+    _dir(day, "b", "rag", "bbb", [1, 1], 2000)
+    t = build_tables(day, metrics=["hits_at_1"])
+    assert "variant" not in t.df.columns or set(t.df["variant"]) <= {""}, t.df
+    md = t.markdown()
+    assert "resume" not in md and "example_workers" not in md and "delay_s" not in md, md
+    (io / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["reasoner=io", "resume=false", "reasoner.k=5"]))
+    t = build_tables(day, metrics=["hits_at_1"])
+    assert set(t.df["variant"]) == {"reasoner.k=5", ""}, t.df

@@ -32,12 +32,45 @@ def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, examp
         # a replay: the named model answers under its name from the store; its weights are found and
         # loaded only for a call the store misses (which then fails as a miss), so a replay needs none
         llm = maybe_batching(instantiate(cfg, defer_load=True), int(example_workers or 1))
+    elif readonly and str(cfg.get("_target_", "")).endswith("llm.hf.HFCausalLM"):
+        llm = maybe_batching(DeferredHF(cfg), int(example_workers or 1))
     else:
         llm = maybe_batching(instantiate(cfg), int(example_workers or 1))
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return llm
     return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])),
                      legacy_batched_keys=bool(cache_cfg.get("legacy_batched_keys", False)), call_log=call_log)
+
+
+class DeferredHF:
+    """An ``llm=hf`` backend for a readonly replay: it keys its calls exactly as
+    :class:`~kgreason.llm.hf.HFCausalLM` does (backend ``hf``, the configured name, the
+    ``max_input_tokens`` it truncates to; :func:`~kgreason.storage.llm_cache.backend_settings`)
+    and loads the weights only for a call, which a readonly store never lets through (a miss fails
+    first). So a replay of an hf bundle needs no checkpoint."""
+
+    backend = "hf"
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        self._cfg, self._impl = cfg, None
+        self.model = str(cfg.get("name") or cfg["model"])
+        self.max_input_tokens = int(cfg.get("max_input_tokens", 4096))
+        self.batch_size = max(1, int(cfg.get("batch_size", 8)))
+
+    def _real(self) -> Any:
+        if self._impl is None:
+            self._impl = instantiate(self._cfg)
+        return self._impl
+
+    def generate(self, requests):
+        return self._real().generate(requests)
+
+    def score(self, prompt, candidates):
+        return self._real().score(prompt, candidates)
+
+    def close(self) -> None:
+        if self._impl is not None and callable(getattr(self._impl, "close", None)):
+            self._impl.close()
 
 
 class LazyLLM:
@@ -99,4 +132,4 @@ class LazyLLM:
             close()
 
 
-__all__ = ["LazyLLM", "build_llm"]
+__all__ = ["DeferredHF", "LazyLLM", "build_llm"]

@@ -185,7 +185,7 @@ class LocalLLM:
         self.batch_size = batch_size if route == "transformers" else None
         self._impl: Any = None
         self._lock = threading.Lock()
-        if self.gguf is not None:
+        if self.gguf is not None and not defer_load:  # a replay loads it only for a call the store misses
             self._load()
 
     def _load(self) -> Any:

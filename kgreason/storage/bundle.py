@@ -171,6 +171,15 @@ def _run_entry(run: Path, rel: str) -> tuple[dict[str, bytes], dict[str, Any], l
     return files, info, keys
 
 
+def requests(metrics: dict[str, Any]) -> int:
+    """The model requests a run made or replayed (``llm/calls`` + ``llm/cache_hits``)."""
+    n = 0
+    for k in ("llm/calls", "llm/cache_hits"):
+        v = metrics.get(k)
+        n += int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0
+    return n
+
+
 def _cache_dir_of(run: Path) -> Path | None:
     try:
         cfg = json.loads((run / "run.json").read_text(encoding="utf-8")).get("config") or {}
@@ -214,6 +223,12 @@ def export(dirs: Iterable[str | Path], out: str | Path, cache_dir: str | Path | 
             if any(r["dir"] == rel for r in runs):
                 raise BundleError(f"{run}: a second run named {rel} in the bundle; give dirs with distinct names")
             files, info, keys = _run_entry(run, rel)
+            asked = requests(json.loads(files[f"runs/{rel}/metrics.json"]))
+            if asked and not keys:
+                raise BundleError(f"{run}: made {asked} model requests but no cache key of them is listed (no "
+                                  "calls.jsonl: run with llm_cache.mode=off, or by a kgreason before bundles); its "
+                                  "replies were never kept, so a bundle of it could not be replayed: run it again "
+                                  "with the call cache on")
             entries.update(files)
             cdir = Path(cache_dir).expanduser() if cache_dir is not None else _cache_dir_of(run)
             if keys:

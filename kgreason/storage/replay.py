@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from kgreason.storage.bundle import CALLS, BundleError, Opened, cache_records, export, open_bundle
+from kgreason.storage.bundle import CALLS, BundleError, Opened, cache_records, export, open_bundle, requests
 from kgreason.storage.callstore import LLM_STORE
 
 #: leaf names that describe what a run spent or how long it took, not what it answered
@@ -124,12 +124,16 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
         bad = [n for n in names if got[n] != metrics[f"metric/{n}"] and not (
             got[n] is not None and metrics[f"metric/{n}"] is not None and abs(got[n] - metrics[f"metric/{n}"]) < 1e-9)]
         missing = [k for k in _keys(d) if k not in records]
+        asked = requests(metrics)
         if bad:
             n = bad[0]
             out.append((rel, False, f"{rel}: metric/{n} re-scored {got[n]!r}, metrics.json says "
                                     f"{metrics[f'metric/{n}']!r}"))
         elif missing:
             out.append((rel, False, f"{rel}: cache entry {missing[0]} (calls.jsonl) is not in {CALLS}"))
+        elif asked and not _keys(d):
+            out.append((rel, False, f"{rel}: made {asked} model requests but the bundle lists no cache key of "
+                                    "them (no calls.jsonl); it cannot be replayed"))
         else:
             out.append((rel, True, f"{rel}: {len(names)} metrics re-scored, equal; {len(_keys(d))} cache entries present"))
     return out
@@ -176,12 +180,14 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     from hydra.core.global_hydra import GlobalHydra
 
     import kgreason  # noqa: F401 - registers the resolvers conf/ uses
-    from kgreason.paths import config_dir
+    from kgreason.paths import config_dir, hydra_quote
     from kgreason.run import run
 
     record = json.loads((opened.run_dir(rel) / "run.json").read_text(encoding="utf-8"))
     overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)]
-    overrides += [f"llm_cache.dir={cache}", "llm_cache.mode=readonly", "tracking=none", f"hydra.run.dir={out}"]
+    # quoted for Hydra: a sweep's job dir is named after its overrides (``0_reasoner=io,seed=0``)
+    overrides += [f"llm_cache.dir={hydra_quote(str(cache))}", "llm_cache.mode=readonly", "tracking=none",
+                  f"hydra.run.dir={hydra_quote(str(out))}"]
     bundled_metrics = json.loads((opened.run_dir(rel) / "metrics.json").read_text(encoding="utf-8"))
     if bundled_metrics.get("run/partial"):  # the examples it never answered miss, as they must: not a failed run
         overrides = [o for o in overrides if not str(o).lstrip("+~").startswith(("max_error_rate=", "max_consecutive_failures="))]

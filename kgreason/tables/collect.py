@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kgreason.record import NOT_FINGERPRINTED
 from kgreason.tables.rows import RunRows, read_rows
 
 GROUPS = ("dataset", "reasoner", "ablation", "llm", "kg", "retriever")
@@ -117,6 +118,8 @@ def job_info(job: Path, root: Path | None = None) -> dict[str, Any]:
         key = o.split("=", 1)[0].lstrip("+~")
         if key in GROUPS or key in ("seed", "tracking", "experiment") or key.startswith("hydra."):
             continue
+        if any(key == k or key.startswith(k + ".") for k in NOT_FINGERPRINTED):
+            continue  # how the run went (resume=false, example_workers=2), not what it computed
         variant.append(o)
     try:
         rel = str(job.relative_to(root)) if root is not None else job.name

@@ -70,3 +70,15 @@ def test_seeded_sampling_n_and_stop(tiny):
         cut = tiny.generate([ChatRequest.of("hello", max_tokens=6, stop=(words[1],))])[0].text
         assert words[1] not in cut[len(words[0]):] or cut == full[: full.find(words[1])]
         assert cut == full[: full.find(words[1])]
+
+
+def test_a_deferred_replay_backend_keys_calls_as_the_loaded_model_does(tiny):
+    """A readonly replay's stand-in (kgreason/llm/lazy.py ``DeferredHF``) gives the same cache key
+    parts as the loaded model: backend, model name and reply-shaping settings."""
+    from kgreason.llm.lazy import DeferredHF
+    from kgreason.storage.llm_cache import backend_settings
+
+    stand_in = DeferredHF({"_target_": "kgreason.llm.hf.HFCausalLM", "model": tiny.model, "batch_size": 3})
+    assert (stand_in.backend, stand_in.model, backend_settings(stand_in)) == \
+        (tiny.backend, tiny.model, backend_settings(tiny))
+    assert stand_in._impl is None  # nothing loaded to say so

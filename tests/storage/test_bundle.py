@@ -133,7 +133,7 @@ def test_an_entry_added_after_export_is_refused(sweep):
 def test_export_keeps_secrets_out(tmp_path, sweep):
     run = tmp_path / "sweep" / "0"
     run.mkdir(parents=True)
-    for f in ("predictions.jsonl", "metrics.json"):
+    for f in ("predictions.jsonl", "metrics.json", "calls.jsonl"):  # a run without its calls.jsonl is refused
         (run / f).write_bytes((sweep / "sweep" / "0" / f).read_bytes())
     rec = json.loads((sweep / "sweep" / "0" / "run.json").read_text())
     rec["config"]["llm"]["api_key"] = "sk-live-abcdef123456"

@@ -198,3 +198,23 @@ def test_cache_cli_stats_and_merge(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kgreason", "cache", "stats", str(tmp_path / "nope")], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no call store" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_cache_tools_help_example_names_a_directory_a_run_writes(tmp_path, monkeypatch):
+    """``kgreason cache --help`` shows ``kgreason cache stats DIR``: DIR, as an installed kgreason
+    lays out its cache (``paths.cache`` = ~/.cache/kgreason, the store in ``llm_calls/``), must be
+    one ``stats`` accepts. It named ``~/.cache/kgreason/llm``, a directory nothing writes."""
+    import os
+    import shlex
+
+    from kgreason.cli import TOOLS
+    from kgreason.storage import cache_command
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    installed_cache = home / ".cache" / "kgreason"  # kgreason/paths.py's default outside a clone
+    KeyValueStore(installed_cache / "llm_calls").put("k", {"texts": ["x"]}, backend="b", model="m", method="generate")
+    words = shlex.split(TOOLS["cache"].example.split("|")[0])
+    assert words[:3] == ["kgreason", "cache", "stats"], words
+    assert cache_command.main(["stats", os.path.expanduser(words[3])]) in (0, None)
