@@ -725,7 +725,7 @@ def method_table() -> str:
     out += ["", f"Replayable from a committed bundle: {kept} of {len(shown)} rows"
             + (" (the others' model replies were kept only in a machine-local cache; they are marked so until "
                "re-measured)" if kept < len(shown) else "")
-            + ". A bundle replays with `kgreason bundle replay experiments/validation/<file>` (no model call)."]
+            + ". A bundle replays with `kgreason bundle replay experiments/validation/bundles/<table>/<row>.tar.gz` (no model call)."]
     return "\n".join(out)
 
 
