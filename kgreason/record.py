@@ -72,7 +72,7 @@ def fingerprint(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, dict[str, Any
 
 
 def _same_file(a: Any, b: Any) -> bool:
-    """Two spellings of one existing file or dir (``../shared/data/x`` and ``/work/shared/data/x``):
+    """Two spellings of one existing file or dir (``../shared/data/x`` and ``$KGREASON_DATA/x`` spelled as an absolute path):
     the data a run reads, not how its path was written, is what a resume must keep."""
     if not (isinstance(a, str) and isinstance(b, str)) or not a or not b or ("/" not in a and "/" not in b):
         return False
