@@ -34,6 +34,10 @@ from kgreason.tables.summary import cache_note, replayed_answers
 
 COST_METRICS = ["llm/calls", "llm/cache_hits", "llm/calls_per_question", "llm/prompt_tokens",
                 "llm/completion_tokens", "llm/tokens_per_question", "llm/cost_usd", "run/wall_s"]
+# decimals per cost column: counts whole (12 calls, not 12.000), rates per question and seconds to
+# one decimal, dollars to four (the cost of a few small calls is below a cent)
+COST_DIGITS = {"llm/calls": 0, "llm/cache_hits": 0, "llm/prompt_tokens": 0, "llm/completion_tokens": 0,
+               "llm/calls_per_question": 1, "llm/tokens_per_question": 1, "llm/cost_usd": 4, "run/wall_s": 1}
 
 
 def _with_wall_time(t: Tables) -> pd.DataFrame:
@@ -85,7 +89,8 @@ def cost_table(t: Tables) -> str:
         return ""
     cols = [c for c in t.cols if c != "metric"] + ["metric"]
     wide = pivot(df, t.rows, cols, have, None, CIOptions(kind="none"))
-    return render_markdown(wide, t.rows, cols, t.digits, labels=t.labels, row_suffix=_replayed_rows(wide, cols))
+    return render_markdown(wide, t.rows, cols, t.digits, labels=t.labels, row_suffix=_replayed_rows(wide, cols),
+                           metric_digits=COST_DIGITS)
 
 
 def cache_lines(t: Tables) -> list[str]:

@@ -128,6 +128,8 @@ def _fmt(mean: float, std: float, n: int, digits: int, lo: float = math.nan, hi:
          seed_spread: bool = True) -> str:
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "–"
+    if digits == 0 and abs(mean - round(mean)) > 1e-9:
+        digits = 1  # a count's mean over seeds that is not whole keeps its fraction (10.5, not 10)
     s = f"{mean:.{digits}f}"
     if n and n > 1 and seed_spread:
         s += f" ± {std:.{digits}f}"
@@ -176,7 +178,8 @@ def column_note(wide: pd.DataFrame, cols: Sequence[str]) -> str:
 
 
 def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], seed_spread: bool = True,
-           labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None):
+           labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None,
+           metric_digits: Mapping[str, int] | None = None):
     mask = _best_mask(wide, rows, cols, digits)
     means, stds, ns = wide["mean"], wide["std"], wide["n"]
     has_ci = "lo" in wide.columns.get_level_values(0)
@@ -193,12 +196,17 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
             line[-1] += f" ({row_suffix[idx]})"
         for c in means.columns:
             n = ns.loc[idx, c]
+            d = digits
+            if metric_digits:
+                col_key = dict(zip(cols, c if isinstance(c, tuple) else (c,)))
+                metric = col_key.get("metric", keys[list(rows).index("metric")] if "metric" in rows else None)
+                d = metric_digits.get(metric, digits)
             lo, hi = (wide["lo"].loc[idx, c], wide["hi"].loc[idx, c]) if has_ci else (math.nan, math.nan)
             # no sampled LLM call: nothing to spread, unless the seeds' values differ anyway (a seeded
             # draw inside the method: ToG's neighbour sample, ReKnoS's k-means), which is then shown
             std = wide["std"].loc[idx, c] if "std" in set(wide.columns.get_level_values(0)) else math.nan
             spread = seed_spread and (not _mark(wide, "unsampled", idx, c) or (not pd.isna(std) and std > 0))
-            cell = _fmt(means.loc[idx, c], stds.loc[idx, c], 0 if pd.isna(n) else int(n), digits, lo, hi, spread)
+            cell = _fmt(means.loc[idx, c], stds.loc[idx, c], 0 if pd.isna(n) else int(n), d, lo, hi, spread)
             if mask.loc[idx, c] and cell != "–":
                 cell = f"{bold[0]}{cell}{bold[1]}"
             if cell != "–":
@@ -209,11 +217,13 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
 
 
 def render_markdown(wide: pd.DataFrame, rows, cols, digits: int = 3, seed_spread: bool = True,
-                    labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None) -> str:
+                    labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None,
+                    metric_digits: Mapping[str, int] | None = None) -> str:
     """A pipe table: metric columns headed by their labels (:mod:`~kgreason.tables.labels`), the
     best of at least two rows of each score column in bold; ``row_suffix``: ``{row key: note}``
-    put in parentheses after the row's last label (``replayed``)."""
-    header, body = _cells(wide, rows, cols, digits, ("**", "**"), seed_spread, labels, row_suffix)
+    put in parentheses after the row's last label (``replayed``); ``metric_digits``: ``{metric:
+    decimals}`` where a metric is not printed with ``digits`` (0 = a count: whole unless its mean is not)."""
+    header, body = _cells(wide, rows, cols, digits, ("**", "**"), seed_spread, labels, row_suffix, metric_digits)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     return "\n".join(lines) + "\n"
