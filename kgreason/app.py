@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -160,7 +161,21 @@ def _drop_empty_run_dir(out_dir: Path) -> bool:
                 p.unlink(missing_ok=True)
         return True
     shutil.rmtree(out_dir, ignore_errors=True)
+    _drop_empty_day(out_dir.parent)
     return False
+
+
+def _drop_empty_day(day: Path) -> None:
+    """The default layout's ``runs/<YYYY-MM-DD>/`` (and ``runs/``) left empty by a refused start's
+    removed dir: removed too, so ``ls outputs/runs`` shows no day with nothing in it. Any other
+    folder (a ``hydra.run.dir`` the user named) is left as it is."""
+    if not (re.fullmatch(r"\d{4}-\d{2}-\d{2}", day.name) and day.parent.name == "runs"):
+        return
+    for d in (day, day.parent):
+        try:
+            d.rmdir()  # only when empty
+        except OSError:
+            return
 
 
 def _cache_cfg(cfg: DictConfig) -> dict | None:

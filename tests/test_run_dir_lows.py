@@ -159,6 +159,18 @@ def test_a_refused_start_still_removes_the_new_dir_it_made(tmp_path):
     assert not d.exists()
 
 
+def test_a_refused_start_in_the_default_layout_leaves_no_empty_day_folder(tmp_path):
+    """The default run dir is <output>/runs/<day>/<time>_...: a refused start removes the run dir and
+    the day (and runs) folder it leaves empty, so `ls outputs/runs` shows no empty day."""
+    import os
+
+    out = tmp_path / "out"
+    (out / "keep").mkdir(parents=True)
+    p = _kgreason(*BASE, "dataset.limit=2", "seed=-1", env={**os.environ, "KGREASON_OUTPUT": str(out)})
+    assert p.returncode == 2 and "no run dir kept" in p.stderr, p.stderr
+    assert sorted(x.name for x in out.iterdir()) == ["keep"]  # no runs/<day>/ left, the user's folder stays
+
+
 # ---------------------------------------------------------------- L11: Hydra's names never write outside the run dir
 @pytest.mark.parametrize("override", ["hydra.job.name=../../escaped", "hydra.output_subdir=../../escaped"])
 def test_hydra_names_with_dot_dot_are_refused_before_anything_is_written(tmp_path, override):
