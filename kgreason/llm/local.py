@@ -169,7 +169,10 @@ class LocalLLM:
         # defer_load (a readonly replay, kgreason/llm/lazy.py): a named model answers under its name
         # without its file; the file is found and loaded on the first call that misses the store
         self._where = (model, package, gguf_path, cache_dir, sha256)
-        self.gguf = None if (defer_load and spec is not None) else resolve_gguf(model, package, gguf_path, cache_dir, sha256)
+        # (a named model, or a gguf_path this machine lacks: the path's stem names it)
+        missing_file = bool(gguf_path) and spec is None and not Path(os.path.expanduser(str(gguf_path))).is_file()
+        self.gguf = (None if (defer_load and (spec is not None or missing_file))
+                     else resolve_gguf(model, package, gguf_path, cache_dir, sha256))
         warning = cannot_read_warning(model, package, gguf_path)
         if warning:
             log.warning(warning)
@@ -179,7 +182,9 @@ class LocalLLM:
         # where the CPU has no native bfloat16 (resolve_dtype); llama.cpp ignores it
         self.dtype = (resolve_dtype(dtype, default_dtype, device) if route == "transformers"
                       else default_dtype if dtype == "auto" else dtype)
-        self.model = model_name(model or self.gguf.stem, route, self.dtype, default_dtype)
+        if not model:  # the file's stem names it (a deferred missing file: from its path alone)
+            model_stem = self.gguf.stem if self.gguf is not None else Path(os.path.expanduser(str(gguf_path))).stem
+        self.model = model_name(model or model_stem, route, self.dtype, default_dtype)
         self._load_args = (cache_dir, device, batch_size, n_ctx, n_threads)
         # the batcher's batch size, known without loading (llama.cpp takes requests one at a time: none)
         self.batch_size = batch_size if route == "transformers" else None

@@ -13,3 +13,20 @@ def test_a_deferred_default_model_converts_and_loads_nothing(tmp_path):
     llm = LocalLLM(cache_dir=str(tmp_path / "models"), defer_load=True)
     assert llm._impl is None and not (tmp_path / "models").exists()
     assert llm.model.startswith("SmolLM2")  # the name its cache keys were made under, known without loading
+
+
+def test_a_deferred_gguf_path_that_is_missing_here_still_names_the_model(tmp_path):
+    """A run made with ``llm=local llm.gguf_path=<file>`` replays on a machine without that file:
+    the name its calls were keyed under is the file's stem (or ``llm.model``), known from the path
+    alone; the file is looked for only on a call the store misses, and then its absence is the error."""
+    import pytest
+
+    gone = tmp_path / "weights" / "my-model-q4.gguf"
+    llm = LocalLLM(route="llamacpp", gguf_path=str(gone), defer_load=True)
+    assert llm._impl is None and llm.model.startswith("my-model-q4")
+    named = LocalLLM(route="llamacpp", gguf_path=str(gone), model="mine", defer_load=True)
+    assert named.model.startswith("mine")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        llm.impl  # a miss: the file is needed now
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        LocalLLM(route="llamacpp", gguf_path=str(gone))  # not a replay: refused at once, as before
