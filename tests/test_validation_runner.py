@@ -32,6 +32,18 @@ def test_a_failed_sitting_keeps_the_measured_row(tmp_path, monkeypatch):
     assert table["metaqa_rag"]["status"] == "failed (exit 1)" and "metrics" not in table["metaqa_rag"]
 
 
+def test_a_python_without_the_projects_dependencies_runs_no_row_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """Started with a Python that lacks the project's packages (the system `python` rather than
+    `.venv/bin/python`), every row's run failed alike and each was written down as a failed
+    sitting; it now stops first in one line naming the interpreter and what to run instead."""
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    monkeypatch.setattr(mod, "DEPS", ("hydra", "no_such_module_for_kgreason"))
+    assert mod.main(["--n", "7", "--rows", "metaqa_io,metaqa_rag", "--cache", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_module_for_kgreason" in err and ".venv/bin/python" in err
+    assert not list(tmp_path.glob("validation_*.json"))
+
+
 def test_every_row_pins_the_dtype_its_cached_replies_were_made_in(tmp_path, monkeypatch):
     mod = _runner(tmp_path, monkeypatch, rc=0)
     for row in mod.ROWS:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -864,6 +865,15 @@ def stopped_preparing(rc: int, run_dir: Path, since: float) -> dict | None:
         return None
 
 
+#: what each row's ``python -m kgreason`` imports first; the rows run under this interpreter
+#: (``sys.executable``), so one it lacks would fail every row alike
+DEPS = ("hydra", "omegaconf", "numpy")
+
+
+def missing_deps() -> list[str]:
+    return [m for m in DEPS if importlib.util.find_spec(m) is None]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20, help="questions per row (dev: the first N <= 20; heldout: N)")
@@ -919,6 +929,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--split dev has {DEV_SIZE} questions; --n {args.n} would reach into the held-out questions")
     if args.heldout_skip and args.split != "heldout":
         ap.error("--heldout-skip applies to --split heldout only")
+    missing = [] if (args.print or args.collect) else missing_deps()
+    if missing:
+        print(f"run_validation.py: this Python ({sys.executable}) cannot import {', '.join(missing)}, which every "
+              "row's `python -m kgreason` needs; run it with the project's environment (`.venv/bin/python "
+              "experiments/validation/run_validation.py ...`, after `make setup`). Nothing was run or written.",
+              file=sys.stderr)
+        return 2
     name = tag(args.split, args.n, args.route, args.heldout_skip)
     out = HERE / f"validation_{name}.json"
     for row in rows:
