@@ -128,8 +128,6 @@ def _fmt(mean: float, std: float, n: int, digits: int, lo: float = math.nan, hi:
          seed_spread: bool = True) -> str:
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "–"
-    if digits == 0 and abs(mean - round(mean)) > 1e-9:
-        digits = 1  # a count's mean over seeds that is not whole keeps its fraction (10.5, not 10)
     s = f"{mean:.{digits}f}"
     if n and n > 1 and seed_spread:
         s += f" ± {std:.{digits}f}"
@@ -201,6 +199,9 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
                 col_key = dict(zip(cols, c if isinstance(c, tuple) else (c,)))
                 metric = col_key.get("metric", keys[list(rows).index("metric")] if "metric" in rows else None)
                 d = metric_digits.get(metric, digits)
+                m = means.loc[idx, c]
+                if d == 0 and not pd.isna(m) and abs(m - round(m)) > 1e-9:
+                    d = 1  # a count's mean over seeds that is not whole keeps its fraction (10.5, not 10)
             lo, hi = (wide["lo"].loc[idx, c], wide["hi"].loc[idx, c]) if has_ci else (math.nan, math.nan)
             # no sampled LLM call: nothing to spread, unless the seeds' values differ anyway (a seeded
             # draw inside the method: ToG's neighbour sample, ReKnoS's k-means), which is then shown
