@@ -165,3 +165,18 @@ def test_an_out_dir_that_cannot_be_written_is_one_line(tmp_path, capsys):
     assert main([str(root), "--out", str(tmp_path / "afile" / "rep"), "--ci", "none"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "afile" in err[0], err
+
+
+def test_a_count_whose_mean_over_seeds_is_not_whole_keeps_one_decimal(tmp_path):
+    """Counts are printed whole (12, not 12.000), but a mean over seeds of 11 and 12 calls is 11.5,
+    never rounded to a whole number that no run made."""
+    root = tmp_path / "m"
+    for k, calls in enumerate([11, 12]):
+        d = _run(root, k, "sgr", k, [1, 0])
+        m = json.loads((d / "metrics.json").read_text())
+        m.update({"llm/calls": calls})
+        (d / "metrics.json").write_text(json.dumps(m))
+    md, _ = build_report(root, ci=None)
+    cost = md.split("## Cost per row")[1].split("\n## ")[0]
+    sgr = next(ln for ln in cost.splitlines() if ln.startswith("| sgr"))
+    assert "11.5" in sgr and "11.500" not in sgr, cost
