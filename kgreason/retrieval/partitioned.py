@@ -22,7 +22,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import struct
 import tempfile
 import time
@@ -34,7 +37,7 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from kgreason.storage.embedstore import reserved_npy
+from kgreason.storage.embedstore import clean_stale_tmp, reserved_npy, store_lock
 from kgreason.kg.store import KG
 from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout
 from kgreason.types import Subgraph
@@ -109,8 +112,23 @@ def assign_partitions(degree: np.ndarray, n_partitions: int) -> np.ndarray:
     return part
 
 
-def build_partitions(kg: KG, directory: str | Path, n_partitions: int, layouts=("by_head", "by_tail")) -> Path:
+def kg_digest(kg: KG) -> str:
+    """SHA-256 over what the partitions are made of: the entity count and the head, relation and
+    tail id arrays (names do not enter a partition). ``meta.json`` keeps it, so a directory built
+    for another KG of the same size is refused rather than read."""
+    h = hashlib.sha256(f"{kg.n_entities}:{kg.n_triples}".encode())
+    step = 1 << 22  # in slices, so a memory-mapped PKG-size array is never copied whole
+    for arr in (kg.heads, kg.rels, kg.tails):
+        for s in range(0, len(arr), step):
+            h.update(np.ascontiguousarray(arr[s:s + step], dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def build_partitions(kg: KG, directory: str | Path, n_partitions: int, layouts=("by_head", "by_tail"),
+                     digest: str | None = None) -> Path:
     """Write the partitioned KG under ``directory`` (one sub-directory per layout).
+    ``digest``: the KG's :func:`kg_digest` for ``meta.json`` (computed here when None; ``""``
+    writes none, for a directory nobody opens with the check).
 
     Works from the (memory-mapped) triple arrays without sorting them: degrees by a compiled
     count, a stable counting sort of triple ids by key (O(m), int32/int64 ids written to a
@@ -120,6 +138,7 @@ def build_partitions(kg: KG, directory: str | Path, n_partitions: int, layouts=(
     """
     d = Path(directory)
     n, m = kg.n_entities, kg.n_triples
+    digest = kg_digest(kg) if digest is None else digest
     tid_dtype = np.int32 if m < 2**31 else np.int64
     heads, rels, tails = (np.asarray(a) for a in (kg.heads, kg.rels, kg.tails))
     for layout in layouts:
@@ -159,7 +178,7 @@ def build_partitions(kg: KG, directory: str | Path, n_partitions: int, layouts=(
         np.save(ld / "entity_partition.npy", ent_part)
         (ld / "meta.json").write_text(json.dumps({
             "layout": layout, "n_partitions": n_partitions, "n_entities": n,
-            "n_triples": m, "partition_triples": sizes,
+            "n_triples": m, "partition_triples": sizes, "kg_digest": digest or None,
         }))
     return d
 
@@ -276,7 +295,12 @@ class PartitionedRetriever(GraphRetriever):
         cache_size: n, partitions held in memory.
         load: ``mmap`` (default): a cache load maps the partition's arrays and a hop reads only
             the pages it touches; ``read``: a load reads the whole partition into memory.
-        directory: where partitions live; ``None`` = a fresh temporary directory.
+        directory: where partitions live; ``None`` = a fresh temporary directory. A directory that
+            holds partitions is opened only if they were built for this KG (``meta.json``'s
+            :func:`kg_digest`), else refused; a missing layout is built under a lock.
+        check_kg: compare ``directory``'s partitions with this KG (one pass over its id arrays).
+            ``False`` only where the caller built them from the same KG itself and must not page the
+            arrays in (``python -m kgreason.bench.scale`` measures the query phase's memory).
         (others): see :class:`~kgreason.retrieval.base.GraphRetriever`. All directions are
             supported (``in``/``both`` use the object-keyed layout, see the module docstring).
     """
@@ -284,28 +308,51 @@ class PartitionedRetriever(GraphRetriever):
     name = "partitioned"
 
     def __init__(self, kg: KG, *, n_partitions: int = 8, cache_size: int = 2,
-                 directory: str | None = None, load: str = "mmap", **kw) -> None:
+                 directory: str | None = None, load: str = "mmap", check_kg: bool = True, **kw) -> None:
         super().__init__(kg, **kw)
         if load not in ("mmap", "read"):
             raise ValueError(f"PartitionedRetriever: load must be 'mmap' or 'read', got {load!r}")
         self.load = load
         self.n_partitions = int(n_partitions)
-        if directory is None:
+        # a directory the user named is a store that outlives the run: checked against this KG,
+        # built under a lock, each layout in a temporary dir renamed into place (storage/__init__.py)
+        digest = kg_digest(kg) if check_kg and directory is not None else ""
+        if directory is None:  # fresh: nothing in it to check
             self._tmp = tempfile.TemporaryDirectory(prefix="kgreason-parts-")
             directory = self._tmp.name
         self.directory = Path(directory)
-        layouts = self._layouts()
-        missing = [lo for lo in layouts if not (self.directory / lo / "meta.json").exists()]
-        if missing:
-            build_partitions(kg, self.directory, self.n_partitions, layouts=missing)
         self.entity_partition = {}
-        for lo in layouts:
-            meta = json.loads((self.directory / lo / "meta.json").read_text())
-            if meta["n_triples"] != kg.n_triples or meta["n_partitions"] != self.n_partitions:
-                raise ValueError(f"{self.directory / lo / 'meta.json'}: built for {meta['n_triples']} triples / "
-                                 f"{meta['n_partitions']} partitions, expected {kg.n_triples} / {self.n_partitions}")
-            self.entity_partition[lo] = np.load(self.directory / lo / "entity_partition.npy")
+        for lo in self._layouts():
+            self.entity_partition[lo] = self._open_layout(kg, lo, digest)
         self.cache = LRUCache(cache_size, self._load)
+
+    def _open_layout(self, kg: KG, layout: str, digest: str) -> np.ndarray:
+        ld = self.directory / layout
+        if not (ld / "meta.json").exists():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with store_lock(self.directory / f"{layout}.lock", f"LogosKG-Large partitions {ld}"):
+                if not (ld / "meta.json").exists():  # else built by the run this one waited for
+                    clean_stale_tmp(self.directory, held=layout)  # builds stopped by kill -9 or a signal
+                    tmp = self.directory / f"{layout}.tmp.{os.getpid()}"
+                    try:
+                        build_partitions(kg, tmp, self.n_partitions, layouts=(layout,), digest=digest)
+                        if ld.exists():
+                            shutil.rmtree(ld)  # an incomplete build (no meta.json)
+                        os.replace(tmp / layout, ld)
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
+        meta = json.loads((ld / "meta.json").read_text())
+        if digest and meta.get("kg_digest") != digest:
+            raise ValueError(f"{ld}: holds partitions built for another KG ({meta.get('n_triples')} triples, digest "
+                             f"{str(meta.get('kg_digest'))[:12]}; this KG's is {digest[:12]}); remove it or set "
+                             f"retriever.directory to another dir")
+        if not digest and meta["n_triples"] != kg.n_triples:
+            raise ValueError(f"{ld / 'meta.json'}: built for {meta['n_triples']} triples, this KG has {kg.n_triples}")
+        if meta["n_partitions"] != self.n_partitions:
+            raise ValueError(f"{ld / 'meta.json'}: built for {meta['n_partitions']} partitions, expected "
+                             f"{self.n_partitions} (retriever.n_partitions); remove it or set retriever.directory "
+                             f"to another dir")
+        return np.load(ld / "entity_partition.npy")
 
     def _layouts(self) -> list[str]:
         return {Direction.OUT: ["by_head"], Direction.IN: ["by_tail"],

@@ -60,8 +60,10 @@ Every file kgreason writes to a cache, with who writes it and how it is locked a
   :mod:`kgreason.llm.local`: saved into ``<...>.tmp<pid>`` and renamed (the first process to
   finish wins); keyed by file name and size only, no checksum.
 * ``<retriever.directory>/by_head|by_tail/`` – LogosKG-Large partitions,
-  :mod:`kgreason.retrieval.partitioned` (a fresh temporary dir unless ``directory`` is set): no
-  lock; ``meta.json`` is checked for the triple and partition counts only.
+  :mod:`kgreason.retrieval.partitioned` (a fresh temporary dir unless ``directory`` is set):
+  ``store_lock`` on ``<layout>.lock``; each layout built into ``<layout>.tmp.<pid>/`` and renamed;
+  ``meta.json`` (written last) keeps the SHA-256 of the KG's id arrays, and a directory built for
+  another KG, or before that digest, is refused in one line.
 * a synthetic compiled KG (``kgreason bench scale``), :mod:`kgreason.kg.synthetic`: into the dir
   it is given; ``vocab.json`` written last marks it complete; no lock.
 

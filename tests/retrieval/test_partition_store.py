@@ -1,0 +1,95 @@
+"""LogosKG-Large's partition directory as a store (``retriever.directory``): it belongs to one KG,
+one builder writes it, and a build stopped half-way is never read.
+
+The partitions hold triple and entity ids only, so a directory built for another KG with the same
+counts would answer with that KG's triples; before this, ``meta.json`` was checked for the counts
+alone and such a directory was read without a word."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kgreason.kg.synthetic import synthetic_kg
+from kgreason.retrieval import partitioned
+from kgreason.retrieval.numba_engine import NumbaRetriever
+from kgreason.retrieval.partitioned import PartitionedRetriever
+
+from ._util import assert_same
+
+KW = dict(n_partitions=4, cache_size=2, direction="both", max_paths=0)
+
+
+def test_a_directory_built_for_another_kg_of_the_same_size_is_refused_in_one_line(tmp_path):
+    a = synthetic_kg(300, 2000, n_relations=5, seed=1)
+    b = synthetic_kg(300, 2000, n_relations=5, seed=2)
+    assert (a.n_entities, a.n_triples) == (b.n_entities, b.n_triples) and not (a.triples == b.triples).all()
+    PartitionedRetriever(a, directory=str(tmp_path), **KW)
+    with pytest.raises(ValueError) as e:
+        PartitionedRetriever(b, directory=str(tmp_path), **KW)
+    msg = str(e.value)
+    assert "\n" not in msg and str(tmp_path) in msg and "another KG" in msg and "retriever.directory" in msg
+    # the same KG opens what it built, and answers as an in-memory engine does
+    again = PartitionedRetriever(a, directory=str(tmp_path), **KW)
+    seeds = [[0, 5], [17], [250, 3, 9]]
+    for s in seeds:
+        assert_same(again.retrieve(s, 2), NumbaRetriever(a, direction="both", max_paths=0).retrieve(s, 2))
+
+
+def test_a_directory_from_before_the_kg_digest_is_refused_not_read(tmp_path):
+    kg = synthetic_kg(200, 1200, seed=3)
+    PartitionedRetriever(kg, directory=str(tmp_path), **KW)
+    for layout in ("by_head", "by_tail"):
+        meta_p = tmp_path / layout / "meta.json"
+        meta = json.loads(meta_p.read_text())
+        del meta["kg_digest"]
+        meta_p.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="another KG"):
+        PartitionedRetriever(kg, directory=str(tmp_path), **KW)
+
+
+def _slow_build(flags, directory):
+    """Build partitions in a forked process, marking each real build in ``flags`` and taking a
+    while, as a PKG-sized build would."""
+    real = partitioned.build_partitions
+
+    def marked(*a, **kw):
+        for layout in kw.get("layouts") or a[3]:
+            Path(flags, f"{layout}.{os.getpid()}").touch()
+        time.sleep(1.0)
+        return real(*a, **kw)
+
+    partitioned.build_partitions = marked
+    kg = synthetic_kg(300, 2000, n_relations=5, seed=1)
+    eng = PartitionedRetriever(kg, directory=str(directory), **KW)
+    assert_same(eng.retrieve([0, 5], 2), NumbaRetriever(kg, direction="both", max_paths=0).retrieve([0, 5], 2))
+
+
+def test_two_processes_on_one_directory_build_each_layout_once(tmp_path):
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    ctx = mp.get_context("fork")
+    ps = [ctx.Process(target=_slow_build, args=(flags, tmp_path / "parts")) for _ in range(2)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(120)
+    assert [p.exitcode for p in ps] == [0, 0]
+    # one build of each layout, by whichever process took its lock first; the other read it
+    assert len(list(flags.iterdir())) == 2, sorted(f.name for f in flags.iterdir())
+
+
+def test_a_build_stopped_mid_way_is_never_read_and_its_temp_dir_is_removed(tmp_path):
+    kg = synthetic_kg(200, 1200, seed=3)
+    (tmp_path / "by_head.tmp.99999999").mkdir(parents=True)  # what a kill -9 mid-build leaves
+    (tmp_path / "by_head.tmp.99999999" / "part_00000.npz").write_bytes(b"torn")
+    (tmp_path / "by_tail").mkdir()  # a layout dir without meta.json: an older build, stopped
+    (tmp_path / "by_tail" / "part_00000.npz").write_bytes(b"torn")
+    eng = PartitionedRetriever(kg, directory=str(tmp_path), **KW)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["by_head", "by_tail"]
+    assert_same(eng.retrieve([1, 2], 2), NumbaRetriever(kg, direction="both", max_paths=0).retrieve([1, 2], 2))
