@@ -38,6 +38,7 @@ import numpy as np
 from numba import njit
 
 from kgreason.storage.embedstore import clean_stale_tmp, reserved_npy, store_lock
+from kgreason.textio import InputFileError
 from kgreason.kg.store import KG
 from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout
 from kgreason.types import Subgraph
@@ -342,16 +343,19 @@ class PartitionedRetriever(GraphRetriever):
                     finally:
                         shutil.rmtree(tmp, ignore_errors=True)
         meta = json.loads((ld / "meta.json").read_text())
+        # a user error, so the command line says it in one line (kgreason/app.py is_user_error)
         if digest and meta.get("kg_digest") != digest:
-            raise ValueError(f"{ld}: holds partitions built for another KG ({meta.get('n_triples')} triples, digest "
-                             f"{str(meta.get('kg_digest'))[:12]}; this KG's is {digest[:12]}); remove it or set "
-                             f"retriever.directory to another dir")
+            raise InputFileError(ld / "meta.json", None, f"these partitions were built for another KG "
+                                 f"({meta.get('n_triples')} triples, digest {str(meta.get('kg_digest'))[:12]}; this "
+                                 f"KG's is {digest[:12]}); remove {self.directory} or set retriever.directory to "
+                                 f"another dir")
         if not digest and meta["n_triples"] != kg.n_triples:
-            raise ValueError(f"{ld / 'meta.json'}: built for {meta['n_triples']} triples, this KG has {kg.n_triples}")
+            raise InputFileError(ld / "meta.json", None, f"built for {meta['n_triples']} triples, this KG has "
+                                 f"{kg.n_triples}")
         if meta["n_partitions"] != self.n_partitions:
-            raise ValueError(f"{ld / 'meta.json'}: built for {meta['n_partitions']} partitions, expected "
-                             f"{self.n_partitions} (retriever.n_partitions); remove it or set retriever.directory "
-                             f"to another dir")
+            raise InputFileError(ld / "meta.json", None, f"built for {meta['n_partitions']} partitions, expected "
+                                 f"{self.n_partitions} (retriever.n_partitions); remove {self.directory} or set "
+                                 f"retriever.directory to another dir")
         return np.load(ld / "entity_partition.npy")
 
     def _layouts(self) -> list[str]:

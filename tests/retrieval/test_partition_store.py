@@ -93,3 +93,25 @@ def test_a_build_stopped_mid_way_is_never_read_and_its_temp_dir_is_removed(tmp_p
     eng = PartitionedRetriever(kg, directory=str(tmp_path), **KW)
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["by_head", "by_tail"]
     assert_same(eng.retrieve([1, 2], 2), NumbaRetriever(kg, direction="both", max_paths=0).retrieve([1, 2], 2))
+
+
+def test_the_command_line_on_another_kgs_partitions_says_two_lines_and_runs_nothing(tmp_path):
+    """Through ``kgreason``: the refusal is the front door's one-line error (exit 2), not a
+    traceback, and it comes before the first example (no run dir kept)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    parts = tmp_path / "parts"
+    PartitionedRetriever(synthetic_kg(200, 1200, seed=3), directory=str(parts), **KW)
+    env = {**os.environ, "KGREASON_PROGRESS": "off"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    p = subprocess.run([sys.executable, "-m", "kgreason", "tracking=none", "retriever=partitioned",
+                        f"retriever.directory={parts}", f"hydra.run.dir={tmp_path / 'run'}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("kgreason: error:")]
+    assert len(err) == 1 and "another KG" in err[0] and str(parts) in err[0], p.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
