@@ -37,7 +37,8 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from kgreason.storage.embedstore import clean_stale_tmp, reserved_npy, store_lock
+from kgreason.storage.embedstore import (StoreNoSpace, clean_stale_tmp, no_space_error, out_of_space, reserved_npy,
+                                         store_lock)
 from kgreason.textio import InputFileError
 from kgreason.kg.store import KG
 from kgreason.retrieval.base import Direction, GraphRetriever, QueryTimeout
@@ -340,6 +341,15 @@ class PartitionedRetriever(GraphRetriever):
                         if ld.exists():
                             shutil.rmtree(ld)  # an incomplete build (no meta.json)
                         os.replace(tmp / layout, ld)
+                    except OSError as e:
+                        # a full disk while the partition files are written (np.savez's short
+                        # write has no errno): one line naming the dir, as the compiled KG does
+                        if out_of_space(e) and not isinstance(e, StoreNoSpace):
+                            # each triple once: its id (int64) and its head, relation and tail
+                            per = 8 + sum(np.dtype(getattr(kg, a).dtype).itemsize for a in ("heads", "rels", "tails"))
+                            raise no_space_error(self.directory, kg.n_triples * per,
+                                                 f"LogosKG-Large partitions ({layout})", e, at_least=True) from None
+                        raise
                     finally:
                         shutil.rmtree(tmp, ignore_errors=True)
         meta = json.loads((ld / "meta.json").read_text())

@@ -115,3 +115,21 @@ def test_the_command_line_on_another_kgs_partitions_says_two_lines_and_runs_noth
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("kgreason: error:")]
     assert len(err) == 1 and "another KG" in err[0] and str(parts) in err[0], p.stderr[-2000:]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_full_disk_while_the_partitions_are_written_is_one_line_and_leaves_nothing_half_built(tmp_path):
+    """The order map's bytes fit (reserved first), the partition files do not: the build ends as
+    a StoreNoSpace naming the directory and the bytes it needed, not numpy's short-write
+    traceback, and no temp or layout dir is left to be read."""
+    from tmpfs_util import small_tmpfs
+
+    from kgreason.storage.embedstore import StoreNoSpace
+
+    kg = synthetic_kg(1000, 200_000, seed=4)  # an 800 KB order map, ~4 MB of partitions a layout
+    with small_tmpfs(tmp_path / "tmpfs", "8m", free=1 << 20) as d:
+        with pytest.raises(StoreNoSpace) as e:
+            PartitionedRetriever(kg, directory=str(d / "parts"), **KW)
+        msg = str(e.value)
+        assert "\n" not in msg and str(d / "parts") in msg and "bytes needed" in msg, msg
+        left = sorted(p.name for p in (d / "parts").iterdir() if p.is_dir())
+        assert left == [], left
