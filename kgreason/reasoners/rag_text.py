@@ -46,9 +46,13 @@ def load_corpus(spec: str | None, world_seed: int = 0) -> list[Passage]:
     for ln, line in enumerate(p.read_text().splitlines(), 1):
         if not line.strip():
             continue
-        r = json.loads(line)
-        if "title" not in r or "text" not in r:
-            raise ValueError(f"{p}:{ln}: expected fields 'title' and 'text', got {sorted(r)}")
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{ln}: expected one JSON object per line, got {line[:60]!r} ({e.msg})") from None
+        if not isinstance(r, dict) or "title" not in r or "text" not in r:
+            got = sorted(r) if isinstance(r, dict) else type(r).__name__
+            raise ValueError(f"{p}:{ln}: expected fields 'title' and 'text', got {got}")
         out.append((str(r["title"]), str(r["text"])))
     return out
 

@@ -215,6 +215,10 @@ class SubQRAG(BaseReasoner):
             ``embedded`` | JSONL path (:func:`~kgreason.reasoners.rag_text.dataset_pool`).
         validate: keep only extracted triples whose head and tail occur in the passage.
         embedder: the run's :class:`~kgreason.embed.Embedder` (None: a private one).
+        max_tokens: reply cap of each per-question call; the question-guided extraction (Eq. 4)
+            gets twice it.
+        index_max_tokens: reply cap of each offline index extraction (§2.1, default 512); it is
+            part of the index cache's key.
         kg_source: where the working graph starts. ``injected``: the injected ``kg`` (the
             embedded world). ``index``: the whole pool indexed offline with the LLM in
             :meth:`prepare` (§2.1, :func:`kgreason.reasoners.subqrag_index.index_corpus`,
@@ -242,7 +246,7 @@ class SubQRAG(BaseReasoner):
                  extract_passages: int | None = None, decomposition: bool = True, rewriting: bool = True,
                  update: bool = True, llm_rewrite: bool = True, max_subquestions: int = 5,
                  corpus: str | None = "dataset", world_seed: int = 0, validate: bool = True,
-                 max_tokens: int = 256, kg_source: str = "auto",
+                 max_tokens: int = 256, index_max_tokens: int = 512, kg_source: str = "auto",
                  index_dir: str | None = ".cache/kgreason/subqrag_index", max_reasks: int = 0,
                  require_grounded: bool = False, fallback_memory: str = "eq3", update_scope: str = "run",
                  embedder=None, graphdb=None) -> None:
@@ -269,6 +273,9 @@ class SubQRAG(BaseReasoner):
         self.decomposition, self.rewriting, self.update = decomposition, rewriting, update
         self.llm_rewrite, self.max_subquestions, self.validate = llm_rewrite, max_subquestions, validate
         self.max_tokens = max_tokens
+        if int(index_max_tokens) < 1:
+            raise ValueError(f"SubQRAG: index_max_tokens must be >= 1, got {index_max_tokens!r}")
+        self.index_max_tokens = int(index_max_tokens)
         self.require_grounded = bool(require_grounded)
         self.fallback_memory = fallback_memory
         self.update_scope = update_scope
@@ -301,6 +308,12 @@ class SubQRAG(BaseReasoner):
         self._pool, origin = dataset_pool(examples, self._corpus_spec, self._world_seed)
         if self.kg_source == "auto":
             self.kg_source = "index" if origin == "dataset" else "injected"
+            # said once at start-up: with a JSONL or embedded pool, auto does not index the pool
+            log.info("SubQRAG kg_source=auto -> %s: the pool is %s (%d passages); %s", self.kg_source,
+                     "the dataset's own" if origin == "dataset" else repr(origin), len(self._pool),
+                     "it is indexed offline before the first question (§2.1)" if self.kg_source == "index"
+                     else "the working graph starts from the injected kg, the pool is not indexed "
+                          "(reasoner.kg_source=index indexes it)")
         if self.kg_source == "index" and not self.index_dir:
             raise ValueError("SubQRAG: offline indexing (kg_source=index) needs reasoner.index_dir")
         self.passages.get(self._pool)
@@ -340,7 +353,8 @@ class SubQRAG(BaseReasoner):
 
         rows = passage_rows(self._pool or [])
         with llm_purpose("index"):
-            res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate)
+            res = index_corpus(rows, self.llm, self.index_dir, validate=self.validate,
+                               max_tokens=self.index_max_tokens)
         self.index_stats = {"passages": len(rows), "triples": len(res.triples), "calls_made": res.calls_made,
                             "passages_cached": res.passages_cached, "directory": str(res.directory)}
         self._indexed = dict(res.by_passage)

@@ -370,6 +370,7 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
         llm: anything with ``generate`` and a ``model`` attribute.
         index_dir: root folder; the index lives in ``index_dir/<corpus_hash>/``.
         validate: drop triples whose head/tail does not occur in the passage.
+        max_tokens: the reply cap of each extraction call (part of the index's key when not 512).
         batch_size: passages per ``generate`` call (same log as one at a time for a deterministic
             backend; a real model's left-padded batches can round differently, so greedy replies
             may differ slightly with the batch size).
@@ -385,7 +386,10 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     # the config's: an index extracted by one variant is never read back by another
     resolved = getattr(llm, "resolved_model", None)
     model = resolved() if callable(resolved) else getattr(llm, "model", "")
-    key = corpus_hash(rows, model, load_prompt("subqrag", "extract") + PARSER_VERSION)
+    # the reply cap shapes what is extracted (a list cut at the cap loses its tail), so another cap is
+    # another index; the default's key is unchanged, so indexes built before the cap was a setting stay valid
+    key = corpus_hash(rows, model, load_prompt("subqrag", "extract") + PARSER_VERSION
+                      + ("" if int(max_tokens) == 512 else f"\nmax_tokens={int(max_tokens)}"))
     d = Path(index_dir) / key
     d.mkdir(parents=True, exist_ok=True)
     # one indexer per corpus (a sweep over SubQRAG settings starts several at once): the others

@@ -316,3 +316,52 @@ def test_answer_grounded_golden(answer, expected):
             ("Shirley Temple", "position", "Chief of Protocol")]
     assert answer_grounded(answer, used) is expected
     assert answer_grounded("yes", []) is False
+
+
+def test_auto_says_at_start_up_which_graph_it_chose(tmp_path, emb_dir, caplog):
+    """``kg_source=auto`` indexes the dataset's own pool and starts a JSONL pool from the injected
+    KG without indexing it; two tests had been caught out by that silently, so start-up says it."""
+    with caplog.at_level("INFO", logger="kgreason.reasoners.subqrag"):
+        _reasoner(_llm(), tmp_path / "idx", emb_dir).prepare(ExampleSet("docs", [EX0, EX1]))
+    assert "kg_source=auto -> index: the pool is the dataset's own (3 passages)" in caplog.text
+    caplog.clear()
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(json.dumps({"title": "Zeta", "text": "Zeta is a river in Eastland."}) + "\n")
+    llm = _llm()
+    r = SubQRAG(kg=None, llm=MeteredLLM(llm), index_dir=str(tmp_path / "idx"), corpus=str(pool),
+                embedder=Embedder(cache_dir=str(emb_dir)))
+    with caplog.at_level("INFO", logger="kgreason.reasoners.subqrag"):
+        r.prepare(ExampleSet("docs", [EX0]))
+    assert r.kg_source == "injected" and not _extractions(llm)
+    assert f"kg_source=auto -> injected: the pool is {str(pool)!r} (1 passages)" in caplog.text
+    assert "reasoner.kg_source=index indexes it" in caplog.text
+
+
+def test_the_index_cap_is_a_setting_and_part_of_the_index_key(tmp_path, emb_dir):
+    """``reasoner.index_max_tokens`` reaches every offline extraction call (it was fixed at 512
+    whatever the config said), and an index built under another cap is not read back."""
+    llm = _llm()
+    r = SubQRAG(kg=None, llm=MeteredLLM(llm), index_dir=str(tmp_path / "idx"), index_max_tokens=96,
+                embedder=Embedder(cache_dir=str(emb_dir)))
+    r.prepare(ExampleSet("docs", [EX0]))
+    assert [c.max_tokens for c in _extractions(llm)] == [96, 96]
+    llm512 = _llm()
+    _reasoner(llm512, tmp_path / "idx", emb_dir).prepare(ExampleSet("docs", [EX0]))
+    assert [c.max_tokens for c in _extractions(llm512)] == [512, 512]  # not the 96-token index
+    again = _llm()
+    _reasoner(again, tmp_path / "idx", emb_dir).prepare(ExampleSet("docs", [EX0]))
+    assert not _extractions(again)  # the default cap's index is read back
+    with pytest.raises(ValueError, match="index_max_tokens must be >= 1"):
+        SubQRAG(kg=None, llm=llm, index_max_tokens=0, embedder=Embedder(cache_dir=str(emb_dir)))
+
+
+def test_a_jsonl_pool_line_that_is_not_json_names_its_file_and_line(tmp_path):
+    from kgreason.reasoners.rag_text import load_corpus
+
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"title": "A", "text": "a"}\n{"title": "B", text}\n')
+    with pytest.raises(ValueError, match=r"pool\.jsonl:2: expected one JSON object per line"):
+        load_corpus(str(pool))
+    pool.write_text('["A", "a"]\n')
+    with pytest.raises(ValueError, match=r"pool\.jsonl:1: expected fields 'title' and 'text', got list"):
+        load_corpus(str(pool))
