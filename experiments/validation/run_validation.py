@@ -399,6 +399,26 @@ def base_values(base: str, name: str, route: str, table: dict) -> tuple[dict, st
     return None
 
 
+def pool_info(run_dir: Path, m: dict, n_ex: int) -> dict:
+    """A text-QA row's passage pool: its size (``retrieval/pool_size``) and what it holds, from the
+    run's own config (``dataset.pool``, ``dataset.corpus``); {} for a row with no pool. The README
+    and docs/validation.md print it beside the row and refuse to compare rows with other pools."""
+    size = m.get("retrieval/pool_size")
+    if not size:
+        return {}
+    import yaml
+
+    try:
+        ds = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("dataset") or {}
+    except (OSError, yaml.YAMLError):
+        ds = {}
+    what = ("the paragraphs of every question of the dataset's sample (dataset.pool=protocol: the same for any N)"
+            if ds.get("pool") == "protocol" else f"the paragraphs of the {n_ex} questions run")
+    if ds.get("corpus"):
+        what = "the dataset's corpus file + " + what
+    return {"pool_passages": int(round(float(size))), "pool_from": what}
+
+
 def summarise(run_dir: Path) -> dict:
     m = json.loads((run_dir / "metrics.json").read_text())
     t = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
@@ -429,6 +449,7 @@ def summarise(run_dir: Path) -> dict:
            if (fb := fallbacks(run_dir)) is not None else {}),
         **({"triples_written": m["metric/triples_written_total"]}
            if m.get("metric/triples_written_total") is not None else {}),
+        **pool_info(run_dir, m, n_ex),
     }
 
 
