@@ -582,7 +582,8 @@ def test_the_method_table_marks_ceilings_pools_and_rows_that_cannot_be_compared(
     table = _real_runner().method_table()
     line = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| `")}
     assert "structural ceiling, not a method score" in line["`kg_dx`"]
-    assert "pool: 961 passages" in line["`rag_text`"] and "not comparable with `subqrag`" in line["`rag_text`"]
+    assert "pool: 4,858 passages, the paragraphs of every question of the dataset's sample" in line["`rag_text`"]
+    assert "not comparable with `subqrag` (other questions and another passage pool)" in line["`rag_text`"]
     assert "pool: 286 passages" in line["`subqrag`"] and "not comparable with `rag_text`" in line["`subqrag`"]
     assert "Replayable from a committed bundle:" in table
 
@@ -599,3 +600,20 @@ def test_the_method_table_shows_a_partial_row_as_partial_only_where_no_finished_
         {"metaqa_sgr": {**row, "n": 20, "n_examples": 20, "metrics": {"hits_at_1": 0.25}}}))
     line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `sgr` |"))
     assert "| 20 |" in line and "Hits@1 0.25" in line and "partial" not in line
+
+
+def test_a_text_row_records_its_pool_from_its_own_run(tmp_path):
+    """A rag_text/SubQRAG row carries its passage pool (size from ``retrieval/pool_size``, what it
+    holds from the run's config), so the tables print it and refuse to compare other pools; a row
+    re-measured after issue 57 had lost its pool note because the runner did not record it."""
+    mod = _real_runner()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("dataset:\n  corpus: null\n  pool: protocol\n")
+    assert mod.pool_info(run, {"retrieval/pool_size": 4858.0}, 100) == {
+        "pool_passages": 4858,
+        "pool_from": "the paragraphs of every question of the dataset's sample (dataset.pool=protocol: the same for any N)"}
+    (run / "config.yaml").write_text("dataset:\n  corpus: /x/corpus.json\n  pool: questions_run\n")
+    assert mod.pool_info(run, {"retrieval/pool_size": 527.0}, 30) == {
+        "pool_passages": 527, "pool_from": "the dataset's corpus file + the paragraphs of the 30 questions run"}
+    assert mod.pool_info(run, {}, 30) == {}  # a KG row: no pool
