@@ -616,4 +616,6 @@ def test_a_text_row_records_its_pool_from_its_own_run(tmp_path):
     (run / "config.yaml").write_text("dataset:\n  corpus: /x/corpus.json\n  pool: questions_run\n")
     assert mod.pool_info(run, {"retrieval/pool_size": 527.0}, 30) == {
         "pool_passages": 527, "pool_from": "the dataset's corpus file + the paragraphs of the 30 questions run"}
+    (run / "config.yaml").write_text("dataset:\n  pool: protocol\nreasoner:\n  corpus: my_pool.jsonl\n")
+    assert mod.pool_info(run, {"retrieval/pool_size": 12.0}, 30)["pool_from"] == "reasoner.corpus=my_pool.jsonl"
     assert mod.pool_info(run, {}, 30) == {}  # a KG row: no pool

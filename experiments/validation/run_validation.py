@@ -409,13 +409,16 @@ def pool_info(run_dir: Path, m: dict, n_ex: int) -> dict:
     import yaml
 
     try:
-        ds = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("dataset") or {}
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):
-        ds = {}
+        cfg = {}
+    ds, own = cfg.get("dataset") or {}, (cfg.get("reasoner") or {}).get("corpus", "dataset")
     what = ("the paragraphs of every question of the dataset's sample (dataset.pool=protocol: the same for any N)"
             if ds.get("pool") == "protocol" else f"the paragraphs of the {n_ex} questions run")
     if ds.get("corpus"):
         what = "the dataset's corpus file + " + what
+    if own not in (None, "dataset"):  # reasoner.corpus names its own pool (a JSONL file, the embedded world)
+        what = f"reasoner.corpus={own}"
     return {"pool_passages": int(round(float(size))), "pool_from": what}
 
 
