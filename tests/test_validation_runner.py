@@ -602,6 +602,38 @@ def test_the_method_table_shows_a_partial_row_as_partial_only_where_no_finished_
     assert "| 20 |" in line and "Hits@1 0.25" in line and "partial" not in line
 
 
+def test_a_row_timed_with_many_cached_replies_says_so_beside_its_seconds(tmp_path, monkeypatch):
+    """A sitting that replayed a good part of its replies from the call cache has a low wall time
+    a question; the table says how many replies were cached and the model's own time, and says
+    nothing of a row with no (or few) cached replies."""
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    row = {"command": "…", "split": "heldout", "n": 100, "n_examples": 100, "metrics": {"hits_at_1": 0.05},
+           "unparseable_replies": 0, "llm_calls_per_question": 1.0, "wall_s": 117.6,
+           "cache_hits": 30, "backend_calls": 70, "llm_seconds_per_question": 1.7, "llm_seconds_questions": 70}
+    (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps({"metaqa_io": row}))
+    line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `io` |"))
+    assert "| 1 |" in line
+    assert ("wall time with 30 of 100 model replies from the call cache (model time 1.7 s a question "
+            "over the 70 questions answered without it)") in line
+    (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps(
+        {"metaqa_io": {**row, "cache_hits": 2, "backend_calls": 98}}))
+    line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `io` |"))
+    assert "call cache" not in line
+
+
+def test_the_replayable_line_agrees_with_the_number_of_rows_left(tmp_path, monkeypatch):
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    row = {"command": "…", "split": "heldout", "n": 30, "n_examples": 30, "metrics": {"hits_at_1": 0.5},
+           "unparseable_replies": 0, "llm_calls_per_question": 1.0}
+    bundled = {**row, "bundle": {"file": "bundles/x.tar.gz"}}
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(
+        {"metaqa_io": bundled, "metaqa_cot": bundled, "metaqa_rag": row}))
+    assert "2 of 3 rows (the other row's model replies were kept" in mod.method_table()
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(
+        {"metaqa_io": bundled, "metaqa_cot": row, "metaqa_rag": row}))
+    assert "1 of 3 rows (the others' model replies were kept" in mod.method_table()
+
+
 def test_a_text_row_records_its_pool_from_its_own_run(tmp_path):
     """A rag_text/SubQRAG row carries its passage pool (size from ``retrieval/pool_size``, what it
     holds from the run's config), so the tables print it and refuse to compare other pools; a row

@@ -671,6 +671,25 @@ def seconds_per_question(e: dict) -> float | None:
     return None
 
 
+#: the share of a row's model requests answered from the call cache above which its s / question
+#: (the sitting's wall time over its questions) reads low enough to need a note beside it
+CACHED_SHARE_NOTED = 0.10
+
+
+def cached_time_note(e: dict) -> str | None:
+    """What a row's s / question means when its sitting replayed a good part of its replies from
+    the call cache (the scores do not depend on it; the time does): the share, and the model's
+    time a question over the questions answered without the cache where the row recorded it."""
+    hits, calls = e.get("cache_hits") or 0, e.get("backend_calls") or 0
+    if not hits or hits < CACHED_SHARE_NOTED * (hits + calls):
+        return None
+    note = f"s / question is the sitting's wall time with {hits} of {hits + calls} model replies from the call cache"
+    if isinstance(e.get("llm_seconds_per_question"), (int, float)) and e.get("llm_seconds_questions"):
+        note += (f" (model time {e['llm_seconds_per_question']:.1f} s a question over the "
+                 f"{e['llm_seconds_questions']} questions answered without it)")
+    return note
+
+
 #: rows whose score is not a method's: what they measure instead (the README says so beside them)
 NOT_A_METHOD_SCORE = {
     "ddxplus_kg_dx": ("a structural ceiling, not a method score: every gold pathology is one hop from its "
@@ -711,6 +730,8 @@ def row_notes(row: str, e: dict, rows: dict[str, dict]) -> list[str]:
             if not nested and None not in pools and pools[0] != pools[1]:
                 why += " and another passage pool"
             notes.append(f"not comparable with `{ROWS[other][1]}` ({why})")
+    if (note := cached_time_note(e)):
+        notes.append(note)
     if not e.get("bundle") and not e.get("llm_calls_per_question"):
         notes.append("no model call: its command reproduces it")
     elif not e.get("bundle"):
@@ -748,8 +769,10 @@ def method_table() -> str:
         out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | {sq} | {score} | {n} | {notes} |")
     kept = sum(1 for e in shown.values() if e.get("bundle"))
     out += ["", f"Replayable from a committed bundle: {kept} of {len(shown)} rows"
-            + (" (the others' model replies were kept only in a machine-local cache; they are marked so until "
-               "re-measured)" if kept < len(shown) else "")
+            + ((" (the other row's model replies were kept only in a machine-local cache; it is marked so until "
+                "re-measured)" if len(shown) - kept == 1 else
+                " (the others' model replies were kept only in a machine-local cache; they are marked so until "
+                "re-measured)") if kept < len(shown) else "")
             + ". A bundle replays with `kgreason bundle replay experiments/validation/bundles/<table>/<row>.tar.gz` (no model call)."]
     return "\n".join(out)
 
