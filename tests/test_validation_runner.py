@@ -619,6 +619,12 @@ def test_a_row_timed_with_many_cached_replies_says_so_beside_its_seconds(tmp_pat
         {"metaqa_io": {**row, "cache_hits": 2, "backend_calls": 98}}))
     line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `io` |"))
     assert "call cache" not in line
+    # a cell that is not one sitting's wall time (a partial row's model time, a figure summed by
+    # hand over sittings) is not called one
+    for other in ({"wall_s": None, "partial": True, "n_examples": 9}, {"seconds_per_question": 23}):
+        (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps({"metaqa_io": {**row, **other}}))
+        line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `io` |"))
+        assert "wall time" not in line
 
 
 def test_the_replayable_line_agrees_with_the_number_of_rows_left(tmp_path, monkeypatch):

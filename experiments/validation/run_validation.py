@@ -681,7 +681,8 @@ def cached_time_note(e: dict) -> str | None:
     the call cache (the scores do not depend on it; the time does): the share, and the model's
     time a question over the questions answered without the cache where the row recorded it."""
     hits, calls = e.get("cache_hits") or 0, e.get("backend_calls") or 0
-    if not hits or hits < CACHED_SHARE_NOTED * (hits + calls):
+    from_wall = seconds_per_question(e) is not None and not isinstance(e.get("seconds_per_question"), (int, float))
+    if not from_wall or not hits or hits < CACHED_SHARE_NOTED * (hits + calls):  # the cell is not one sitting's wall time
         return None
     note = f"s / question is the sitting's wall time with {hits} of {hits + calls} model replies from the call cache"
     if isinstance(e.get("llm_seconds_per_question"), (int, float)) and e.get("llm_seconds_questions"):
