@@ -18,6 +18,7 @@ def _runner(tmp_path, monkeypatch, rc: int):
     spec.loader.exec_module(mod)
     monkeypatch.setattr(mod, "HERE", tmp_path)
     monkeypatch.setattr(mod, "ROOT", tmp_path)
+    monkeypatch.setattr(mod, "BUNDLES", tmp_path / "bundles")  # a test never writes into the committed bundles/
     monkeypatch.setattr(mod.subprocess, "call", lambda cmd, cwd=None: rc)  # the row's run: exits rc
     return mod
 
@@ -657,3 +658,60 @@ def test_a_text_row_records_its_pool_from_its_own_run(tmp_path):
     (run / "config.yaml").write_text("dataset:\n  pool: protocol\nreasoner:\n  corpus: my_pool.jsonl\n")
     assert mod.pool_info(run, {"retrieval/pool_size": 12.0}, 30)["pool_from"] == "reasoner.corpus=my_pool.jsonl"
     assert mod.pool_info(run, {}, 30) == {}  # a KG row: no pool
+
+
+def _committed_row(name: str, row: str) -> dict:
+    return json.loads((RUNNER.parent / f"validation_{name}.json").read_text())[row]
+
+
+def test_from_bundle_restores_a_rows_run_dir_and_its_replies_so_the_same_command_resumes(tmp_path, monkeypatch, capsys):
+    """A partial row moved to a new machine came back by hand (unpack the bundle's run into the
+    run dir, copy its replies into the call cache as a shard); ``--from-bundle`` does both, checked,
+    and the cache then answers the bundle's keys."""
+    import shutil
+
+    from kgreason.storage.bundle import cache_records, open_bundle
+    from kgreason.storage.callstore import LLM_STORE, KeyValueStore
+
+    name, row = "heldout_n100_llamacpp", "metaqa_io"
+    entry = _committed_row(name, row)
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    (tmp_path / "bundles" / name).mkdir(parents=True)
+    shutil.copy(RUNNER.parent / entry["bundle"]["file"], tmp_path / entry["bundle"]["file"])
+    (tmp_path / f"validation_{name}.json").write_text(json.dumps({row: entry}))
+    ran = []
+    monkeypatch.setattr(mod, "run_row", lambda cmd, stop_after=None: ran.append(cmd) or 1)
+    cache = tmp_path / "cache"
+    argv = ["--split", "heldout", "--n", "100", "--route", "llamacpp", "--rows", row, "--cache", str(cache),
+            "--from-bundle", "--no-bundle"]
+    mod.main(argv)
+    run_dir = tmp_path / "outputs" / "validation" / name / row
+    answered = (run_dir / "predictions.jsonl").read_text().splitlines()
+    assert len(answered) == entry["n_examples"] and ran, "restored, then the row's run was started"
+    err = capsys.readouterr().err
+    assert f"restored {len(answered)} answered question(s)" in err
+    keys = cache_records(open_bundle(tmp_path / entry["bundle"]["file"], tmp_path / "b"))
+    store = KeyValueStore(cache / LLM_STORE, "readonly")
+    assert keys and all(store.get(k) is not None for k in keys)
+    # the run dir now holds answers: a second restore would overwrite them, and is refused
+    assert mod.main(argv) == 2
+    assert "already holds answered questions" in capsys.readouterr().err
+
+
+def test_from_bundle_refuses_a_bundle_that_is_not_the_rows_and_a_row_without_one(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    name, row = "heldout_n100_llamacpp", "metaqa_io"
+    entry = _committed_row(name, row)
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    (tmp_path / "bundles" / name).mkdir(parents=True)
+    other = _committed_row(name, "metaqa_cot")["bundle"]["file"]
+    shutil.copy(RUNNER.parent / other, tmp_path / entry["bundle"]["file"])  # another row's bundle under its name
+    (tmp_path / f"validation_{name}.json").write_text(json.dumps({row: entry, "metaqa_cot": {"n": 100}}))
+    argv = ["--split", "heldout", "--n", "100", "--route", "llamacpp", "--cache", str(tmp_path / "c"), "--from-bundle"]
+    assert mod.main(argv + ["--rows", row]) == 2
+    err = capsys.readouterr().err
+    assert "is not the file the JSON row records" in err and "Nothing was run" in err
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "c").exists()
+    assert mod.main(argv + ["--rows", "metaqa_cot"]) == 2
+    assert "has no committed bundle" in capsys.readouterr().err

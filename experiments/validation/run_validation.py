@@ -480,6 +480,58 @@ def export_bundle(run_dir: Path, table: str, row: str, cache: str) -> dict:
             "bytes": path.stat().st_size, "calls": sum(r.get("calls", 0) for r in m["runs"])}
 
 
+def restore_from_bundle(row: str, entry: dict, run_dir: Path, cache: str) -> str:
+    """Put a partial row back where its sitting left it, on a machine without its run dir or its
+    replies: the row's committed bundle (its SHA-256 checked against the JSON row, every entry
+    against the manifest) is unpacked into ``run_dir`` and its model replies are added to the call
+    cache ``cache`` as one more shard (``llm_calls/bundle-<row>-<sha8>.jsonl``), so the same
+    command answers only the questions the bundle lacks. Refuses (ValueError, one line) a row
+    without a bundle, a bundle file that is not the one the row records, and a run dir that
+    already holds answers. Returns what it restored."""
+    from kgreason.storage.bundle import CALLS, BundleError, open_bundle
+    from kgreason.storage.callstore import LLM_STORE
+
+    rec = entry.get("bundle") or {}
+    if not rec.get("file"):
+        raise ValueError(f"row {row}: the JSON row has no committed bundle to restore from; run it without --from-bundle")
+    path = HERE / rec["file"]
+    if not path.is_file():
+        raise ValueError(f"row {row}: its bundle {rec['file']} is missing (expected under {HERE.name}/)")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != rec.get("sha256"):
+        raise ValueError(f"row {row}: bundle {rec['file']} is not the file the JSON row records "
+                         f"(SHA-256 {digest[:12]}…, the row says {str(rec.get('sha256'))[:12]}…); refused")
+    if (run_dir / "predictions.jsonl").exists():
+        raise ValueError(f"row {row}: {run_dir} already holds answered questions; --from-bundle restores a row "
+                         "on a machine without its run dir (run the same command without it to resume)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kgreason-restore-") as tmp:
+        try:
+            opened = open_bundle(path, Path(tmp) / "b")
+        except BundleError as err:
+            raise ValueError(f"row {row}: {err}") from None
+        if len(opened.runs) != 1:
+            raise ValueError(f"row {row}: bundle {rec['file']} holds {len(opened.runs)} runs, expected the row's one")
+        src = opened.run_dir(opened.runs[0])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for f in sorted(src.iterdir()):
+            if f.is_file():
+                shutil.copy2(f, run_dir / f.name)
+        answered = sum(1 for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
+        calls = opened.root / CALLS
+        data = calls.read_bytes() if calls.is_file() else b""
+        n_calls = sum(1 for line in data.splitlines() if line.strip())
+        shard = Path(os.path.expanduser(cache)) / LLM_STORE / f"bundle-{row}-{digest[:8]}.jsonl"
+        if n_calls and not shard.exists():  # the same bundle twice adds nothing
+            shard.parent.mkdir(parents=True, exist_ok=True)
+            part = shard.with_name(shard.name + ".part")
+            part.write_bytes(data)
+            os.replace(part, shard)
+    return (f"row {row}: restored {answered} answered question(s) into {run_dir} and {n_calls} model "
+            f"repl{'y' if n_calls == 1 else 'ies'} into the call cache ({shard.name}) from {rec['file']}")
+
+
 def derive(run_dir: Path, row: str) -> dict:
     """The row's :data:`FROM_BUNDLE` fields as its run dir (or an unpacked bundle) gives them."""
     entry = summarise(run_dir)
@@ -953,6 +1005,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collect", action="store_true",
                     help="run nothing: summarise each row's run dir as it stands (a row stopped early is "
                          "committed with partial: true and its own N; pairings are taken again)")
+    ap.add_argument("--from-bundle", action="store_true",
+                    help="resume a partial row on a machine without its run dir: first restore the run dir and "
+                         "its model replies (into --cache) from the row's committed bundle, then go on")
     ap.add_argument("--no-bundle", action="store_true",
                     help="do not export the row's bundle (experiments/validation/bundles/<table>/<row>.tar.gz, "
                          "the default: the committed row's runs and every model reply they used)")
@@ -986,6 +1041,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = tag(args.split, args.n, args.route, args.heldout_skip)
     out = HERE / f"validation_{name}.json"
+    if args.from_bundle:
+        if args.fresh or args.collect or args.print:
+            ap.error("--from-bundle restores a row's run dir to resume it; it cannot go with --fresh, --collect or --print")
+        table = json.loads(out.read_text()) if out.exists() else {}
+        for row in rows:
+            run_dir = ROOT / "outputs" / "validation" / name / row
+            try:
+                print(restore_from_bundle(row, table.get(row, {}), run_dir, args.cache), file=sys.stderr, flush=True)
+            except ValueError as err:
+                print(f"run_validation.py: {err}. Nothing was run.", file=sys.stderr)
+                return 2
     for row in rows:
         cmd = command(row, args.n, args.cache, args.workers, args.threads, args.route, args.split, args.heldout_skip)
         shown = shown_command(cmd, args.cache)
