@@ -53,9 +53,14 @@ class DeferredHF:
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         self._cfg, self._impl = cfg, None
+        import inspect
+
+        from kgreason.llm.hf import HFCausalLM  # no torch at import: the defaults are read, not repeated
+
+        default = {k: p.default for k, p in inspect.signature(HFCausalLM.__init__).parameters.items()}
         self.model = str(cfg.get("name") or cfg["model"])
-        self.max_input_tokens = int(cfg.get("max_input_tokens", 4096))
-        self.batch_size = max(1, int(cfg.get("batch_size", 8)))
+        self.max_input_tokens = int(cfg.get("max_input_tokens", default["max_input_tokens"]))
+        self.batch_size = max(1, int(cfg.get("batch_size", default["batch_size"])))
 
     def _real(self) -> Any:
         if self._impl is None:
