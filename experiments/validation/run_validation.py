@@ -518,7 +518,8 @@ def restore_from_bundle(row: str, entry: dict, run_dir: Path, cache: str) -> str
         for f in sorted(src.iterdir()):
             if f.is_file():
                 shutil.copy2(f, run_dir / f.name)
-        answered = sum(1 for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
+        preds = run_dir / "predictions.jsonl"  # a bundle of a run stopped before its first answer has none
+        answered = sum(1 for line in preds.read_text(encoding="utf-8").splitlines() if line.strip()) if preds.exists() else 0
         calls = opened.root / CALLS
         data = calls.read_bytes() if calls.is_file() else b""
         n_calls = sum(1 for line in data.splitlines() if line.strip())
