@@ -111,6 +111,7 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
     from kgreason.score import ScoreInputError, read_pairs, score
 
     records = cache_records(opened)
+    used = {k for rel in opened.runs for k in _keys(opened.run_dir(rel))}
     out = []
     for rel in opened.runs:
         d = opened.run_dir(rel)
@@ -136,6 +137,11 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
                                     "them (no calls.jsonl); it cannot be replayed"))
         else:
             out.append((rel, True, f"{rel}: {len(names)} metrics re-scored, equal; {len(_keys(d))} cache entries present"))
+    unused = sorted(set(records) - used)
+    if unused:  # export packs only what the runs used: an entry beside them was put there by hand
+        out.append((CALLS, False, f"{CALLS}: {len(unused)} cache entr{'y' if len(unused) == 1 else 'ies'} that no run of "
+                                  f"the bundle used (first {unused[0][:12]}…; no calls.jsonl lists it): added "
+                                  "after export, and never installed"))
     return out
 
 
@@ -244,6 +250,9 @@ def _known_metrics():
 
 
 def replay(opened: Opened, out: Path) -> list[tuple[str, bool, str]]:
+    """Replay every run of ``opened`` into ``out`` (a new or empty folder: see :func:`out_problem`)."""
+    if (problem := out_problem(out)) is not None:
+        raise BundleError(problem)
     cache = out / "_bundle_cache"
     (cache / LLM_STORE).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(opened.root / CALLS, cache / LLM_STORE / "bundle.jsonl")
@@ -274,25 +283,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{a.out}: {len(m['runs'])} runs, {n_calls} cache keys listed, "
                   f"{Path(a.out).stat().st_size / 1e3:.1f} kB")
             return 0
+        if a.action == "replay" and a.out and (problem := out_problem(Path(a.out))):
+            raise BundleError(problem)
         tmp = Path(tempfile.mkdtemp(prefix="kgreason-bundle-"))
-        try:
+        try:  # the unpacked bundle is removed however this ends (a refusal, an error, Ctrl-C)
             opened = open_bundle(a.bundle, tmp / "bundle")
             if a.action == "verify":
                 lines = verify(opened)
             else:
                 out = Path(a.out) if a.out else tmp / "replay"
                 lines = replay(opened, out)
+            runs = set(opened.runs)
         finally:
-            if not (a.action == "replay" and a.out):
-                shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
     except BundleError as err:
         print(f"kgreason bundle: error: {err}", file=sys.stderr)
         return 2
     for _rel, _ok, line in lines:
         print(line)
     bad = sum(not ok for _r, ok, _l in lines)
-    print(f"{len(lines) - bad} of {len(lines)} runs {'verified' if a.action == 'verify' else 'identical'}")
+    n_runs = sum(r in runs for r, _ok, _l in lines)
+    good = sum(ok for r, ok, _l in lines if r in runs)
+    print(f"{good} of {n_runs} runs {'verified' if a.action == 'verify' else 'identical'}")
     return 0 if bad == 0 else 1
+
+
+def out_problem(out: Path) -> str | None:
+    """Why ``replay --out`` cannot replay into ``out``: it holds something already (an earlier
+    replay's finished runs would be resumed, not replayed, and read as identical), or it is not a
+    folder. None for a new or empty folder."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        return f"--out {out}: not a folder; give a new or empty folder"
+    if out.is_dir() and any(out.iterdir()):
+        return (f"--out {out}: not empty (an earlier replay?); a replay into it would resume what it holds "
+                "rather than replay it: give a new or empty folder")
+    return None
 
 
 if __name__ == "__main__":
