@@ -44,7 +44,7 @@ from typing import Any, Iterable, Iterator
 
 import yaml
 
-from kgreason.secrets import REDACTED, SECRET_KEY, scrub
+from kgreason.secrets import REDACTED, SECRET_KEY, config_secrets, scrub, scrub_with
 from kgreason.storage.callstore import LLM_LEGACY, LLM_STORE, KeyValueStore, decode_line, encode_record
 
 FORMAT = "kgreason-bundle/1"
@@ -141,7 +141,47 @@ def local_path(path: str) -> Path:
     return Path(os.path.expanduser(path))
 
 
-def _run_entry(run: Path, rel: str) -> tuple[dict[str, bytes], dict[str, Any], list[str]]:
+def run_secrets(run: Path) -> set[str]:
+    """The secret values a run knows, read from its run.json and config.yaml
+    (:func:`kgreason.secrets.config_secrets`: secret keys' values, the environment variables its
+    ``*_env`` keys name when they are set here, the passwords of URLs with credentials)."""
+    found: set[str] = set()
+    for name, load in (("run.json", json.loads), ("config.yaml", yaml.safe_load)):
+        try:
+            found |= config_secrets(load((run / name).read_text(encoding="utf-8")))
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+    return found
+
+
+def clean(obj: Any, values: Iterable[str]) -> Any:
+    """``obj`` (JSON-like) with every string, keys included, scrubbed of ``values``, of what this
+    process registered as secret, and of URL credentials."""
+    if isinstance(obj, dict):
+        return {clean(k, values): clean(v, values) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [clean(v, values) for v in obj]
+    if isinstance(obj, str):
+        return scrub_with(scrub(obj), values)[0]
+    return obj
+
+
+def _clean_lines(data: bytes, values: Iterable[str]) -> bytes:
+    """A JSONL file with every line that held a secret re-written scrubbed (the others as they were)."""
+    out = []
+    for line in data.splitlines(keepends=True):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            text, changed = scrub_with(scrub(line.decode("utf-8", "replace")), values)
+            out.append(text.encode("utf-8", "replace") if changed else line)
+            continue
+        new = clean(obj, values)
+        out.append(line if new == obj else (json.dumps(new) + "\n").encode("ascii"))
+    return b"".join(out)
+
+
+def _run_entry(run: Path, rel: str, values: Iterable[str] = ()) -> tuple[dict[str, bytes], dict[str, Any], list[str]]:
     files: dict[str, bytes] = {}
     for name in RUN_FILES:
         p = run / name
@@ -152,10 +192,17 @@ def _run_entry(run: Path, rel: str) -> tuple[dict[str, bytes], dict[str, Any], l
             continue
         data = p.read_bytes()
         if name == "run.json":
-            data = (json.dumps(portable(_redact(json.loads(data))), indent=2, sort_keys=True) + "\n").encode("utf-8")
+            data = (json.dumps(portable(clean(_redact(json.loads(data)), values)), indent=2,
+                               sort_keys=True) + "\n").encode("utf-8")
         elif name == "config.yaml":
-            data = yaml.safe_dump(portable(_redact(yaml.safe_load(data))), sort_keys=False,
+            data = yaml.safe_dump(portable(clean(_redact(yaml.safe_load(data)), values)), sort_keys=False,
                                   allow_unicode=True).encode("utf-8")
+        elif name.endswith(".jsonl"):
+            data = _clean_lines(data, values)
+        else:
+            obj = json.loads(data)
+            new = clean(obj, values)
+            data = data if new == obj else (json.dumps(new, indent=2) + "\n").encode("utf-8")
         files[f"runs/{rel}/{name}"] = data
     record = json.loads(files[f"runs/{rel}/run.json"])
     info = {"dir": rel, "data_files": record.get("data_files") or {}, "overrides": record.get("overrides") or [],
@@ -211,59 +258,71 @@ def export(dirs: Iterable[str | Path], out: str | Path, cache_dir: str | Path | 
     entries: dict[str, bytes] = {}
     runs: list[dict[str, Any]] = []
     records: dict[str, bytes] = {}
+    redacted = 0
     dirs = [Path(d) for d in dirs]
+    found_runs: list[tuple[Path, Path]] = []
     for d in dirs:
         if not d.is_dir():
             raise BundleError(f"{d}: not a directory (give run dirs or sweep dirs)")
         found = run_dirs(d)
         if not found:
             raise BundleError(f"{d}: no run dir under it (no run.json)")
-        for run in found:
-            rel = run.relative_to(d).as_posix()
-            rel = d.name if rel == "." else (f"{d.name}/{rel}" if len(dirs) > 1 else rel)
-            if any(r["dir"] == rel for r in runs):
-                raise BundleError(f"{run}: a second run named {rel} in the bundle; give dirs with distinct names")
-            files, info, keys = _run_entry(run, rel)
-            asked = requests(json.loads(files[f"runs/{rel}/metrics.json"]))
-            if asked and not keys:
-                raise BundleError(f"{run}: made {asked} model requests but no cache key of them is listed (no "
-                                  "calls.jsonl: run with llm_cache.mode=off, or by a kgreason before bundles); its "
-                                  "replies were never kept, so a bundle of it could not be replayed: run it again "
-                                  "with the call cache on")
-            entries.update(files)
-            cdir = Path(cache_dir).expanduser() if cache_dir is not None else _cache_dir_of(run)
-            if keys:
-                if cdir is None:
-                    raise BundleError(f"{run}: its run.json names no llm_cache.dir; give --cache DIR")
-                store = KeyValueStore(cdir / LLM_STORE, "readonly", legacy=cdir / LLM_LEGACY) \
-                    if (cdir / LLM_STORE).is_dir() or (cdir / LLM_LEGACY).is_file() else None
-                for k in keys:
-                    if k in records:
-                        continue
-                    rec = store.record(k) if store is not None else None
-                    if rec is None:
-                        raise BundleError(f"{run}: cache entry {k} (listed in calls.jsonl) is not in {cdir}; "
-                                          "the bundle could not be replayed (give --cache DIR with that cache)")
-                    records[k] = encode_record(k, rec["value"], backend=rec.get("backend", ""),
-                                               model=rec.get("model", ""), method=rec.get("method", ""),
-                                               t=float(rec.get("t") or 0.0))
-                if store is not None:
-                    store.close()
-            info["calls"] = len(keys)
-            runs.append(info)
+        found_runs += [(d, run) for run in found]
+    # every secret any run of the bundle knows is scrubbed from every member (one publication)
+    values = sorted(set().union(*(run_secrets(run) for _d, run in found_runs)), key=len, reverse=True)
+    for d, run in found_runs:
+        rel = run.relative_to(d).as_posix()
+        rel = clean(d.name if rel == "." else (f"{d.name}/{rel}" if len(dirs) > 1 else rel), values)
+        if any(r["dir"] == rel for r in runs):
+            raise BundleError(f"{run}: a second run named {rel} in the bundle; give dirs with distinct names")
+        files, info, keys = _run_entry(run, rel, values)
+        asked = requests(json.loads(files[f"runs/{rel}/metrics.json"]))
+        if asked and not keys:
+            raise BundleError(f"{run}: made {asked} model requests but no cache key of them is listed (no "
+                              "calls.jsonl: run with llm_cache.mode=off, or by a kgreason before bundles); its "
+                              "replies were never kept, so a bundle of it could not be replayed: run it again "
+                              "with the call cache on")
+        entries.update(files)
+        cdir = Path(cache_dir).expanduser() if cache_dir is not None else _cache_dir_of(run)
+        if keys:
+            if cdir is None:
+                raise BundleError(f"{run}: its run.json names no llm_cache.dir; give --cache DIR")
+            store = KeyValueStore(cdir / LLM_STORE, "readonly", legacy=cdir / LLM_LEGACY) \
+                if (cdir / LLM_STORE).is_dir() or (cdir / LLM_LEGACY).is_file() else None
+            for k in keys:
+                if k in records:
+                    continue
+                rec = store.record(k) if store is not None else None
+                if rec is None:
+                    raise BundleError(f"{run}: cache entry {k} (listed in calls.jsonl) is not in {cdir}; "
+                                      "the bundle could not be replayed (give --cache DIR with that cache)")
+                value = clean(rec["value"], values)  # a reply that quotes a secret is published redacted
+                redacted += value != rec["value"]
+                records[k] = encode_record(k, value, backend=clean(str(rec.get("backend", "")), values),
+                                           model=clean(str(rec.get("model", "")), values),
+                                           method=rec.get("method", ""), t=float(rec.get("t") or 0.0))
+            if store is not None:
+                store.close()
+        info["calls"] = len(keys)
+        runs.append(info)
     entries[CALLS] = b"".join(records[k] for k in sorted(records))
     manifest = {"format": FORMAT, "kgreason_version": _version(), "git": _git(), "created": time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs, "entries": {n: sha256(b) for n, b in sorted(entries.items())},
-        "sizes": {n: len(b) for n, b in sorted(entries.items())}, "needs": _needs(runs)}
+        "sizes": {n: len(b) for n, b in sorted(entries.items())}, "needs": _needs(runs),
+        "redacted_replies": redacted}
+    manifest = clean(manifest, values)
     entries[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    with tarfile.open(tmp, "w:gz", compresslevel=9) as tar:
-        for name in [MANIFEST, *sorted(n for n in entries if n != MANIFEST)]:
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mtime, ti.mode = len(entries[name]), 0, 0o644
-            tar.addfile(ti, io.BytesIO(entries[name]))
-    os.replace(tmp, out)
+    try:
+        with tarfile.open(tmp, "w:gz", compresslevel=9) as tar:
+            for name in [MANIFEST, *sorted(n for n in entries if n != MANIFEST)]:
+                ti = tarfile.TarInfo(name)
+                ti.size, ti.mtime, ti.mode = len(entries[name]), 0, 0o644
+                tar.addfile(ti, io.BytesIO(entries[name]))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return manifest
 
 

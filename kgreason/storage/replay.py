@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kgreason.storage.bundle import CALLS, BundleError, Opened, cache_records, export, open_bundle, requests
+from kgreason.secrets import REDACTED
 from kgreason.storage.callstore import LLM_STORE
 
 #: leaf names that describe what a run spent or how long it took, not what it answered
@@ -190,7 +191,9 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     from kgreason.run import run
 
     record = json.loads((opened.run_dir(rel) / "run.json").read_text(encoding="utf-8"))
-    overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)]
+    # an override whose value a bundle redacted names a secret (a key): a replay calls no model
+    overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)
+                 and REDACTED not in str(o)]
     # quoted for Hydra: a sweep's job dir is named after its overrides (``0_reasoner=io,seed=0``)
     overrides += [f"llm_cache.dir={hydra_quote(str(cache))}", "llm_cache.mode=readonly", "tracking=none",
                   f"hydra.run.dir={hydra_quote(str(out))}"]
@@ -282,6 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             n_calls = sum(r.get("calls", 0) for r in m["runs"])
             print(f"{a.out}: {len(m['runs'])} runs, {n_calls} cache keys listed, "
                   f"{Path(a.out).stat().st_size / 1e3:.1f} kB")
+            if n := m.get("redacted_replies"):
+                print(f"{n} repl{'y' if n == 1 else 'ies'} quoted a secret of the runs: redacted (a replay reads "
+                      "them redacted, as the runs' own rows were written)")
             return 0
         if a.action == "replay" and a.out and (problem := out_problem(Path(a.out))):
             raise BundleError(problem)
