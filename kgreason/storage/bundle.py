@@ -2,11 +2,12 @@
 
 A bundle is a gzip-compressed tar (``.tar.gz``; never pickles) holding::
 
-    manifest.json                   format, kgreason version and git commit, creation time, the
-                                    SHA-256 of every other entry, and per run: its data files'
-                                    and embedding stores' fingerprints (from run.json)
-    runs/<run>/run.json             the resolved config record (secrets redacted)
-    runs/<run>/config.yaml          the run's config (secrets redacted)
+    manifest.json                   the first entry: format, kgreason version and git commit,
+                                    creation time, the SHA-256 and size of every other entry, the
+                                    replies redacted, and per run: its dir, its data files' and
+                                    embedding stores' fingerprints (from run.json)
+    runs/<run>/run.json             the resolved config record (secrets scrubbed)
+    runs/<run>/config.yaml          the run's config (secrets scrubbed)
     runs/<run>/predictions.jsonl    every answer with its trace
     runs/<run>/metrics.json
     runs/<run>/prepare_usage.json   when the run had a set-up stage
@@ -18,9 +19,16 @@ A bundle is a gzip-compressed tar (``.tar.gz``; never pickles) holding::
 ...; the dir's own name for a single run). The data itself is not in a bundle: ``kgreason data``
 fetches it, and the manifest says which files and digests a replay needs.
 
-:func:`export` writes one; :func:`open_bundle` unpacks one into a directory after checking every
-entry against the manifest (:class:`BundleError` naming the first entry that differs: a bundle
-edited after export is refused). Re-scoring and replaying are in :mod:`kgreason.storage.replay`.
+:func:`export` writes one, scrubbed of every secret its runs know (:func:`run_secrets`,
+:func:`clean`: secret keys' values, the variables ``*_env`` keys name, URL credentials; a reply
+quoting one is published redacted and counted). :func:`open_bundle` unpacks one into a new
+directory as it checks it (issue 73: a bundle from a stranger is data, never a path): the
+manifest first (:func:`check_manifest`: its shape, every entry name and run dir a relative path
+inside the bundle), then only the entries it lists, each within its listed size and the ceilings
+(:func:`ceilings`), streamed through SHA-256 by our own tar reader (:class:`_TarStream`: no
+header is read whole before its size is checked, and only plain files are taken).
+:class:`BundleError` names the first entry that is edited, missing, extra, too big or misplaced,
+and what was unpacked is removed. Re-scoring and replaying are in :mod:`kgreason.storage.replay`.
 
 Ground floor: imports nothing from kgreason above :mod:`kgreason.storage.callstore`,
 :mod:`kgreason.secrets` and :mod:`kgreason.record`.

@@ -12,7 +12,12 @@
   identical, or the first example and field that differ. Fields that describe what a run spent,
   not what it answered (``llm/calls``, ``llm/cache_hits``, ``llm/cost_usd``, latencies, seconds,
   ``prepare/*``: set-up work, which depends on what was cached), are left out of the comparison:
-  a replay pays for nothing.
+  a replay pays for nothing. ``--out`` must be a new or empty folder (an earlier replay's finished
+  runs there would be resumed, not replayed). Overrides of where a run writes (``paths.*``,
+  ``*.cache_dir``, ``*.store_dir``, ``*.index_dir``, ``*.directory``) are left out: a replay
+  writes where this machine's defaults say, never where a bundle says.
+
+The bundle is unpacked into a temporary folder, removed however the command ends.
 
 The data a run read is not in a bundle: ``kgreason data`` fetches it (the manifest's ``needs``
 lists each file with its fingerprint).
@@ -36,6 +41,15 @@ from kgreason.storage.callstore import LLM_STORE
 SPENT = frozenset({"calls", "cache_hits", "cost_usd", "latency_s", "cached", "seconds"})
 #: launch overrides a replay sets itself
 DROPPED = ("llm_cache.", "hydra.", "tracking", "+llm_cache.", "++llm_cache.")
+#: where a run writes besides its run dir (caches, stores, indexes, partitions, the path roots): a
+#: bundle's override of one is a path of the machine that made it (or a stranger's choice), so a
+#: replay writes where this machine's defaults say
+WRITE_LOCATIONS = ("cache_dir", "store_dir", "index_dir", "directory")
+
+
+def _writes_somewhere(override: str) -> bool:
+    key = str(override).lstrip("+~").split("=", 1)[0]
+    return key.startswith("paths.") or key.rsplit(".", 1)[-1] in WRITE_LOCATIONS
 
 
 def _spent(key: str) -> bool:
@@ -193,7 +207,7 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     record = json.loads((opened.run_dir(rel) / "run.json").read_text(encoding="utf-8"))
     # an override whose value a bundle redacted names a secret (a key): a replay calls no model
     overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)
-                 and REDACTED not in str(o)]
+                 and REDACTED not in str(o) and not _writes_somewhere(o)]
     # quoted for Hydra: a sweep's job dir is named after its overrides (``0_reasoner=io,seed=0``)
     overrides += [f"llm_cache.dir={hydra_quote(str(cache))}", "llm_cache.mode=readonly", "tracking=none",
                   f"hydra.run.dir={hydra_quote(str(out))}"]
@@ -277,7 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     v.add_argument("bundle")
     r = sub.add_parser("replay", help="re-run every run of the bundle with its cache entries, read-only")
     r.add_argument("bundle")
-    r.add_argument("--out", default=None, help="where the replayed runs go (default: a temporary dir, removed)")
+    r.add_argument("--out", default=None, help="where the replayed runs go: a new or empty folder (default: a "
+                   "temporary dir, removed)")
     a = ap.parse_args(argv)
     try:
         if a.action == "export":

@@ -120,6 +120,28 @@ def test_a_manifest_run_dir_outside_the_bundle_is_refused_and_the_victim_untouch
     assert _left_unpacked(tmp_path) == []
 
 
+def test_a_replay_writes_nowhere_a_bundles_overrides_say(tmp_path, monkeypatch):
+    """A run's launch overrides come from the bundle's run.json: one naming where a run writes (a
+    cache, a store, an index, the path roots) is a path of someone else's machine, and is left out."""
+    from omegaconf import OmegaConf
+
+    import kgreason.run
+    from kgreason.storage import replay
+
+    blobs = blobs_of(BASE)
+    rec = json.loads(blobs[f"runs/{ROW}/run.json"])
+    elsewhere = tmp_path / "elsewhere"
+    rec["overrides"] += [f"embedder.store_dir={elsewhere}/store", f"paths.cache={elsewhere}/cache"]
+    blobs[f"runs/{ROW}/run.json"] = json.dumps(rec).encode()
+    opened = open_bundle(pack(tmp_path / "b.tar.gz", blobs), tmp_path / "opened")
+    seen = []
+    monkeypatch.setattr(replay, "data_problem", lambda opened, rel: None)
+    monkeypatch.setattr(kgreason.run, "run", lambda cfg, out: seen.append(OmegaConf.to_yaml(cfg, resolve=True)))
+    replay.replay_run(opened, ROW, tmp_path / "cache", tmp_path / "out")
+    assert seen and str(elsewhere) not in seen[0]
+    assert "llm_cache" in seen[0] and str(tmp_path / "cache") in seen[0]  # what the replay sets itself
+
+
 def _runner(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("run_validation_hostile", RUNNER)
     mod = importlib.util.module_from_spec(spec)
