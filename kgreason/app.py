@@ -69,13 +69,15 @@ def is_user_error(e: BaseException) -> bool:
     from kgreason.data.base import DataError
     from kgreason.storage.embedstore import StoreNoSpace
     from kgreason.kg.cypher import GraphDBUnavailable
+    from kgreason.kg.sparql import SparqlError
     from kgreason.preflight import PreflightError
     from kgreason.record import ResumeConfigMismatch
     from kgreason.run import LLMUnavailable, RunFailed
     from kgreason.textio import InputFileError
 
     user = (PreflightError, InputFileError, DataError, ResumeConfigMismatch, StoreCorrupt, RunFailed,
-            LLMUnavailable, GraphDBUnavailable, FileNotFoundError, ResumeRefused, StoreNoSpace)
+            LLMUnavailable, GraphDBUnavailable, FileNotFoundError, ResumeRefused, StoreNoSpace,
+            SparqlError)  # an endpoint that refuses, fails or holds no graph: its message names it
     seen = 0
     while e is not None and seen < 5:
         if isinstance(e, user):

@@ -13,7 +13,8 @@ example is answered, with its topic entities and gold answers (the page shows it
 ``--id`` picks a dataset example by id. Any other text is a new question without gold: its
 topic entities are ``--topic`` (repeatable; one the KG does not know is refused), or else the longest runs of words in the question
 that name a KG entity (:func:`mentions`; not a method's linker, only ``ask``'s way to find a
-start for a question typed by hand).
+start for a question typed by hand). Against a KG behind a SPARQL endpoint each name tried is one
+query: at most :data:`MAX_REMOTE_LOOKUPS` per question, and ``ask`` says when it stopped there.
 
 Nothing is written to ``outputs/runs``: the page and the row go to ``--out`` (default
 ``<paths.output>/ask/<date>/<time>_<reasoner>.html`` and ``.json`` beside it). LLM calls go
@@ -34,21 +35,28 @@ from kgreason.paths import config_dir
 
 #: longest run of words tried as an entity name
 MAX_MENTION_WORDS = 8
+#: the most entity-name lookups one question sends to a remote KG (a SPARQL endpoint: each lookup
+#: is one query, up to :data:`MAX_MENTION_WORDS` per word; a pasted page of 2,000 words sent 15,987)
+MAX_REMOTE_LOOKUPS = 256
 
 
-def mentions(kg, question: str) -> list[str]:
-    """Entity names found in ``question``: from the left, the longest run of at most
-    :data:`MAX_MENTION_WORDS` words that names a KG entity (``kg.find_entity``: exact, then
-    normalised name, label or alias) is taken and the search goes on after it. Runs of one
-    word are taken only when capitalised (``Paris``, not ``which`` or ``the``)."""
+def find_mentions(kg, question: str, max_lookups: int | None = None) -> tuple[list[str], bool]:
+    """(entity names found in ``question``, whether the search stopped at ``max_lookups``): from
+    the left, the longest run of at most :data:`MAX_MENTION_WORDS` words that names a KG entity
+    (``kg.find_entity``: exact, then normalised name, label or alias) is taken and the search goes
+    on after it. Runs of one word are taken only when capitalised (``Paris``, not ``which``).
+    ``max_lookups``: at most that many ``find_entity`` calls (the names found until then are kept)."""
     words = re.findall(r"[\w'’.\-]+", question)
     out: list[str] = []
-    i = 0
+    i = lookups = 0
     while i < len(words):
         for n in range(min(MAX_MENTION_WORDS, len(words) - i), 0, -1):
             text = " ".join(words[i:i + n]).rstrip(".")
             if n == 1 and not text[:1].isupper():
                 continue
+            if max_lookups is not None and lookups >= max_lookups:
+                return list(dict.fromkeys(out)), True
+            lookups += 1
             e = kg.find_entity(text)
             if e >= 0:
                 out.append(kg.entity_names[e])
@@ -56,7 +64,17 @@ def mentions(kg, question: str) -> list[str]:
                 break
         else:
             i += 1
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(out)), False
+
+
+def mentions(kg, question: str, max_lookups: int | None = None) -> list[str]:
+    """The entity names of :func:`find_mentions` (see there)."""
+    return find_mentions(kg, question, max_lookups)[0]
+
+
+def lookup_cap(kg) -> int | None:
+    """:data:`MAX_REMOTE_LOOKUPS` for a KG behind an endpoint (each lookup a query), else None."""
+    return MAX_REMOTE_LOOKUPS if getattr(kg, "endpoint", None) is not None else None
 
 
 def _norm(q: str) -> str:
@@ -107,7 +125,10 @@ def _example(c, question: str, example_id: str | None, topics: Sequence[str]):
             raise KeyError(f"--topic {unknown[0]!r}: the KG has no entity of that name or id "
                            "(give its name, label, alias or id as the KG spells it)")
     if not topics and c.kg is not None:
-        topics = mentions(c.kg, question)
+        topics, capped = find_mentions(c.kg, question, lookup_cap(c.kg))
+        if capped:
+            print(f"kgreason ask: stopped looking for entity names after {MAX_REMOTE_LOOKUPS} lookups at the KG's "
+                  f"endpoint (found {len(topics)}); name the topic entities with --topic NAME", file=sys.stderr)
     return Example(id="ask", question=question, topic_entities=tuple(topics))
 
 
@@ -175,14 +196,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if typo:
         print(f"kgreason ask: error: {typo}", file=sys.stderr)
         return 2
-    from kgreason.app import debug, is_user_error
+    from kgreason.app import _unwrap, debug, is_user_error
 
     try:
         row, path = ask(args.question, args.overrides, example_id=args.example_id, topics=args.topic, out=args.out)
     except Exception as e:  # noqa: BLE001 - a configuration or data error reads as one or two lines
         if debug() or not (is_user_error(e) or isinstance(e, KeyError)):
             raise
-        print(f"kgreason ask: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
+        print(f"kgreason ask: error: {e.args[0] if isinstance(e, KeyError) and e.args else _unwrap(e)}", file=sys.stderr)
         return 2
     answer = row.get("prediction") or "(no answer)"
     print(f"answer: {answer}" + (f"   (error: {row['error']})" if row.get("error") else ""))
@@ -190,4 +211,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["ask", "compose", "mentions", "main"]
+__all__ = ["ask", "compose", "mentions", "find_mentions", "main"]

@@ -31,6 +31,7 @@ from kgreason.storage.bundle import readable
 from kgreason.tables import CIOptions, Tables, _header, boot_count, build_tables, parse_labels, pivot, render_markdown
 from kgreason.tables.cli import error_text
 from kgreason.tables.summary import cache_note, replayed_answers
+from kgreason.textio import write_text_file
 
 COST_METRICS = ["llm/calls", "llm/cache_hits", "llm/calls_per_question", "llm/prompt_tokens",
                 "llm/completion_tokens", "llm/tokens_per_question", "llm/cost_usd", "run/wall_s"]
@@ -197,7 +198,7 @@ def question_pages(t: Tables, out: Path, n: int) -> list[str]:
         for ex_id in list(rows)[:n]:
             rel = Path("questions") / slug / page_name(ex_id)
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            (out / rel).write_text(question_page(rows[ex_id], record, source=str(run_dir)), encoding="utf-8")
+            write_text_file(out / rel, question_page(rows[ex_id], record, source=str(run_dir)))
             items.append(f"- [{slug}: {ex_id}]({rel.as_posix()})")
     return items
 
@@ -341,8 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     args.paper, allow_partial=args.allow_partial, labels=parse_labels(args.label),
                                     questions_out=out, n_questions=args.questions)
             out.mkdir(parents=True, exist_ok=True)
-            (out / f"{args.name}.md").write_text(md, encoding="utf-8")
-            (out / f"{args.name}.html").write_text(page, encoding="utf-8")
+            write_text_file(out / f"{args.name}.md", md)  # whole or not at all, an error names the file
+            write_text_file(out / f"{args.name}.html", page)
     except (OSError, KeyError, ValueError) as e:  # OSError: --out under a file, not writable, a full disk
         print(f"error: {error_text(e)}", file=sys.stderr)
         return 2

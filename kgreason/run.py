@@ -36,6 +36,7 @@ from kgreason import preflight, progress
 from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
+from kgreason.llm.base import CacheMiss
 from kgreason.storage.llm_cache import CALL_LOG, check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
@@ -251,7 +252,11 @@ def _prepare(c: Components, kept: list[Mapping[str, Any]] | None, out_dir: Path)
     seen = {e["key"] for e in earlier.stores_built}
     progress.forget_stopped()  # a stop reported by this run is this set-up's, not an earlier run's
     with example_ledger(payer=(c.run_id, PREPARE_ID) if c.run_id else None) as led:
-        built = _open_embedding_stores(c)
+        try:
+            built = _open_embedding_stores(c)
+        except KeyboardInterrupt as e:  # the stop line says what a resume keeps of this step (nothing)
+            e.kgreason_prepare_step = EMBEDDING_STEP  # type: ignore[attr-defined]
+            raise
         # a store this run dir's earlier attempt built is counted again on resume, as its LLM calls
         # are; kept on disk before the reasoner's own set-up (SubQRAG's index can take hours), so a
         # kill there does not lose the build: the resumed attempt finds the store built
@@ -493,10 +498,29 @@ def _start_checks(cfg: DictConfig) -> bool:
     uses_llm = bool(getattr(_reasoner_class(cfg), "uses_llm", True)) or _configured(cfg.get("judge"))
     problems += preflight.check_llm_key(cfg, uses_llm)
     problems += preflight.check_local_llm(cfg, uses_llm)
+    problems += _in_order_problem(cfg)
     preflight.require(problems)
     if uses_llm:
-        check_cache(cfg.get("llm_cache"))
+        try:
+            check_cache(cfg.get("llm_cache"))
+        except CacheMiss as e:  # readonly with nothing to read: a setting to fix, not a crash
+            preflight.require([f"llm_cache.mode=readonly replays a call cache, but there is none to read ({e}); "
+                               "give llm_cache.dir of the runs to replay, or set llm_cache.mode=readwrite"])
     return uses_llm
+
+
+def _in_order_problem(cfg: DictConfig) -> list[str]:
+    """More than one example at a time for a reasoner that answers in order (SubQRAG): refused
+    before anything is built (it ended in a traceback once the components were up)."""
+    try:
+        workers = example_workers(cfg)
+    except (TypeError, ValueError):
+        return []  # check_settings names a value that is not a number or auto
+    cls = _reasoner_class(cfg)
+    if workers > 1 and not getattr(cls, "thread_safe", True):
+        return [f"example_workers={workers}: reasoner {cls.__name__} answers examples in order (each question's "
+                "graph updates reach the next); set example_workers=1 or auto"]
+    return []
 
 
 def _option(cfg: DictConfig, group: str, obj: Any) -> str:
@@ -691,6 +715,8 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
 #: removed once a resume finishes the set-up. ``{"status": "stopped", "stage": "prepare",
 #: "interrupted_by", "examples_done", "n_expected", "progress": {"what", "done", "total", "unit"} | null}``
 PREPARE_STOPPED = "prepare_stopped.json"
+#: the set-up step that opens or builds the KG embedding stores (named on an interruption there)
+EMBEDDING_STEP = "embedding stores"
 
 
 def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int) -> None:
@@ -709,8 +735,12 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
     got = f" ({where['what']}: {where['done']} of {where['total']} {where['unit']} done)" if where else ""
     kept = ("what the set-up finished is kept (SubQRAG's index: every extracted passage) and a resume goes on "
             "from there")
-    if where and str(where.get("what", "")).startswith("embedding store"):  # its partial dir is removed
-        kept = "an embedding store stopped mid-build is not kept: a resume builds it again from its first text"
+    # an embedding store stopped mid-build (its bar shown or not yet: loading the model, the first
+    # batch) is removed with its partial dir: the resume starts it again
+    if getattr(why, "kgreason_prepare_step", None) == EMBEDDING_STEP or (
+            where and str(where.get("what", "")).startswith("embedding store")):
+        kept = ("an embedding store stopped mid-build is not kept: a resume builds it again from its first text "
+                "(the store restarts)")
     log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; %s. %s",
                 signame, got, done, n, kept, go_on_hint(out_dir))
 

@@ -110,6 +110,52 @@ def register_from_config(container: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+#: the credentials of a URL (``scheme://user:password@host``): group 1 the scheme, group 2 the user info
+URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/?#@\s\"']+)@")
+
+
+def strip_url_credentials(text: str) -> str:
+    """``text`` with the user info of every URL in it removed (``http://user:pw@host/v1`` →
+    ``http://host/v1``: still a URL a config can use)."""
+    return URL_CREDENTIALS.sub(r"\1", text) if "@" in text else text
+
+
+def config_secrets(container: Any) -> set[str]:
+    """Every secret value a plain config holds or points at, without registering it: the values of
+    secret-looking keys, the environment variables ``*_env`` keys name (when set here), a value put
+    where such a name belongs, and the password of a URL with credentials (what
+    :func:`register_from_config` registers, and the URLs' passwords). Values shorter than
+    :data:`MIN_LEN` are left out (they would redact ordinary words; a URL's user info is stripped
+    by :func:`strip_url_credentials` whatever its length)."""
+    found: set[str] = set()
+
+    def add(v: Any) -> None:
+        if isinstance(v, str) and len(v.strip()) >= MIN_LEN:
+            found.add(v.strip())
+
+    for _path, key, value in _walk(container if isinstance(container, Mapping) else {}, ""):
+        if not isinstance(value, str) or not value:
+            continue
+        if _is_env_key(key):
+            add(os.environ.get(value) if ENV_NAME.match(value) else value)
+        elif SECRET_KEY.search(key):
+            add(value)
+        for m in URL_CREDENTIALS.finditer(value):
+            user, _colon, password = m.group(2).partition(":")
+            add(password)
+    return found
+
+
+def scrub_with(text: str, values: Iterable[str]) -> tuple[str, bool]:
+    """``text`` with each of ``values`` and every URL's credentials replaced by ``<redacted>``, and
+    whether anything was (a scrubber that does not depend on what this process registered)."""
+    out = strip_url_credentials(text)
+    for v in sorted(values, key=len, reverse=True):
+        if v and v in out:
+            out = out.replace(v, REDACTED)
+    return out, out != text
+
+
 class ScrubbingFilter(logging.Filter):
     """Scrubs a log record's message and traceback before any handler formats it."""
 
@@ -164,4 +210,5 @@ def scrub_std_streams() -> None:
 
 
 __all__ = ["ScrubbingStream", "scrub_std_streams", "SECRET_KEY", "REDACTED", "register", "registered", "forget_all", "scrub", "scrub_obj",
-           "register_from_config", "ScrubbingFilter", "install_log_filter"]
+           "register_from_config", "ScrubbingFilter", "install_log_filter", "URL_CREDENTIALS", "strip_url_credentials",
+           "config_secrets", "scrub_with"]

@@ -24,7 +24,8 @@ Python's JSON reader lets through) with U+FFFD, so a model reply holding one can
 UTF-8 (issue 57 M2: such a reply made ``predictions.jsonl`` unwritable). The HTTP client cleans
 replies (and counts them); every JSON writer of the project passes its text through
 :func:`utf8_safe` (or writes ``ensure_ascii`` JSON), so text from any other source cannot stop a
-run either.
+run either. :func:`write_text_file` writes a page or a table whole or not at all, and an error
+names the file.
 """
 
 from __future__ import annotations
@@ -188,4 +189,26 @@ def utf8_safe(text: str) -> str:
     return clean_surrogates(text)[0]
 
 
-__all__ = ["clean_surrogates", "utf8_safe", "note_file", "files_read", "forget_files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]
+def write_text_file(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all: into a temporary sibling, then renamed
+    over ``path``. An OSError (a full disk, a read-only folder) removes the temporary file, leaves
+    ``path`` as it was (no empty or half page) and names ``path`` (``[Errno 28] No space left on
+    device: 'path'``: a failed write names no file of its own)."""
+    import os
+
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OSError(e.errno, e.strerror or str(e), str(p)) from None
+    return p
+
+
+__all__ = ["write_text_file", "clean_surrogates", "utf8_safe", "note_file", "files_read", "forget_files_read", "InputFileError", "check_line", "decode", "read_text", "iter_lines"]

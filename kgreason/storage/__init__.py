@@ -26,7 +26,10 @@ Every file kgreason writes to a cache, with who writes it and how it is locked a
   Opened by :mod:`kgreason.llm.lazy`, written by :mod:`kgreason.storage.llm_cache` through
   :mod:`kgreason.storage.callstore`. No lock: each process appends to its own shard. Each line
   carries the SHA-256 of its record; a torn or damaged line is skipped (with a warning), never
-  used. An older ``<cache>/llm_calls.sqlite`` is migrated once into ``legacy-sqlite.jsonl``
+  used. ``kgreason cache merge`` takes an exclusive ``flock`` on ``llm_calls/.merge.lock``, sets
+  shards aside as ``merging-<token>-<n>.jsonl`` (still read as shards), writes
+  ``.merged-*.jsonl.tmp``, syncs and renames it to ``merged-*.jsonl``, then removes the set-aside
+  shards; a killed merge's ``.tmp`` is removed by the next merge. An older ``<cache>/llm_calls.sqlite`` is migrated once into ``legacy-sqlite.jsonl``
   (written to a temporary name, then renamed).
 * ``<run dir>/calls.jsonl`` – the cache keys one run served or stored (``CallLog`` in
   :mod:`kgreason.storage.llm_cache`; a thread lock, one line per key; damaged lines are skipped
@@ -68,7 +71,9 @@ Every file kgreason writes to a cache, with who writes it and how it is locked a
   it is given; ``vocab.json`` written last marks it complete; no lock.
 
 Written elsewhere and not caches (listed so nobody looks for them here): a run dir's files and its
-``run.lock`` (:mod:`kgreason.runs`); downloaded data and its ``.lock`` (:mod:`kgreason.data.fetch`,
+``run.lock`` (:mod:`kgreason.runs`); the pages and tables of ``show``, ``tables`` and ``report``
+(:mod:`kgreason.textio`'s ``write_text_file``: a temporary sibling renamed into place, so a full
+disk leaves no empty page); downloaded data and its ``.lock`` (:mod:`kgreason.data.fetch`,
 pins in :mod:`kgreason.data.catalog`); benchmark scratch in temporary dirs
 (:mod:`kgreason.bench.rank`, :mod:`kgreason.bench.callstore`).
 """

@@ -144,6 +144,17 @@ def iter_shard(path: Path, start: int = 0, data: bytes | None = None,
         pos = nl + 1
 
 
+#: what an older kgreason's merge, stopped half-way, left: a shard renamed ``.<name>.merging``
+#: (hidden from every reader); read in place, and renamed back by the next read-write open or merge
+LEGACY_ASIDE = re.compile(r"^\.(.+\.jsonl)\.merging$")
+MERGE_LOCK = ".merge.lock"
+
+
+def is_shard(name: str) -> bool:
+    """A file name of the store's records: ``*.jsonl`` not hidden, or an older merge's leftover."""
+    return (name.endswith(SHARD_SUFFIX) and not name.startswith(".")) or LEGACY_ASIDE.match(name) is not None
+
+
 def shard_name() -> str:
     """A name no other process (on this or another host) uses: host, pid and a random token."""
     host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40] or "host"
@@ -196,6 +207,7 @@ class KeyValueStore:
         self._shard_no: dict[str, int] = {}
         self._read_pos: dict[int, int] = {}
         self._fds: OrderedDict[int, int] = OrderedDict()
+        self._ino: dict[int, int] = {}  # shard no → the inode it was indexed from (a merge replaces files)
         self._legacy_values: dict[str, tuple[str, float]] = {}  # readonly, unmigrated legacy rows
         self._own: str | None = None
         self._open = False
@@ -210,6 +222,8 @@ class KeyValueStore:
                                      f"(no shard directory{'' if self.legacy is None else ' and no ' + str(self.legacy)})")
         if has_legacy:
             self._load_legacy()
+        if mode == "readwrite" and self.path.is_dir():
+            recover(self.path)
         self._open = True
         self._refresh()
 
@@ -240,33 +254,38 @@ class KeyValueStore:
 
     # ------------------------------------------------------------------ index
     def _refresh(self) -> None:
-        """Index the lines every shard gained since the last look (new shards included)."""
+        """Index the lines every shard gained since the last look (new shards included). A shard
+        this store indexed that was renamed, removed or replaced since (a merge) makes it index
+        every shard again: its records are in the merged shard, or in the file it was renamed to."""
         if self.path is None or not self.path.is_dir():
             return
         with self._lock:
             try:
-                names = sorted(n for n in os.listdir(self.path) if n.endswith(SHARD_SUFFIX) and not n.startswith("."))
+                names = sorted(n for n in os.listdir(self.path) if is_shard(n))
             except FileNotFoundError:
                 return
+            found: dict[str, os.stat_result] = {}
             for name in names:
-                no = self._shard_no.get(name)
-                if no is None:
-                    no = self._shard_no[name] = len(self._shards)
-                    self._shards.append(self.path / name)
-                    self._read_pos[no] = 0
-                p = self._shards[no]
                 try:
-                    size = p.stat().st_size
+                    found[name] = os.stat(self.path / name)
                 except FileNotFoundError:
                     continue  # compacted away since listdir
+            if any(name not in found or found[name].st_ino != self._ino.get(no)
+                   for name, no in self._shard_no.items()):
+                self._clear()
+            for name, st in found.items():
+                no = self._shard_no.get(name)
+                if no is None:
+                    no = self._add_shard(name, st.st_ino)
+                size = st.st_size
                 if size <= self._read_pos[no]:
                     continue
                 end = self._read_pos[no]
                 try:
                     data = os.pread(self._fd(no), size - end, end)
-                except FileNotFoundError:
-                    continue
-                lines = list(iter_shard(p, end, data, peek=True))
+                except OSError:
+                    continue  # replaced since the stat: the next look indexes it again
+                lines = list(iter_shard(self._shards[no], end, data, peek=True))
                 if lines and lines[-1][2] is None:
                     lines.pop()  # a last line that does not check out yet may still be landing: read it again later
                 index = self._index
@@ -274,7 +293,7 @@ class KeyValueStore:
                     end = off + ln
                     if kt is None:
                         self.damaged += 1
-                        log.warning("%s: a damaged line at byte %d is skipped", p, off)
+                        log.warning("%s: a damaged line at byte %d is skipped", self._shards[no], off)
                         continue
                     key, t = kt
                     old = index.get(key)
@@ -282,12 +301,26 @@ class KeyValueStore:
                         index[key] = (no, off, ln, t)
                 self._read_pos[no] = end
 
+    def _add_shard(self, name: str, ino: int) -> int:
+        """A new shard number for the file ``name`` (inode ``ino``), read from its start."""
+        assert self.path is not None
+        no = self._shard_no[name] = len(self._shards)
+        self._shards.append(self.path / name)
+        self._read_pos[no] = 0
+        self._ino[no] = ino
+        return no
+
     def _fd(self, no: int) -> int:
+        """A read descriptor of shard ``no``: the very file it was indexed from (FileNotFoundError
+        when its name now holds another file, or none)."""
         fd = self._fds.get(no)
         if fd is not None:
             self._fds.move_to_end(no)
             return fd
         fd = os.open(self._shards[no], os.O_RDONLY)
+        if os.fstat(fd).st_ino != self._ino.get(no):
+            os.close(fd)
+            raise FileNotFoundError(f"{self._shards[no]}: replaced since it was indexed")
         self._fds[no] = fd
         while len(self._fds) > MAX_OPEN_SHARDS:
             os.close(self._fds.popitem(last=False)[1])
@@ -295,19 +328,20 @@ class KeyValueStore:
 
     def _read(self, key: str) -> dict[str, Any] | None:
         with self._lock:
-            at = self._index.get(key)
-            if at is None:
-                return None
-            no, off, ln, _t = at
-            try:
-                line = os.pread(self._fd(no), ln, off)
-            except OSError:  # the shard was compacted away (merge): look again
-                self._reset()
+            line = b""
+            for attempt in (1, 2):
                 at = self._index.get(key)
                 if at is None:
                     return None
                 no, off, ln, _t = at
-                line = os.pread(self._fd(no), ln, off)
+                try:
+                    line = os.pread(self._fd(no), ln, off)
+                    break
+                except OSError:  # the shard was merged away: index what the dir holds now, and look again
+                    if attempt == 2:
+                        return None
+                    self._clear()
+                    self._refresh()
         if len(line) != ln or not line.endswith(b"}\n"):
             return None
         try:  # the line's checksum was checked when it was indexed, and a shard is only appended to
@@ -316,7 +350,8 @@ class KeyValueStore:
             return None
         return rec if isinstance(rec, dict) and "value" in rec else None
 
-    def _reset(self) -> None:
+    def _clear(self) -> None:
+        """Forget every shard (not the unmigrated legacy rows); the next refresh reads them all."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
@@ -324,6 +359,10 @@ class KeyValueStore:
         self._shards.clear()
         self._shard_no.clear()
         self._read_pos.clear()
+        self._ino.clear()
+
+    def _reset(self) -> None:
+        self._clear()
         self._refresh()
 
     # ------------------------------------------------------------------ API
@@ -362,13 +401,12 @@ class KeyValueStore:
                     n = os.write(fd, view)
                     view = view[n:]
                 end = os.lseek(fd, 0, os.SEEK_CUR)
+                ino = os.fstat(fd).st_ino
             finally:
                 os.close(fd)
             no = self._shard_no.get(self._own)
-            if no is None:
-                no = self._shard_no[self._own] = len(self._shards)
-                self._shards.append(self.path / self._own)
-                self._read_pos[no] = 0
+            if no is None or self._ino.get(no) != ino:  # new, or a merge renamed the old one away
+                no = self._add_shard(self._own, ino)
             self._index[key] = (no, end - len(line), len(line), t)
             self._legacy_values.pop(key, None)
 
@@ -412,9 +450,9 @@ class KeyValueStore:
 
 
 def shard_files(dir: str | Path) -> list[Path]:
+    """The files of a shard directory that hold records (an older merge's leftovers included)."""
     d = Path(dir)
-    return sorted(p for p in d.iterdir() if p.name.endswith(SHARD_SUFFIX) and not p.name.startswith(".")) \
-        if d.is_dir() else []
+    return sorted(p for p in d.iterdir() if is_shard(p.name)) if d.is_dir() else []
 
 
 def stats(dir: str | Path) -> dict[str, Any]:
@@ -424,11 +462,15 @@ def stats(dir: str | Path) -> dict[str, Any]:
                            "torn_tails": 0, "bytes": 0, "by_model": {}}
     keys: dict[str, tuple[str, str, str]] = {}
     for p in shard_files(dir):
+        try:
+            size = p.stat().st_size
+            lines = list(iter_shard(p))
+        except FileNotFoundError:
+            continue  # merged away since it was listed: its records are in the merged shard
         out["shards"] += 1
-        size = p.stat().st_size
         out["bytes"] += size
         end = 0
-        for off, ln, rec in iter_shard(p):
+        for off, ln, rec in lines:
             end = off + ln
             if rec is None:
                 out["damaged_lines"] += 1
@@ -445,47 +487,125 @@ def stats(dir: str | Path) -> dict[str, Any]:
     return out
 
 
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover(dir: str | Path) -> int:
+    """Put back what an interrupted merge left, so that every record reads: an older kgreason's
+    hidden ``.<name>.merging`` shards are renamed to visible shard names (this kgreason's merge
+    never hides a shard). Returns how many were. Safe beside readers and writers; the files stay
+    shards (the next merge folds them)."""
+    d = Path(dir)
+    n = 0
+    for name in sorted(os.listdir(d)) if d.is_dir() else ():
+        m = LEGACY_ASIDE.match(name)
+        if m is None:
+            continue
+        target = d / m.group(1) if not (d / m.group(1)).exists() else d / f"recovered-{secrets.token_hex(4)}{SHARD_SUFFIX}"
+        try:
+            os.rename(d / name, target)
+            n += 1
+        except FileNotFoundError:
+            continue  # another process recovered it
+    if n:
+        log.info("%s: %d shard(s) an interrupted merge had set aside are readable again", d, n)
+    return n
+
+
 def merge(dir: str | Path, grace_s: float = 2.0) -> dict[str, Any]:
     """Fold every shard of ``dir`` into one (the newest record of each key; damaged lines and torn
-    tails dropped). Each shard is first renamed aside, then read after ``grace_s`` seconds (a
-    writer that opened it just before the rename finishes its one write meanwhile; a later write
-    creates a fresh shard), and removed once the merged shard is in place. Safe to run while jobs
-    read the directory; jobs writing it lose nothing either, short of a write stalled longer than
-    ``grace_s``, so prefer a quiet moment on a network filesystem."""
+    tails dropped), so that no record is ever lost, whatever stops it and whoever writes beside it:
+
+    1. an exclusive lock (``.merge.lock``, ``flock``): a second merge waits for the first;
+    2. the leftovers of an interrupted merge are put back (:func:`recover`) and a merged file it
+       did not finish is removed;
+    3. each shard is renamed to a *visible* shard name (``merging-<token>-<n>.jsonl``): readers
+       keep reading it, and a writer's next record goes to a fresh file of its own name;
+    4. after ``grace_s`` seconds (a write opened just before the rename lands meanwhile) the set-
+       aside shards are read and the merged shard is written to a temporary name, synced, renamed
+       into place and the directory synced;
+    5. only then is each set-aside shard removed, unless it grew since it was read (a write stalled
+       longer than ``grace_s``): that one stays a shard, and the next merge folds it.
+
+    A kill at any step leaves every record in a readable shard (at worst twice, which a lookup and
+    the next merge resolve by time); a full disk stops at step 4 with the shards in place."""
+    import fcntl
+
     d = Path(dir)
+    lock = os.open(d / MERGE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s: another merge is running; waiting for it to finish", d)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _merge_locked(d, grace_s)
+    finally:
+        os.close(lock)  # releases the lock (also when the process is killed)
+
+
+def _merge_locked(d: Path, grace_s: float) -> dict[str, Any]:
+    recover(d)
+    for p in d.iterdir():
+        if p.name.startswith(".merged-") and p.name.endswith(".tmp"):  # a merge killed while writing
+            p.unlink(missing_ok=True)
     shards = shard_files(d)
     if len(shards) <= 1:
         return {"merged": 0, "keys": stats(d)["keys"], "shards_before": len(shards)}
+    token = secrets.token_hex(4)
     aside: list[Path] = []
-    for p in shards:
-        q = p.with_name(f".{p.name}.merging")
+    for i, p in enumerate(shards):
+        q = d / f"merging-{token}-{i}{SHARD_SUFFIX}"
         try:
-            os.replace(p, q)
+            os.rename(p, q)
         except FileNotFoundError:
             continue
         aside.append(q)
     time.sleep(grace_s)
     best: dict[str, tuple[float, bytes]] = {}
+    read: dict[Path, int] = {}
     for q in aside:
-        for off, ln, rec in iter_shard(q):
+        with open(q, "rb") as f:
+            data = f.read()
+        read[q] = len(data)
+        for _off, _ln, rec in iter_shard(q, data=data):
             if rec is None:
                 continue
             t = float(rec.get("t") or 0.0)
             if rec["key"] not in best or t >= best[rec["key"]][0]:
                 best[rec["key"]] = (t, encode_record(rec["key"], rec["value"], backend=rec.get("backend", ""),
                                                       model=rec.get("model", ""), method=rec.get("method", ""), t=t))
-    name = f"merged-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}{SHARD_SUFFIX}"
+    name = f"merged-{time.strftime('%Y%m%dT%H%M%S')}-{token}{SHARD_SUFFIX}"
     tmp = d / f".{name}.tmp"
-    with open(tmp, "wb") as f:
-        for k in sorted(best):
-            f.write(best[k][1])
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, d / name)
+    try:
+        with open(tmp, "wb") as f:
+            for k in sorted(best):
+                f.write(best[k][1])
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, d / name)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(d)
+    kept = 0
     for q in aside:
-        q.unlink(missing_ok=True)
-    return {"merged": len(aside), "keys": len(best), "shards_before": len(shards), "into": name}
+        try:
+            grew = q.stat().st_size != read[q]
+        except FileNotFoundError:
+            continue
+        if grew:  # a write that landed after it was read: it stays a shard until the next merge
+            kept += 1
+            continue
+        os.unlink(q)
+    _fsync_dir(d)
+    return {"merged": len(aside) - kept, "keys": len(best), "shards_before": len(shards), "into": name,
+            "kept": kept}
 
 
 __all__ = ["LLM_STORE", "LLM_LEGACY", "KeyValueStore", "StoreMissing", "StoreCorrupt", "MODES", "encode_record", "decode_line", "iter_shard",
-           "merge", "stats", "shard_files"]
+           "merge", "recover", "stats", "shard_files", "is_shard"]

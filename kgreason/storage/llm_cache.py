@@ -6,7 +6,8 @@
   ``request`` holds every field of the :class:`~kgreason.types.ChatRequest` (messages,
   temperature, top_p, max_tokens, n, stop, seed, logprobs, sample_index) for ``generate`` and
   ``{messages, candidates}`` for ``score``. ``settings`` (:func:`backend_settings`) holds the
-  backend's reply-shaping configuration: its endpoint (``base_url``), extra request body
+  backend's reply-shaping configuration: its endpoint (``base_url``, without the user and
+  password of a URL with credentials), extra request body
   fields (``extra_body``), the scoring route, the input truncation, and whatever the backend
   declares in ``cache_identity()`` (the scripted test double: its whole rule table). Two setups
   that differ in any of these never share an entry. API keys are never part of the key and
@@ -55,6 +56,7 @@ from typing import Any, Sequence
 
 from kgreason.llm.accounting import claim_paid, current_payer, mark_score_cached
 from kgreason.llm.base import CacheMiss
+from kgreason.secrets import strip_url_credentials
 from kgreason.storage.callstore import LEGACY_SHARD, LLM_LEGACY, LLM_STORE, KeyValueStore, StoreCorrupt
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
@@ -83,6 +85,8 @@ def backend_settings(llm: Any) -> dict[str, Any]:
     for a in REPLY_SHAPING_ATTRS:
         if a not in out and hasattr(llm, a):
             out[a] = to_jsonable(getattr(llm, a))
+    if isinstance(out.get("base_url"), str):  # credentials do not shape a reply (and a bundle strips them)
+        out["base_url"] = strip_url_credentials(out["base_url"])
     return out
 
 

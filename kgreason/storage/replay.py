@@ -12,7 +12,12 @@
   identical, or the first example and field that differ. Fields that describe what a run spent,
   not what it answered (``llm/calls``, ``llm/cache_hits``, ``llm/cost_usd``, latencies, seconds,
   ``prepare/*``: set-up work, which depends on what was cached), are left out of the comparison:
-  a replay pays for nothing.
+  a replay pays for nothing. ``--out`` must be a new or empty folder (an earlier replay's finished
+  runs there would be resumed, not replayed). Overrides of where a run writes (``paths.*``,
+  ``*.cache_dir``, ``*.store_dir``, ``*.index_dir``, ``*.directory``) are left out: a replay
+  writes where this machine's defaults say, never where a bundle says.
+
+The bundle is unpacked into a temporary folder, removed however the command ends.
 
 The data a run read is not in a bundle: ``kgreason data`` fetches it (the manifest's ``needs``
 lists each file with its fingerprint).
@@ -29,12 +34,22 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kgreason.storage.bundle import CALLS, BundleError, Opened, cache_records, export, open_bundle, requests
+from kgreason.secrets import REDACTED
 from kgreason.storage.callstore import LLM_STORE
 
 #: leaf names that describe what a run spent or how long it took, not what it answered
 SPENT = frozenset({"calls", "cache_hits", "cost_usd", "latency_s", "cached", "seconds"})
 #: launch overrides a replay sets itself
 DROPPED = ("llm_cache.", "hydra.", "tracking", "+llm_cache.", "++llm_cache.")
+#: where a run writes besides its run dir (caches, stores, indexes, partitions, the path roots): a
+#: bundle's override of one is a path of the machine that made it (or a stranger's choice), so a
+#: replay writes where this machine's defaults say
+WRITE_LOCATIONS = ("cache_dir", "store_dir", "index_dir", "directory")
+
+
+def _writes_somewhere(override: str) -> bool:
+    key = str(override).lstrip("+~").split("=", 1)[0]
+    return key.startswith("paths.") or key.rsplit(".", 1)[-1] in WRITE_LOCATIONS
 
 
 def _spent(key: str) -> bool:
@@ -111,6 +126,7 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
     from kgreason.score import ScoreInputError, read_pairs, score
 
     records = cache_records(opened)
+    used = {k for rel in opened.runs for k in _keys(opened.run_dir(rel))}
     out = []
     for rel in opened.runs:
         d = opened.run_dir(rel)
@@ -136,6 +152,11 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
                                     "them (no calls.jsonl); it cannot be replayed"))
         else:
             out.append((rel, True, f"{rel}: {len(names)} metrics re-scored, equal; {len(_keys(d))} cache entries present"))
+    unused = sorted(set(records) - used)
+    if unused:  # export packs only what the runs used: an entry beside them was put there by hand
+        out.append((CALLS, False, f"{CALLS}: {len(unused)} cache entr{'y' if len(unused) == 1 else 'ies'} that no run of "
+                                  f"the bundle used (first {unused[0][:12]}…; no calls.jsonl lists it): added "
+                                  "after export, and never installed"))
     return out
 
 
@@ -184,7 +205,9 @@ def replay_run(opened: Opened, rel: str, cache: Path, out: Path) -> str:
     from kgreason.run import run
 
     record = json.loads((opened.run_dir(rel) / "run.json").read_text(encoding="utf-8"))
-    overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)]
+    # an override whose value a bundle redacted names a secret (a key): a replay calls no model
+    overrides = [o for o in record.get("overrides") or [] if not str(o).lstrip("+~").startswith(DROPPED)
+                 and REDACTED not in str(o) and not _writes_somewhere(o)]
     # quoted for Hydra: a sweep's job dir is named after its overrides (``0_reasoner=io,seed=0``)
     overrides += [f"llm_cache.dir={hydra_quote(str(cache))}", "llm_cache.mode=readonly", "tracking=none",
                   f"hydra.run.dir={hydra_quote(str(out))}"]
@@ -244,6 +267,9 @@ def _known_metrics():
 
 
 def replay(opened: Opened, out: Path) -> list[tuple[str, bool, str]]:
+    """Replay every run of ``opened`` into ``out`` (a new or empty folder: see :func:`out_problem`)."""
+    if (problem := out_problem(out)) is not None:
+        raise BundleError(problem)
     cache = out / "_bundle_cache"
     (cache / LLM_STORE).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(opened.root / CALLS, cache / LLM_STORE / "bundle.jsonl")
@@ -265,7 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     v.add_argument("bundle")
     r = sub.add_parser("replay", help="re-run every run of the bundle with its cache entries, read-only")
     r.add_argument("bundle")
-    r.add_argument("--out", default=None, help="where the replayed runs go (default: a temporary dir, removed)")
+    r.add_argument("--out", default=None, help="where the replayed runs go: a new or empty folder (default: a "
+                   "temporary dir, removed)")
     a = ap.parse_args(argv)
     try:
         if a.action == "export":
@@ -273,26 +300,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             n_calls = sum(r.get("calls", 0) for r in m["runs"])
             print(f"{a.out}: {len(m['runs'])} runs, {n_calls} cache keys listed, "
                   f"{Path(a.out).stat().st_size / 1e3:.1f} kB")
+            if n := m.get("redacted_replies"):
+                print(f"{n} repl{'y' if n == 1 else 'ies'} quoted a secret of the runs: redacted (a replay reads "
+                      "them redacted, as the runs' own rows were written)")
             return 0
+        if a.action == "replay" and a.out and (problem := out_problem(Path(a.out))):
+            raise BundleError(problem)
         tmp = Path(tempfile.mkdtemp(prefix="kgreason-bundle-"))
-        try:
+        try:  # the unpacked bundle is removed however this ends (a refusal, an error, Ctrl-C)
             opened = open_bundle(a.bundle, tmp / "bundle")
             if a.action == "verify":
                 lines = verify(opened)
             else:
                 out = Path(a.out) if a.out else tmp / "replay"
                 lines = replay(opened, out)
+            runs = set(opened.runs)
         finally:
-            if not (a.action == "replay" and a.out):
-                shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
     except BundleError as err:
         print(f"kgreason bundle: error: {err}", file=sys.stderr)
         return 2
     for _rel, _ok, line in lines:
         print(line)
     bad = sum(not ok for _r, ok, _l in lines)
-    print(f"{len(lines) - bad} of {len(lines)} runs {'verified' if a.action == 'verify' else 'identical'}")
+    n_runs = sum(r in runs for r, _ok, _l in lines)
+    good = sum(ok for r, ok, _l in lines if r in runs)
+    print(f"{good} of {n_runs} runs {'verified' if a.action == 'verify' else 'identical'}")
     return 0 if bad == 0 else 1
+
+
+def out_problem(out: Path) -> str | None:
+    """Why ``replay --out`` cannot replay into ``out``: it holds something already (an earlier
+    replay's finished runs would be resumed, not replayed, and read as identical), or it is not a
+    folder. None for a new or empty folder."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        return f"--out {out}: not a folder; give a new or empty folder"
+    if out.is_dir() and any(out.iterdir()):
+        return (f"--out {out}: not empty (an earlier replay?); a replay into it would resume what it holds "
+                "rather than replay it: give a new or empty folder")
+    return None
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from kgreason.tables.render import (caption, column_note, render_csv, render_lat
                                     tex_label)
 from kgreason.tables.repeats import supersede
 from kgreason.tables.rows import RunRows
+from kgreason.textio import write_text_file
 
 
 @dataclass
@@ -180,19 +181,20 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
     out = Path(out_dir) if out_dir else root
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / f"{name}.md", "tex": out / f"{name}.tex", "csv": out / f"{name}.csv"}
+    # each file whole or not at all; a full disk is one line naming the file (kgreason/textio.py)
     if t.paired is not None:
         paths["paired"] = out / f"{name}_paired.csv"
-        paths["paired"].write_text(t.paired.to_csv(index=False))
+        write_text_file(paths["paired"], t.paired.to_csv(index=False))
     if t.paper is not None:
         paths["paper"] = out / f"{name}_paper.csv"
-        paths["paper"].write_text(t.paper.to_csv(index=False))
-    paths["md"].write_text(t.markdown())
-    paths["tex"].write_text(render_latex(t.wide_shown, t.rows, t.cols, digits, t.seed_spread, t.labels, t.caption,
-                                         tex_label(name)))
-    paths["csv"].write_text(render_csv(t.wide))
+        write_text_file(paths["paper"], t.paper.to_csv(index=False))
+    write_text_file(paths["md"], t.markdown())
+    write_text_file(paths["tex"], render_latex(t.wide_shown, t.rows, t.cols, digits, t.seed_spread, t.labels,
+                                               t.caption, tex_label(name)))
+    write_text_file(paths["csv"], render_csv(t.wide))
     mpath = out / "missing.txt"
     if t.missing:
-        mpath.write_text(render_missing(t.missing))
+        write_text_file(mpath, render_missing(t.missing))
         paths["missing"] = mpath
     elif mpath.exists():
         mpath.unlink()

