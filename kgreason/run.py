@@ -27,7 +27,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -39,6 +39,7 @@ from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledg
 from kgreason.storage.llm_cache import CALL_LOG, check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
+from kgreason.metrics.funnel import funnel_rates
 from kgreason.metrics.qa import normalize_answer
 from kgreason.record import check_resume, choices, run_record
 from kgreason.runs import PredictionStore, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets, write_json
@@ -285,9 +286,12 @@ def _open_embedding_stores(c: Components) -> list[dict[str, Any]]:
 
 
 def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int,
-              outside: Ledger | None = None) -> dict[str, Any]:
+              outside: Ledger | None = None, funnel: Sequence[str] = ()) -> dict[str, Any]:
     """Run-level metrics from the prediction rows (pure; the same rows give the same dict).
-    ``outside``: LLM calls made outside any example (counted in ``llm/*`` too).
+    ``outside``: LLM calls made outside any example (counted in ``llm/*`` too). ``funnel``: the
+    reasoner's ordered stage names (``BaseReasoner.funnel``), which give the ``funnel/*`` keys:
+    the share of the rows that reached each stage (:func:`kgreason.metrics.funnel.funnel_rates`;
+    an errored row reaches none).
 
     One denominator (docs/metrics.md "Errored examples"): every score is a mean over all rows,
     answered or errored, that it applies to; an errored row scores the worst value
@@ -316,6 +320,7 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     out["llm/reasks"] = usage.reasks
     n = max(len(rows), 1)
     out.update(retrieval_figures(rows))
+    out.update(funnel_rates(rows, funnel))
     errors = sum(errored)
     out["run/n_examples"] = len(rows)
     out["run/n_expected"] = n_expected
@@ -617,7 +622,8 @@ def _run_metrics(c: Components, rows: list[Mapping[str, Any]], examples: list[Ex
     for meter in (c.llm, getattr(c.judge, "llm", None)):
         for p, u in getattr(getattr(meter, "outside", None), "by_purpose", {}).items():
             outside.add(p, u)
-    metrics = summarise(rows, c.metrics, len(examples), outside)
+    stages = tuple(getattr(c.reasoner, "funnel", ()) or ())  # the reasoner's funnel, in stage order
+    metrics = summarise(rows, c.metrics, len(examples), outside, funnel=stages)
     metrics.update(_preflight_metrics(report))
     return metrics
 
