@@ -90,3 +90,49 @@ def test_a_run_writes_the_funnel_rates_and_each_questions_stages(tmp_path, monke
         assert m[f"funnel/answered_by/{value}"] == pytest.approx(by.count(value) / len(rows))
     assert m["funnel/topics_linked"] == pytest.approx((len(rows) - len(bad)) / len(rows))  # gold topics link
     assert "funnel/answered_by" not in m
+
+
+def _hydra_record(d, overrides):
+    import yaml
+
+    (d / ".hydra").mkdir(parents=True)
+    choices = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "." not in o.split("=", 1)[0]}
+    (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": choices}}}))
+    (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+
+
+def test_tables_funnel_prints_a_row_per_run_and_a_column_per_stage_in_stage_order(tmp_path, capsys):
+    """``kgreason tables --funnel`` on a sweep of two ToG runs (widths 1 and 2): one table, the
+    swept width telling the rows apart, the run's question count, then every stage in ToG's
+    order with its share and count; written to results_funnel.md / .csv."""
+    from kgreason.tables.cli import main
+
+    root = tmp_path / "sweep"
+    for i, width in enumerate((1, 2)):
+        out = root / f"{i}_width{width}"
+        overrides = ["reasoner=tog", "ablation=tog_bm25", "llm=scripted", "dataset.limit=6", "tracking=none",
+                     "reports.hop_distribution=false", "reasoner.depth=2", f"reasoner.width={width}"]
+        _hydra_record(out, overrides)  # what Hydra writes for a sweep's job (compose_cfg has no Hydra runtime)
+        run(compose_cfg(overrides, out), out)
+    (root / "2_no_funnel").mkdir()  # a job dir that failed before any metric: named, not tabulated
+    (root / "2_no_funnel" / "failed.json").write_text(json.dumps({"status": "failed", "reason": "boom", "stage": "startup"}))
+    assert main([str(root), "--funnel", "--digits", "2"]) == 0
+    text = capsys.readouterr().out
+    lines = [x for x in text.splitlines() if x.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    stages = json.loads((root / "0_width1" / "metrics.json").read_text())["funnel/_stages"]
+    assert header[:2] == ["reasoner.width", "n"]
+    got = [h.split("=", 1)[0] for h in header[2:]]
+    assert list(dict.fromkeys(got)) == [s for s in stages if s in got]  # stage order
+    assert got[:7] == stages[:7]  # every bool stage has its column, even one no question reached
+    assert len(lines) == 4  # header, rule, two runs
+    for i, width in enumerate((1, 2)):
+        m = json.loads((root / f"{i}_width{width}" / "metrics.json").read_text())
+        cells = [c.strip() for c in lines[2 + i].strip("|").split("|")]
+        assert cells[:2] == [str(width), "6"]
+        for h, cell in zip(header[2:], cells[2:]):
+            key = "funnel/" + h.replace("=", "/")
+            assert cell == f"{m[key]:.2f} ({round(m[key] * 6)})", (h, cell)
+    assert "Runs without metrics: 2_no_funnel: failed (startup): boom" in text
+    assert (root / "results_funnel.md").exists() and (root / "results_funnel.csv").exists()
+    assert main([str(tmp_path / "nowhere"), "--funnel"]) == 2
