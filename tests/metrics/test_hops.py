@@ -66,10 +66,33 @@ def test_matches_networkx(world, direction, K, engine):
     assert res["max_hops"] == K
 
 
+def _path_realised(kg, ex) -> bool:
+    """Whether following the question's template relation path (``~rel``: backward) from its
+    linked topic entities reaches a linked gold answer in the KG."""
+    sources, golds = query_and_gold(kg, ex)
+    front = set(sources)
+    for rel in ex.gold_paths[0]:
+        back, r = rel.startswith("~"), kg.relation_names.index(rel.lstrip("~"))
+        front = {int(kg.heads[t] if back else kg.tails[t]) for e in front
+                 for t in (kg.in_triples(e) if back else kg.out_triples(e)) if kg.rels[t] == r}
+    return bool(front & set(golds))
+
+
 def test_gold_hops_bound_distance(world):
-    """With direction=both the distance never exceeds the template hop count (held-out facts
-    may make it unreachable), and most 1-hop questions are at distance 1."""
+    """With direction=both the template path is one path of ``hops`` edges from a topic entity to a
+    gold answer, so wherever the KG holds it the shortest distance is at most the template hop
+    count. The embedded world holds some facts out: those questions' paths are not realised, and
+    there the distance can exceed it (it does, on some), so the bound is checked where it holds.
+    Most 1-hop questions are at distance 1. (Issue 72, item 6: this test used to check only the
+    last sentence.)"""
     res = hop_distribution(world.kg, world.questions, max_hops=5, direction="both")
+    realised = [q for q in world.questions if _path_realised(world.kg, q)]
+    assert len(realised) >= 0.9 * len(world.questions)
+    for q in realised:
+        d = res["per_example"][q.id]
+        assert d is not None and d <= q.hops, (q.id, q.hops, d)
+    longer = [q for q in world.questions if (res["per_example"][q.id] or 0) > q.hops]
+    assert longer and not any(_path_realised(world.kg, q) for q in longer)  # only held-out facts break it
     one = [q for q in world.questions if q.hops == 1]
     assert sum(res["per_example"][q.id] == 1 for q in one) >= 0.5 * len(one)
 
