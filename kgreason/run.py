@@ -954,11 +954,14 @@ def _log_to_tracker(tracker, metrics, reports, rows, out_dir: Path, hop_title: s
     if hop:
         tracker.log_histogram("hops/distribution", hop["counts"])
         tracker.log_table("hops/table", [{"hops": k, "count": v} for k, v in hop["counts"].items()])
+        if hop.get("counts_per_example"):  # the minimum over each example's golds (the per-question figure)
+            tracker.log_histogram("hops/distribution_per_example", hop["counts_per_example"])
         png = out_dir / "hops.png"
         try:
             from kgreason.tables import plot_hops
 
-            plot_hops(hop["counts"], png, title=f"hop distribution: {hop_title}")
+            plot_hops(hop["counts"], png, title=f"hop distribution (query–gold pairs): {hop_title}",
+                      unit=hop.get("unit", "pair"))
             tracker.log_image("hops/plot", str(png))
         except ImportError:
             pass
