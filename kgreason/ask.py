@@ -156,6 +156,7 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
         _open_embedding_stores(c)
         c.reasoner.prepare(c.dataset, done=[])  # SubQRAG's corpus index; nothing for the others
         row = answer_and_score(c, ex)
+        stages = tuple(getattr(c.reasoner, "funnel", ()) or ())
     if not (ex.answers or ex.diagnoses):
         row["metrics"] = {}  # a question typed by hand has no gold: nothing to score
     record = {"choices": choices, "config": scrub_secrets(cfg),
@@ -167,7 +168,7 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # text UTF-8 can hold (a question typed in another encoding arrives as lone surrogates)
-    out.write_text(utf8_safe(question_page(row, record, source="kgreason ask")), encoding="utf-8")
+    out.write_text(utf8_safe(question_page(row, record, source="kgreason ask", stages=stages)), encoding="utf-8")
     out.with_suffix(".json").write_text(utf8_safe(json.dumps({"row": row, "record": record}, indent=1,
                                                              ensure_ascii=False, default=str)), encoding="utf-8")
     return row, out

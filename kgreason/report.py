@@ -2,8 +2,9 @@
 
 The page holds the paper-style table with its 95 % bootstrap intervals over questions
 (:func:`kgreason.tables.build_tables`), the paired comparisons (``--baseline``) and the paper's
-values (``--paper``) when asked, a figure of every metric column with its intervals, and per row
-the LLM calls, tokens, cost and wall time (``metrics.json``, ``timing.json``). Figures are
+values (``--paper``) when asked, each run's funnel (the stages its questions reached, when its
+reasoner records them: :mod:`kgreason.tables.funnel`), a figure of every metric column with its
+intervals, and per row the LLM calls, tokens, cost and wall time (``metrics.json``, ``timing.json``). Figures are
 embedded as base64 PNG (``data:`` URIs); the HTML loads nothing from the network (no scripts, no
 stylesheets, no fonts), so the file can be mailed or archived as is.
 
@@ -114,6 +115,18 @@ def cache_lines(t: Tables) -> list[str]:
     return out
 
 
+def funnel_section(root: Path, digits: int = 3) -> str:
+    """The runs' funnels (``kgreason tables --funnel``: a row per run, a column per stage, the
+    share of the questions that reached it), or ``""`` when no run recorded one."""
+    from kgreason.tables.funnel import build_funnels, render_funnels
+
+    f = build_funnels(root, digits)
+    if not f.tables:
+        return ""
+    f.missing, f.warnings = [], []  # the report names them in its own sections
+    return render_funnels(f)
+
+
 def _bar(top: float, bottom: float) -> float:
     """One side of an error bar: ``top - bottom``, 0 where either is missing or the mean lies
     outside its interval (the runs' mean over seeds need not lie inside the interval over
@@ -183,7 +196,7 @@ def question_pages(t: Tables, out: Path, n: int) -> list[str]:
     """Write the page (:mod:`kgreason.tables.question`) of each run's first ``n`` examples under
     ``<out>/questions/<run>/``; the Markdown list items that link them (relative to ``out``)."""
     from kgreason.runs import PredictionStore
-    from kgreason.tables.question import load_record, page_name, question_page
+    from kgreason.tables.question import load_record, load_stages, page_name, question_page
 
     items = []
     for job in dict.fromkeys(t.df["job"]) if n > 0 else ():
@@ -194,11 +207,11 @@ def question_pages(t: Tables, out: Path, n: int) -> list[str]:
         # the last row per id (a retried example's, not its error row), damaged lines skipped, read once
         rows = PredictionStore(path, repair=False).rows
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(job)).strip("._") or "run"
-        record = load_record(run_dir)
+        record, stages = load_record(run_dir), load_stages(run_dir)
         for ex_id in list(rows)[:n]:
             rel = Path("questions") / slug / page_name(ex_id)
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            write_text_file(out / rel, question_page(rows[ex_id], record, source=str(run_dir)))
+            write_text_file(out / rel, question_page(rows[ex_id], record, source=str(run_dir), stages=stages))
             items.append(f"- [{slug}: {ex_id}]({rel.as_posix()})")
     return items
 
@@ -227,6 +240,9 @@ def build_report(root: str | Path, rows=("reasoner", "ablation", "variant"), col
         parts += ["## Paired comparisons", "", t.paired_md]
     if t.paper_md:
         parts += ["## The paper's numbers beside ours", "", t.paper_md]
+    funnel = funnel_section(root, digits)
+    if funnel:
+        parts += ["## Funnel: where the questions were lost", "", funnel]
     cost = cost_table(t)
     if cost:
         parts += ["## Cost per row", "", cost, _usage_note(t) + (REPLAYED_NOTE if " replayed) |" in cost else ""), ""]

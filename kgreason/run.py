@@ -27,7 +27,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -40,6 +40,7 @@ from kgreason.llm.base import CacheMiss
 from kgreason.storage.llm_cache import CALL_LOG, check_cache
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
+from kgreason.metrics.funnel import funnel_rates
 from kgreason.metrics.qa import normalize_answer
 from kgreason.record import check_resume, choices, run_record
 from kgreason.runs import PredictionStore, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets, write_json
@@ -290,9 +291,12 @@ def _open_embedding_stores(c: Components) -> list[dict[str, Any]]:
 
 
 def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: int,
-              outside: Ledger | None = None) -> dict[str, Any]:
+              outside: Ledger | None = None, funnel: Sequence[str] = ()) -> dict[str, Any]:
     """Run-level metrics from the prediction rows (pure; the same rows give the same dict).
-    ``outside``: LLM calls made outside any example (counted in ``llm/*`` too).
+    ``outside``: LLM calls made outside any example (counted in ``llm/*`` too). ``funnel``: the
+    reasoner's ordered stage names (``BaseReasoner.funnel``), which give the ``funnel/*`` keys:
+    the share of the rows that reached each stage (:func:`kgreason.metrics.funnel.funnel_rates`;
+    an errored row reaches none).
 
     One denominator (docs/metrics.md "Errored examples"): every score is a mean over all rows,
     answered or errored, that it applies to; an errored row scores the worst value
@@ -321,6 +325,7 @@ def summarise(rows: list[Mapping[str, Any]], metrics: list[Metric], n_expected: 
     out["llm/reasks"] = usage.reasks
     n = max(len(rows), 1)
     out.update(retrieval_figures(rows))
+    out.update(funnel_rates(rows, funnel))
     errors = sum(errored)
     out["run/n_examples"] = len(rows)
     out["run/n_expected"] = n_expected
@@ -641,7 +646,8 @@ def _run_metrics(c: Components, rows: list[Mapping[str, Any]], examples: list[Ex
     for meter in (c.llm, getattr(c.judge, "llm", None)):
         for p, u in getattr(getattr(meter, "outside", None), "by_purpose", {}).items():
             outside.add(p, u)
-    metrics = summarise(rows, c.metrics, len(examples), outside)
+    stages = tuple(getattr(c.reasoner, "funnel", ()) or ())  # the reasoner's funnel, in stage order
+    metrics = summarise(rows, c.metrics, len(examples), outside, funnel=stages)
     metrics.update(_preflight_metrics(report))
     return metrics
 
@@ -978,11 +984,14 @@ def _log_to_tracker(tracker, metrics, reports, rows, out_dir: Path, hop_title: s
     if hop:
         tracker.log_histogram("hops/distribution", hop["counts"])
         tracker.log_table("hops/table", [{"hops": k, "count": v} for k, v in hop["counts"].items()])
+        if hop.get("counts_per_example"):  # the minimum over each example's golds (the per-question figure)
+            tracker.log_histogram("hops/distribution_per_example", hop["counts_per_example"])
         png = out_dir / "hops.png"
         try:
             from kgreason.tables import plot_hops
 
-            plot_hops(hop["counts"], png, title=f"hop distribution: {hop_title}")
+            plot_hops(hop["counts"], png, title=f"hop distribution (query–gold pairs): {hop_title}",
+                      unit=hop.get("unit", "pair"))
             tracker.log_image("hops/plot", str(png))
         except ImportError:
             pass

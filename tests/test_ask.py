@@ -298,3 +298,35 @@ def test_the_readmes_python_entry_point_runs_as_written(tmp_path):
     hits, n, out = p.stdout.split()
     assert 0.0 <= float(hits) <= 1.0 and int(n) == 20
     assert (tmp_path / out / "metrics.json").is_file()
+
+
+def test_show_and_report_draw_the_funnel_in_stage_order(tmp_path, monkeypatch):
+    """Issue 72, item 3: ``kgreason show`` lists the stages the question passed in the reasoner's
+    order (``metrics.json`` ``funnel/_stages``) and marks the first it did not reach; ``kgreason
+    report`` has a funnel section with a column per stage."""
+    from kgreason.report import main as report_main
+    from kgreason.run import run
+
+    run_dir = tmp_path / "run"
+    cfg = compose_cfg(["reasoner=tog", "llm=scripted", "dataset.limit=2", "tracking=none", "reasoner.depth=2",
+                       "reports.hop_distribution=false", f"llm_cache.dir={tmp_path / 'cache'}"], run_dir)
+    cfg.llm.rules = TOG_RULES  # {No} at every depth: no {Yes}, answered without knowledge at depth 2
+    run(cfg, run_dir)
+    row = json.loads((run_dir / "predictions.jsonl").read_text().splitlines()[0])
+    stages = json.loads((run_dir / "metrics.json").read_text())["funnel/_stages"]
+    monkeypatch.chdir(tmp_path)
+    assert show_main([str(run_dir), row["id"]]) == 0
+    doc = _parse((run_dir / "questions" / f"question_{row['id']}.html").read_text(encoding="utf-8"))
+    rows = [t for t in doc.tags if t[0] == "tr" and t[1].get("class") in ("yes", "no")]
+    assert [t[1]["class"] for t in rows] == ["no" if row["extra"]["funnel"].get(s) in (None, False) else "yes"
+                                            for s in stages]
+    page = (run_dir / "questions" / f"question_{row['id']}.html").read_text(encoding="utf-8")
+    order = [page.index(f"<td>{s}</td>") for s in stages]
+    assert order == sorted(order)
+    assert page.count("first stage not reached") == 1 and "<td>yes_depth1</td><td>not reached ← first stage" in page
+    assert "<td>answered_by</td><td>= without_knowledge</td>" in page
+    assert report_main([str(run_dir), "--questions", "0", "--ci", "none"]) == 0
+    md = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert "## Funnel: where the questions were lost" in md
+    header = next(x for x in md.split("## Funnel", 1)[1].splitlines() if x.startswith("|"))
+    assert [c.strip() for c in header.strip("|").split("|")][2:9] == stages[:7]

@@ -182,14 +182,37 @@ def test_sgr_without_a_graph_database_fails_at_build(tmp_path):
         assert c.graphdb is None and c.reasoner.db is None
 
 
-@pytest.mark.parametrize("option", options("ablation"))
+_FIELDS: dict[str, set[str]] = {}
+
+
+def _reasoner_fields(reasoner: str, tmp_path) -> set[str]:
+    """The fields of ``reasoner``'s composed config (cached: composing is the slow part)."""
+    if reasoner not in _FIELDS:
+        _FIELDS[reasoner] = set(compose_cfg([f"reasoner={reasoner}"], tmp_path / f"fields_{reasoner}").reasoner)
+    return _FIELDS[reasoner]
+
+
+@pytest.mark.parametrize("option", [o for o in options("ablation") if o != "none"])
 def test_ablation_rejected_by_wrong_reasoner(option, tmp_path, embedded_kg):
-    """An ablation that sets fields the chosen reasoner lacks fails at instantiate."""
+    """An ablation composed onto a reasoner that lacks a field it sets fails at instantiate, so a
+    wrong ``reasoner=`` never runs silently as another method. Every ablation is tried: on
+    retrieval_only, or, where retrieval_only has every field the ablation sets (subqrag_topk:
+    ``top_k``), on the first reasoner that lacks one. An ablation whose fields every reasoner
+    accepts would be rejected by none: that fails here too (issue 72, item 6: this test used to
+    return early for ``subqrag_topk`` and check nothing)."""
     from kgreason.llm.scripted import ScriptedLLM
     from kgreason.retrieval.scipy_engine import ScipyRetriever
 
-    cfg = compose_cfg([f"ablation={option}", "reasoner=retrieval_only"], tmp_path)
-    if set(cfg.reasoner) <= set(compose_cfg(["reasoner=retrieval_only"], tmp_path / "b").reasoner):
-        return  # every field it sets is one retrieval_only has too (e.g. subqrag_topk: top_k)
+    fields = set(_file("ablation", option).get("reasoner") or {})
+    assert fields, f"ablation {option} sets no reasoner field"
+    wrong = [r for r in dict.fromkeys(["retrieval_only", *options("reasoner")])
+             if fields - _reasoner_fields(r, tmp_path)]
+    assert wrong, f"ablation {option}: every reasoner has the fields it sets ({sorted(fields)}); none would reject it"
+    cfg = compose_cfg([f"ablation={option}", f"reasoner={wrong[0]}"], tmp_path)
+    assert fields - set(compose_cfg([f"reasoner={wrong[0]}"], tmp_path / "b").reasoner)
     with pytest.raises(Exception, match="unexpected keyword"):
         instantiate(cfg.reasoner, kg=embedded_kg, retriever=ScipyRetriever(embedded_kg), llm=ScriptedLLM())
+
+
+def test_the_none_ablation_sets_no_field():
+    assert not _file("ablation", "none").get("reasoner")

@@ -715,3 +715,26 @@ def test_from_bundle_refuses_a_bundle_that_is_not_the_rows_and_a_row_without_one
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "c").exists()
     assert mod.main(argv + ["--rows", "metaqa_cot"]) == 2
     assert "has no committed bundle" in capsys.readouterr().err
+
+
+def test_a_row_carries_its_funnel_into_its_doc_line(tmp_path, monkeypatch):
+    """Issue 72, item 3: a row whose run recorded a funnel (``funnel/*`` of metrics.json) keeps its
+    shares in stage order and its doc line lists each stage with the questions that reached it; a
+    row without one (measured before issue 72) keeps its line as it was."""
+    mod = _runner(tmp_path, monkeypatch, rc=1)
+    runs = tmp_path / "outputs" / "validation" / "heldout_n4"
+    _fake_run(runs / "metaqa_io", [0.0, 0.0, 1.0, 1.0])
+    _fake_run(runs / "metaqa_sgr", [0.0, 1.0, 1.0, 1.0])
+    m = json.loads((runs / "metaqa_sgr" / "metrics.json").read_text())
+    m.update({"funnel/_stages": ["linked", "cypher_validated", "decided_by"], "funnel/linked": 0.75,
+              "funnel/cypher_validated": 0.0, "funnel/decided_by/paths": 0.5, "funnel/decided_by/io": 0.25})
+    (runs / "metaqa_sgr" / "metrics.json").write_text(json.dumps(m))
+    assert mod.main(["--n", "4", "--split", "heldout", "--collect", "--rows", "metaqa_io,metaqa_sgr"]) == 0
+    table = json.loads((tmp_path / "validation_heldout_n4.json").read_text())
+    assert list(table["metaqa_sgr"]["funnel"].items()) == [
+        ("linked", 0.75), ("cypher_validated", 0.0), ("decided_by=io", 0.25), ("decided_by=paths", 0.5)]
+    assert "funnel" not in table["metaqa_io"]
+    md = mod.markdown()
+    line = next(x for x in md.splitlines() if x.startswith("| metaqa_sgr |"))
+    assert "funnel (of 4): linked 3 → cypher_validated 0 → decided_by=io 1 → decided_by=paths 2" in line
+    assert "funnel" not in next(x for x in md.splitlines() if x.startswith("| metaqa_io |"))

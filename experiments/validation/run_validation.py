@@ -422,6 +422,24 @@ def pool_info(run_dir: Path, m: dict, n_ex: int) -> dict:
     return {"pool_passages": int(round(float(size))), "pool_from": what}
 
 
+def funnel_of(m: dict) -> dict[str, float] | None:
+    """A run's funnel (issue 72): ``{stage or stage=value: share of its questions}`` in the
+    reasoner's stage order, from metrics.json's ``funnel/*`` keys; None for a run without one."""
+    from kgreason.metrics.funnel import funnel_columns
+
+    cols = funnel_columns(m)
+    return {label: m[key] for label, key in cols if isinstance(m.get(key), (int, float))} or None
+
+
+def funnel_text(e: dict) -> str:
+    """A row's funnel for its doc line: each stage with the number of questions that reached it,
+    in stage order (``funnel (of 30): topics_linked 30 → yes_depth1 4 → …``); "" without one."""
+    f, n = e.get("funnel"), e.get("n_examples")
+    if not f or not n:
+        return ""
+    return f"funnel (of {n}): " + " → ".join(f"{label} {round(share * n)}" for label, share in f.items())
+
+
 def summarise(run_dir: Path) -> dict:
     m = json.loads((run_dir / "metrics.json").read_text())
     t = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
@@ -453,6 +471,8 @@ def summarise(run_dir: Path) -> dict:
         **({"triples_written": m["metric/triples_written_total"]}
            if m.get("metric/triples_written_total") is not None else {}),
         **pool_info(run_dir, m, n_ex),
+        # where the method lost its questions: each funnel stage's share (issue 72, kgreason/metrics/funnel.py)
+        **({"funnel": fun} if (fun := funnel_of(m)) else {}),
     }
 
 
@@ -462,6 +482,10 @@ BUNDLES = HERE / "bundles"
 #: refuses a JSON row that disagrees); wall time and sittings are the runner's, not in a bundle
 FROM_BUNDLE = ("n_examples", "metrics", "unparseable_replies", "reasks", "llm_calls_per_question",
                "tokens_per_question", "errors", "partial", "ci95", "per_question")
+
+
+# a row's funnel comes from its bundle's metrics.json as well (None for a run measured before issue 72)
+FROM_BUNDLE += ("funnel",)
 
 
 def bundle_path(table: str, row: str) -> Path:
@@ -671,6 +695,8 @@ def markdown() -> str:
             if "fallbacks" in e:  # SubQRAG: where Eq. 4's update can write, and what it wrote
                 ms += (f", fallbacks {e['fallbacks']} on {e['questions_with_fallback']} questions"
                        + (f", triples written {e['triples_written']:.0f}" if "triples_written" in e else ""))
+            if (fun := funnel_text(e)):  # which stages its questions reached (a row measured since issue 72)
+                ms += f"; {fun}"
             pd = e.get("paired") or {}
             pair = "; ".join(f"{pd['against']}: {k} {v['diff']:+.3f} [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
                              + (f" McNemar p {_p(v['mcnemar_p'])}" if v.get("mcnemar_p") is not None else "")

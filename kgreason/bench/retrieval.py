@@ -21,7 +21,8 @@ separately (``_build_s``) and one untimed warm-up query runs first. JSON layout:
      "table2": {"<backend>": {"<k>": {"qt_ms", "tr", "queries"}}},   # the paper's cells: mean, TR
      "speedup_vs": {"best_cpu", "igraph": {"<k>": ratio}, "graphblas": ..., "logoskg_lib": ...},
      "scale": {"<factor>": {"n_entities", "n_triples", "results"}}, "scale_ratio": {...},
-     "large": [{"hops", "batch", "cache_size", "ms_per_query", "loads", "hits", "evictions"}]}
+     "large": [{"experiment", "hops", "batch", "cache_size", "backend", "qt_ms", "ms_per_query", "queries",
+                "loads", "hits", "evictions"} | {..., "skipped"}]}   # LogosKG Table 3 (run_large)
 """
 
 from __future__ import annotations
@@ -394,30 +395,74 @@ def _speedups(results, hops, labels) -> dict[str, Any]:
     return sp
 
 
+#: the factors of LogosKG Table 3 ("Exp. 1: hops", "Exp. 2: batch size", "Exp. 3: cache size",
+#: "Exp. 4: backend"), in the paper's order: ``large_sweep.vary`` varies each around ``large_sweep.base``
+TABLE3_FACTORS = ("hops", "batch", "cache_size", "backend")
+
+
+def large_settings(L) -> list[tuple[str | None, dict[str, Any]]]:
+    """The LogosKG-Large runs ``large_sweep`` asks for, as ``(experiment, {hops, batch, cache_size,
+    backend})``. With ``base`` and ``vary`` (the Table 3 preset): one experiment per varied factor,
+    every other factor at ``base`` (logoskg.txt Table 3 varies one factor at a time: "Exp. 2:
+    batch size (Numba, cache size n = 16, hops k = 2)"); else the grid hops × ``batch_sizes`` ×
+    ``cache_sizes`` on the ``numpy`` backend (experiment None)."""
+    vary = L.get("vary")
+    if vary:
+        base = dict(L.base)
+        unknown = sorted(set(vary) - set(TABLE3_FACTORS)) + sorted(set(TABLE3_FACTORS) - set(base))
+        if unknown:
+            raise ValueError(f"large_sweep: vary names factors of {list(TABLE3_FACTORS)} and base sets all of them; "
+                             f"got vary {list(vary)}, base {sorted(base)}")
+        return [(f, {**base, f: v}) for f in TABLE3_FACTORS if f in vary for v in vary[f]]
+    return [(None, {"hops": int(k), "batch": int(b), "cache_size": int(c), "backend": str(L.get("backend", "numpy"))})
+            for k in L.hops for b in L.batch_sizes for c in L.cache_sizes]
+
+
 def run_large(kg, cfg) -> list[dict[str, Any]]:
-    """LogosKG-Large sweep (Table 3 shape): hops × batch size × cache size → time, loads, evictions."""
+    """LogosKG-Large (Table 3): for each setting of :func:`large_settings`, a cold LRU cache of
+    ``cache_size`` partitions, the seed sets answered ``batch`` at a time with ``retrieve_many``:
+    total time (``qt_ms``, the whole set, as Table 3's QT grows 70× from batch 10 to batch 1),
+    time per query, partition loads, hits and evictions. A backend this machine cannot run
+    (``torch_cuda`` without a GPU) gives a row with ``skipped`` and the reason, not a failure."""
     import tempfile
 
     from kgreason.retrieval.partitioned import build_partitions
 
     L = cfg.large_sweep
     rows = []
+    sets_by_k: dict[int, list[list[int]]] = {}
+    warmed: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="kgreason-bench-parts-") as d:
         layouts = {"out": ["by_head"], "in": ["by_tail"], "both": ["by_head", "by_tail"]}[str(cfg.direction)]
         build_partitions(kg, d, int(L.n_partitions), layouts=layouts)
-        for k in L.hops:
-            sets = seed_sets(kg, int(L.queries), int(cfg.min_seeds), int(cfg.max_seeds), int(cfg.seed) + 1000 + int(k))
-            for b in L.batch_sizes:
-                for c in L.cache_sizes:
-                    ret = build_retriever("partitioned", kg, n_partitions=int(L.n_partitions), cache_size=int(c),
-                                          directory=d, semantics=str(cfg.semantics), direction=str(cfg.direction),
-                                          max_paths=0, return_triples=False, timeout_ms=None)
-                    t0 = time.perf_counter()
-                    for i in range(0, len(sets), int(b)):
-                        ret.retrieve_many(sets[i:i + int(b)], int(k))
-                    ms = (time.perf_counter() - t0) * 1000 / len(sets)
-                    rows.append({"hops": int(k), "batch": int(b), "cache_size": int(c), "ms_per_query": ms,
-                                 **{x: ret.stats()[x] for x in ("loads", "hits", "evictions")}})
+        for exp, s in large_settings(L):
+            k, b, c, backend = int(s["hops"]), int(s["batch"]), int(s["cache_size"]), str(s["backend"])
+            if k not in sets_by_k:
+                sets_by_k[k] = seed_sets(kg, int(L.queries), int(cfg.min_seeds), int(cfg.max_seeds),
+                                         int(cfg.seed) + 1000 + k)
+            sets = sets_by_k[k]
+            row: dict[str, Any] = {**({"experiment": exp} if exp else {}), "hops": k, "batch": b, "cache_size": c,
+                                   "backend": backend}
+            try:
+                ret = build_retriever("partitioned", kg, n_partitions=int(L.n_partitions), cache_size=c, directory=d,
+                                      semantics=str(cfg.semantics), direction=str(cfg.direction), max_paths=0,
+                                      return_triples=False, timeout_ms=None, backend=backend)
+            except Exception as e:  # noqa: BLE001 - a backend this machine lacks (hydra wraps the RuntimeError)
+                if "CUDA" not in str(e):
+                    raise
+                rows.append({**row, "skipped": "no CUDA device on this machine"})
+                continue
+            if backend not in warmed:  # compile / import the backend once, outside the timed region
+                warmed.add(backend)
+                build_retriever("partitioned", kg, n_partitions=int(L.n_partitions), cache_size=1, directory=d,
+                                semantics=str(cfg.semantics), direction=str(cfg.direction), max_paths=0,
+                                return_triples=False, timeout_ms=None, backend=backend).retrieve_many(sets[:1], 1)
+            t0 = time.perf_counter()
+            for i in range(0, len(sets), b):
+                ret.retrieve_many(sets[i:i + b], k)
+            total = (time.perf_counter() - t0) * 1000
+            rows.append({**row, "qt_ms": total, "ms_per_query": total / len(sets), "queries": len(sets),
+                         **{x: ret.stats()[x] for x in ("loads", "hits", "evictions")}})
     return rows
 
 
@@ -467,6 +512,28 @@ def format_table(out, hops) -> str:
     for f, per in (out.get("scale_ratio") or {}).items():
         for lb, row in per.items():
             lines.append(f"scale x{f} / x1 median, {lb}: " + ", ".join(f"k={k}: {v:.2f}" for k, v in row.items()))
-    for row in out.get("large", []):
-        lines.append("large " + " ".join(f"{a}={v:.2f}" if isinstance(v, float) else f"{a}={v}" for a, v in row.items()))
+    lines += format_table3(out.get("large", []))
     return "\n".join(lines)
+
+
+def format_table3(rows: list[dict[str, Any]]) -> list[str]:
+    """LogosKG Table 3's layout for ``large`` rows: one block per experiment (the fixed factors in
+    its title), then ``Value | QT (ms) | Loads | Evicts`` per row; grid rows (no experiment) one a line."""
+    out: list[str] = []
+    names = {"hops": "hops", "batch": "batch size", "cache_size": "cache size", "backend": "backend"}
+    blocks = list(dict.fromkeys(r.get("experiment") for r in rows if r.get("experiment")))
+    for i, exp in enumerate(blocks, 1):
+        rs = [r for r in rows if r.get("experiment") == exp]
+        fixed = ", ".join(f"{names[f]} {rs[0][f]}" for f in TABLE3_FACTORS if f != exp)
+        out += [f"Table 3, Exp. {i}: {names[exp]} ({fixed}; {rs[0].get('queries', '?')} queries)",
+                f"{names[exp]:>12}{'QT (ms)':>14}{'ms/query':>11}{'Loads':>8}{'Evicts':>8}"]
+        for r in rs:
+            if "skipped" in r:
+                out.append(f"{str(r[exp]):>12}  skipped: {r['skipped']}")
+            else:
+                out.append(f"{str(r[exp]):>12}{r['qt_ms']:>14.2f}{r['ms_per_query']:>11.3f}{r['loads']:>8}"
+                           f"{r['evictions']:>8}")
+    for r in rows:
+        if not r.get("experiment"):
+            out.append("large " + " ".join(f"{a}={v:.2f}" if isinstance(v, float) else f"{a}={v}" for a, v in r.items()))
+    return out

@@ -1,6 +1,25 @@
 """Hop distribution: shortest-path distance from an example's query entities to its gold
 answers in the KG (the "how many hops does the question really need" report, LogosKG Fig. 2).
 
+Two units, both in ``hops.json``:
+
+* **per pair** (``counts``, the bar chart ``hops.png``): every (query entity, gold entity) pair of
+  every example, the distance from that query entity to that gold entity. This is what LogosKG
+  Fig. 2 plots: "Hop-distance distribution of pair entities for the ProbSum and DDXPlus
+  dataset" (logoskg.txt, Fig. 2), read with §6 "On UMLS, gold entities can mostly be found within
+  1-2 hops" (each gold entity placed by its distance, not one figure per patient) and with
+  DDX-Plus's "symptom–diagnosis pairs" (§4). A pair one of whose names the KG cannot link is
+  ``"unlinked"``; ``per_pair`` lists each example's pairs.
+* **per example** (``counts_per_example``, ``per_example``): the minimum over the example's
+  linked gold answers, from the whole set of query entities (the figure ``kgreason tables``'
+  per-question ``kg_hops`` reads). Before issue 72 this was the only unit, and what ``counts``
+  held.
+
+The per-example route is described below; a pair's distance is the BFS layer of the query
+entity in a BFS from the gold entity over the reversed edge direction (``both``: the same
+edges), so one BFS per distinct gold entity serves every example and query entity that names it
+(:func:`pair_hops`).
+
 For each example, query entities are ``topic_entities`` (or ``findings`` for clinical cases
 that have no topic entities) and targets are ``diagnoses`` (clinical) or ``answers``; both are
 linked with :meth:`KG.find_entity` (exact name, then normalised name/label/alias). The distance
@@ -97,6 +116,82 @@ def _batched_hops(retriever, kg, examples: list[Example], max_hops: int, batch: 
     return out
 
 
+_REVERSE = {"out": "in", "in": "out", "both": "both"}
+
+
+def _names(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(str(v) for v in values))
+
+
+def _distances_from_golds(kg, needed: dict[int, set[int]], max_hops: int, direction: str, retriever=None,
+                          batch: int = 256) -> dict[int, dict[int, int]]:
+    """``{gold: {query entity: hops}}`` for the query entities each gold is paired with (those not
+    within ``max_hops`` left out): one BFS per gold over the reversed edge direction, stopped once
+    every query entity it is paired with is reached. The run's engine (``retriever``) walks the
+    right edges only when they are their own reverse (``both``); it then answers the golds in
+    ``retrieve_many`` chunks of ``batch``."""
+    out: dict[int, dict[int, int]] = {}
+    golds = list(needed)
+    if retriever is not None and direction == "both":
+        size = max(1, int(batch))
+        for start in range(0, len(golds), size):
+            chunk = golds[start:start + size]
+            for g, sub in zip(chunk, retriever.retrieve_many([[g] for g in chunk], max_hops)):
+                want = np.asarray(sorted(needed[g] - {g}), dtype=np.int64)
+                got = {g: 0} if g in needed[g] else {}
+                for h, layer in enumerate(sub.entities_by_hop[:max_hops], start=1):
+                    for e in want[np.isin(want, layer)].tolist():
+                        got.setdefault(int(e), h)
+                out[g] = got
+        return out
+    from kgreason.retrieval.scipy_engine import ScipyRetriever
+
+    engine = ScipyRetriever(kg, semantics="within", direction=_REVERSE[direction], max_paths=0, return_triples=False)
+    for g in golds:
+        want = np.zeros(kg.n_entities, dtype=bool)
+        want[list(needed[g])] = True
+        got = {g: 0} if want[g] else {}
+        left = int(want.sum()) - len(got)
+        visited = np.zeros(kg.n_entities, dtype=bool)
+        active = np.asarray([g], dtype=np.int32)
+        visited[active] = True
+        for h in range(1, max_hops + 1):
+            if left <= 0 or len(active) == 0:
+                break
+            _, reached = engine._hop(active, None, None)
+            new = reached[~visited[reached]]
+            visited[new] = True
+            for e in new[want[new]].tolist():
+                got[int(e)] = h
+                left -= 1
+            active = new
+        out[g] = got
+    return out
+
+
+def pair_hops(kg, examples: list[Example], max_hops: int, direction: str = "both", retriever=None,
+              batch: int = 256) -> list[list[tuple[str, str, int | None | str]]]:
+    """Per example: ``(query name, gold name, hops)`` for every pair of its query names
+    (``topic_entities`` or ``findings``) and gold names (``diagnoses`` or ``answers``); ``hops`` is
+    None when the gold is not within ``max_hops`` of that query entity, ``"unlinked"`` when
+    either name links to no KG entity. One BFS per distinct gold entity serves every pair naming it."""
+    linked = []
+    needed: dict[int, set[int]] = {}
+    for ex in examples:
+        src = [(n, kg.find_entity(n)) for n in _names(ex.topic_entities or ex.findings)]
+        dst = [(n, kg.find_entity(n)) for n in _names(ex.diagnoses or ex.answers)]
+        linked.append((src, dst))
+        for _, g in dst:
+            if g >= 0:
+                needed.setdefault(g, set()).update(s for _, s in src if s >= 0)
+    dist = _distances_from_golds(kg, {g: s for g, s in needed.items() if s}, max_hops, direction, retriever, batch)
+    out = []
+    for src, dst in linked:
+        out.append([(sname, gname, "unlinked" if s < 0 or g < 0 else dist.get(g, {}).get(s))
+                    for gname, g in dst for sname, s in src])
+    return out
+
+
 def hop_distribution(kg, examples: Iterable[Example], max_hops: int = 5, direction: str = "both",
                      retriever=None, batch: int = 256) -> dict[str, Any]:
     """Histogram of shortest query→gold hop distances.
@@ -112,10 +207,13 @@ def hop_distribution(kg, examples: Iterable[Example], max_hops: int = 5, directi
         batch: seed sets per ``retrieve_many`` call.
 
     Returns:
-        ``{"counts": {"1": n, ..., "K": n, "unreachable": n, "unlinked": n},
-        "per_example": {id: hops | None}, "max_hops": K, "direction": direction}`` where
-        ``per_example`` is ``None`` for unreachable and unlinked examples (see
-        ``"unlinked_ids"`` for the latter).
+        ``{"unit": "pair", "counts": {"1": n, ..., "K": n, "unreachable": n, "unlinked": n},
+        "per_pair": {id: [[query, gold, hops | null | "unlinked"], ...]},
+        "counts_per_example": {...}, "per_example": {id: hops | None}, "max_hops": K,
+        "direction": direction, "unlinked_ids": [...]}``: ``counts`` over every (query entity,
+        gold entity) pair (LogosKG Fig. 2, module docstring), ``counts_per_example`` over the
+        examples (the minimum over their linked golds); ``per_example`` is ``None`` for
+        unreachable and unlinked examples (see ``"unlinked_ids"`` for the latter).
     """
     examples = list(examples)
     if retriever is not None:
@@ -148,5 +246,15 @@ def hop_distribution(kg, examples: Iterable[Example], max_hops: int = 5, directi
             per_example[ex.id] = int(d)
     order = ["0"] if "0" in counts else []
     order += [str(h) for h in range(1, max_hops + 1)] + ["unreachable", "unlinked"]
-    return {"counts": {k: counts[k] for k in order}, "per_example": per_example, "max_hops": int(max_hops),
-            "direction": str(direction), "unlinked_ids": unlinked}
+    pairs = pair_hops(kg, examples, max_hops, direction, retriever, batch)
+    pair_counts: dict[str, int] = {str(h): 0 for h in range(0, max_hops + 1)}
+    pair_counts.update(unreachable=0, unlinked=0)
+    for ps in pairs:
+        for _, _, d in ps:
+            pair_counts["unreachable" if d is None else str(d)] += 1
+    pair_order = (["0"] if pair_counts["0"] else []) + [str(h) for h in range(1, max_hops + 1)] + ["unreachable",
+                                                                                                  "unlinked"]
+    return {"unit": "pair", "counts": {k: pair_counts[k] for k in pair_order},
+            "per_pair": {ex.id: [list(p) for p in ps] for ex, ps in zip(examples, pairs)},
+            "counts_per_example": {k: counts[k] for k in order}, "per_example": per_example,
+            "max_hops": int(max_hops), "direction": str(direction), "unlinked_ids": unlinked}

@@ -50,7 +50,20 @@ any step, the paths the decision sees → ``answer_coverage`` = the paper's retr
 summary's "selecting top K paths for entity extraction"), ``retrieved_n_paths`` (the same over
 all ``N`` kept paths → ``answer_coverage_n_paths``, what the search reached; equal when K ≥ N),
 ``search_space`` (distinct fact triples encountered, Fig. 6), ``paths_per_step`` (kept paths
-after each step, ≤ N), ``llm_calls``, ``steps``, ``call_budget``; ``paths`` are the final top-``K``.
+after each step, ≤ N), ``llm_calls``, ``steps``, ``call_budget``, ``funnel``; ``paths`` are the final top-``K``.
+
+Funnel (``ReKnoS.funnel``, ``extra["funnel"]``, ``funnel/*`` in metrics.json; docs/reasoners.md),
+in stage order, with ``l = 1..L``:
+
+* ``topics_linked``: at least one topic entity linked;
+* ``scored_step<l>``: step l's ONE scoring call was made (candidate super-relations existed) and
+  its reply parsed; an unparseable reply falls back to uniform scores, so a question can go on
+  (and reach the next stages) without this one;
+* ``extracted_step<l>``: entity extraction (Eq. 9) realised at least one kept super-relation
+  path at step l;
+* ``answer_step<l>``: step l's decision said "answer now" (the search stopped there);
+* ``answered_by`` (categorical): ``paths`` (the answer call over the top-K paths), ``no_paths``
+  (nothing linked or no step extended a path: the IO prompt) or ``abstained`` (``on_empty: abstain``).
 """
 
 from __future__ import annotations
@@ -134,6 +147,10 @@ class ReKnoS(BaseReasoner):
             self.prompts["fewshot"] = load_prompt(prompts_dir, "fewshot_flat")
         # relation → group as an array lookup over triples: (m,) int32 (see _tgroup)
         self._tgroup_cache = self.sr.group_of[kg.rels]
+        self.funnel = ("topics_linked",
+                       *(f"{stage}_step{step}" for step in range(1, self.depth + 1)
+                         for stage in ("scored", "extracted", "answer")),
+                       "answered_by")
 
     @property
     def _tgroup(self) -> np.ndarray:
@@ -236,6 +253,7 @@ class ReKnoS(BaseReasoner):
         prompt = render(self.prompts["score"], question=q, entities=ents_txt, candidates=listing,
                         examples=self.prompts["fewshot"] if self.few_shot else "")
         res = self._call(t, "score", prompt, lambda x: parse_candidate_scores(x, names), n_calls)
+        t.stage(f"scored_step{step}", bool(res.ok))  # else uniform scores: the step goes on unscored
         scores = np.asarray(res.value if res.ok else [1.0] * len(cands), dtype=np.float64)
         return cands, names, scores
 
@@ -274,6 +292,7 @@ class ReKnoS(BaseReasoner):
         link = link_example(kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         topic = np.unique(np.asarray(link.ids, dtype=np.int32))
+        t.stage("topics_linked", bool(len(topic)))
         paths = [SRPath((), 0.0, (topic,))] if len(topic) else []
         n_calls, seen, per_step = [0], set(), []
         reached, reached_n = [], []  # entity layers of the top-K selected / all N kept paths
@@ -282,6 +301,8 @@ class ReKnoS(BaseReasoner):
             new = self.expand(t, step, paths, scored, seen) if scored else []
             if scored and not new:
                 t.note("no_entities", step=step)
+            if paths:
+                t.stage(f"extracted_step{step}", bool(new))
             if not new:
                 break
             paths = new
@@ -291,6 +312,7 @@ class ReKnoS(BaseReasoner):
             reached_n.extend(ly for p in paths for ly in p.layers[1:])
             dec = self._call(t, "decide", render(self.prompts["decide"], question=q, paths=self.paths_text(top)),
                              parse_yes_no, n_calls)
+            t.stage(f"answer_step{step}", bool(dec.ok and dec.value))
             if dec.ok and dec.value:
                 break
         top = self.final_paths(paths)
@@ -299,9 +321,11 @@ class ReKnoS(BaseReasoner):
             answers = answer_without_retrieval(self.llm, t, q, self.on_empty)
             n_calls[0] += sum(1 for st in t.steps if st.kind == "llm" and st.name == "answer_without_retrieval")
             top = []
+            t.stage("answered_by", "abstained" if self.on_empty == "abstain" else "no_paths")
         else:
             answers = self._call(t, "answer", render(self.prompts["answer"], question=q, paths=self.paths_text(top)),
                                  parse_answers, n_calls).value or []
+            t.stage("answered_by", "paths")
         def labels(layers) -> list[str]:
             ents = np.unique(np.concatenate(layers)) if layers else np.zeros(0, np.int32)
             return [kg.entity_label(int(e)) for e in ents]

@@ -42,6 +42,22 @@ corpus, model and prompt (:func:`~kgreason.reasoners.subqrag_index.index_corpus`
 ``llm/index/*``. A resumed run rebuilds the same state: the cached index, then the write-backs
 of the examples already answered, replayed in dataset order from their rows (``write_back``).
 
+Funnel (``SubQRAG.funnel``, ``extra["funnel"]``, ``funnel/*`` in metrics.json; docs/subqrag.md),
+in the method's order:
+
+* ``decomposed``: the decomposition reply (§2.2.1) parsed into two or more sub-questions (an
+  unusable reply, or one sub-question, leaves the question whole);
+* ``rewritten``: a later sub-question was rewritten with an earlier answer (Eq. 2: a ``#j``
+  filled in, or the rewrite call changed it);
+* ``graph_answered``: at least one sub-question was answered from Eq. 3's triples (the
+  generator called them sufficient): a hit in the graph;
+* ``fell_back``: at least one sub-question fell back to the corpus (§2.3);
+* ``graph_written``: Eq. 4 wrote at least one new triple into G;
+* ``memory_nonempty``: the graph memory T_used of the final prompt (Eq. 5) holds a triple.
+
+The per-question counts behind them are in ``extra``: ``subquestions``, ``rewritten``,
+``triples_written`` and each sub-question's ``source`` in the trace.
+
 Ablations (Table 2): ``decomposition=False`` (the question is its own single sub-question),
 ``rewriting=False`` (sub-questions are used verbatim, placeholders left in), ``update=False``
 (the passage fallback still answers, but no triple is read, extracted or written back, so the
@@ -239,6 +255,8 @@ class SubQRAG(BaseReasoner):
     tasks = ("multihop",)  # preflight: the dataset tasks this reasoner answers
 
     thread_safe = False  # example_workers must stay 1: graph updates must reach later questions in order
+    # the stages a question passes (module docstring, "Funnel"), in the method's order
+    funnel = ("decomposed", "rewritten", "graph_answered", "fell_back", "graph_written", "memory_nonempty")
     # run-level figures of the graph update (kgreason/metrics): mean per question and the run's sum
     metrics = ("triples_written", "triples_written_total")
 
@@ -369,6 +387,7 @@ class SubQRAG(BaseReasoner):
         """§2.2.1: ordered sub-questions (the question itself when the reply is unusable)."""
         res = self._call(t, "decompose", render(self.prompts["decompose"], question=question), parse_list)
         subs = [s for s in (res.value or []) if s] if res.ok else []
+        t.stage("decomposed", len(subs[: self.max_subquestions]) >= 2)
         return subs[: self.max_subquestions] or [question]
 
     def rewrite(self, t: Trace, subq: str, prev: list[tuple[str, str]]) -> str:
@@ -488,11 +507,18 @@ class SubQRAG(BaseReasoner):
         prev: list[tuple[str, str]] = []
         memory: list[int] = []
         steps: list[dict[str, Any]] = []
+        for stage in self.funnel:
+            t.stage(stage, bool(t.extra.get("funnel", {}).get(stage, False)))
         for i, sq in enumerate(subs):
             rq = self.rewrite(t, sq, prev) if (self.rewriting and i > 0) else sq
+            if rq != sq:
+                t.stage("rewritten")
             ans, used, ok = self.answer_from_triples(t, rq)
             source = "triples"
-            if not ok:
+            if ok:
+                t.stage("graph_answered")
+            else:
+                t.stage("fell_back")
                 ans, used = self.fallback(t, rq, example)
                 source = "passages"
             for u in used:
@@ -509,6 +535,8 @@ class SubQRAG(BaseReasoner):
                            parse_answer_field).value
         mem_triples = [list(g.triples[u]) for u in memory]
         t.add("memory", "graph_memory", triples=mem_triples)
+        t.stage("graph_written", bool(t.extra.get("triples_written")))
+        t.stage("memory_nonempty", bool(mem_triples))
         # nothing retrieved: no triple and no passage for any sub-question (§2.3's fallback reads
         # the corpus whenever the graph falls short, so this stays False while the pool has passages)
         empty = not any(st.kind == "retrieve" and (st.data.get("triples") or st.data.get("titles")) for st in t.steps)

@@ -15,16 +15,19 @@ entity, as ToG starts from all topic entities of the question):
    release's ``clean_relations`` keeps all it finds; ``cap_relations`` keeps at most ``W``);
    an unparseable reply drops the entity, as ToG does. The bm25 / embedding backends keep the
    top ``W``, as the release does (:meth:`ToG.prune_relations`);
-3. **entity exploration**, per kept (entity, relation): its neighbours in MID order; when a
-   relation has ``sample_at`` (20) or more of them, a seeded sample of ``num_retain_entity`` (5)
-   is taken (ToG: ``random.sample(candidates, num_retain_entity)`` when ``len >= 20``). The
-   sample is drawn from the MID-sorted list with a seed made of ``seed``, the entity's MID and
-   the relation, so it does not depend on the KG's storage order: the in-memory store and a
-   SPARQL endpoint draw the same neighbours (:meth:`ToG.explore_entities`);
+3. **entity exploration**, per kept (entity, relation): its neighbours in MID order; under LLM
+   pruning, when a relation has ``sample_at`` (20) or more of them, a seeded sample of
+   ``num_retain_entity`` (5) is taken (ToG: ``random.sample(candidates, num_retain_entity)`` when
+   ``len >= 20``, inside ``if args.prune_tools == "llm"``: bm25 and embedding pruning never
+   sample). The sample is drawn from the MID-sorted list with a seed made of ``seed``, the
+   entity's MID and the relation, so it does not depend on the KG's storage order: the in-memory
+   store and a SPARQL endpoint draw the same neighbours (:meth:`ToG.explore_entities`);
 4. **entity scoring**, ONE call PER (entity, relation) with two or more neighbours (ToG's
    ``entity_score``; one neighbour takes the relation's score without a call); an entity's score
    is its score times its relation's score; an unparseable reply scores them uniformly (ToG:
-   "all entities are created equal") (:meth:`ToG.score_entities`);
+   "all entities are created equal"). bm25 / embedding pruning score every neighbour and keep
+   the top W of the relation (the release's ``entity_score``), all-zero scores among those W made
+   uniform (:meth:`ToG.score_entities`);
 5. **entity pruning**: the ``W`` best (entity, path) candidates over all relations, zero
    scores dropped (ToG's ``entity_prune``); each kept candidate's triplet joins the triplets
    gathered so far (the release's ``cluster_chain_of_entities``), and the new beam holds each of
@@ -72,7 +75,23 @@ candidate order (relations by name, neighbours by MID), so every backend is dete
 
 Per-example extra: ``beam_sizes`` (distinct entities of each depth's frontier, always ≤ W), ``retrieved`` (every entity that
 entered the beam → answer_coverage), ``search_space`` (distinct triples encountered),
-``llm_calls``, ``depth_reached``, ``calls_per_depth``, ``end``, ``retrieval_empty``.
+``llm_calls``, ``depth_reached``, ``calls_per_depth``, ``end``, ``retrieval_empty``, ``funnel``.
+
+Funnel (``ToG.funnel``, ``extra["funnel"]``, ``funnel/*`` in metrics.json; docs/reasoners.md),
+in stage order, with ``d = 1..D``:
+
+* ``topics_linked``: at least one topic entity linked (else the release's answer without knowledge);
+* ``relations_kept_depth<d>``: relation pruning at depth d kept at least one relation of some
+  beam entity;
+* ``entities_kept_depth<d>``: entity pruning at depth d kept at least one candidate (else
+  ``half_stop``);
+* ``yes_depth<d>``: the reasoning reply at depth d opened with ``{Yes}`` (the search stopped there);
+* ``answered_by`` (categorical), the prompt the answer came from: ``yes`` (the ``{Yes}`` reply),
+  ``triplets`` (the answer prompt over the gathered triplets: ``half_stop``, or the
+  ``tog_depth_limit_triplets`` ablation), ``no_triplet`` (that prompt with an empty triplet list:
+  the beam emptied at depth 1), ``without_knowledge`` (the release's
+  ``generate_without_explored_paths``: no topic entity, or ``{No}`` at depth D), ``abstained``
+  (``on_empty: abstain``).
 """
 
 from __future__ import annotations
@@ -263,6 +282,10 @@ class ToG(BaseReasoner):
         templates = {"relations": self.prompts["prune_relations"], "entities": self.prompts["score_entities"]}
         self.pruner = Pruner(prune, llm, templates, embedder, max_tokens, temperature_exploration)
         self.reask = self.pruner.reask = ReaskPolicy(max_reasks)
+        self.funnel = ("topics_linked",
+                       *(f"{stage}_depth{d}" for d in range(1, self.depth + 1)
+                         for stage in ("relations_kept", "entities_kept", "yes")),
+                       "answered_by")
 
     def _ask(self, t: Trace, step: str, parser, **values):
         req = ChatRequest.of(render(self.prompts[step], **values), temperature=self.temperature,
@@ -277,6 +300,7 @@ class ToG(BaseReasoner):
         link = link_example(kg, example)
         t.add("link", "topic_entities", linked=link.linked, failed=link.failed)
         s = _Search.start(link.ids)
+        t.stage("topics_linked", bool(s.beam))
         q = example.question
         depth_reached, per_depth = 0, []
         answers: list[str] = []
@@ -286,30 +310,35 @@ class ToG(BaseReasoner):
                 break
             depth_reached, calls0 = d, self._n_calls(t)
             kept = [(p, r, b, sc) for p in s.beam for (r, b, sc) in self.prune_relations(t, q, d, p)]
+            t.stage(f"relations_kept_depth{d}", bool(kept))
             cands = [c for p, r, b, sc in kept for c in self.score_entities(t, q, p, r, b, sc, s)]
             self.prune_entities(t, d, s, cands)
+            t.stage(f"entities_kept_depth{d}", bool(s.beam))
             if not s.beam:  # release: no candidate, or every score 0 -> half_stop
                 per_depth.append(self._n_calls(t) - calls0)
                 end = "half_stop"
                 break
             stop, found = self.reason(t, q, d, s)
+            t.stage(f"yes_depth{d}", bool(stop))
             per_depth.append(self._n_calls(t) - calls0)
             if stop:  # release: the {Yes} reply is the answer, no further call
                 end, answers = "yes", found
                 break
         empty = not s.gathered  # nothing linked, or no triplet kept at any depth
         if end == "yes":
-            pass
+            by = "yes"
         elif empty and self.on_empty == "abstain":
-            answers = []
+            answers, by = [], "abstained"
         elif end == "no_topic":  # release: len(topic_entity) == 0 -> generate_without_explored_paths
-            answers = self.answer_without_knowledge(t, q)
+            answers, by = self.answer_without_knowledge(t, q), "without_knowledge"
         elif end == "half_stop" or self.at_depth_limit == "triplets":
             # release: half_stop -> generate_answer with cluster_chain_of_entities, an empty
             # triplet list when the beam emptied at depth 1
             answers = self._ask(t, "answer", parse_answers, question=q, paths=self._triplets_text(s)).value or []
+            by = "no_triplet" if empty else "triplets"
         else:  # depth D reached with {No}: release's generate_without_explored_paths
-            answers = self.answer_without_knowledge(t, q)
+            answers, by = self.answer_without_knowledge(t, q), "without_knowledge"
+        t.stage("answered_by", by)
         t.note("end", how=end, triplets=len(s.gathered))
         return t.finish(
             example, answers, retrieved=[kg.entity_label(e) for e in s.retrieved],
@@ -368,14 +397,17 @@ class ToG(BaseReasoner):
 
     def explore_entities(self, entity: int, rel: int, back: bool) -> list[int]:
         """Step 3, entity exploration for one (entity, relation): the triple ids reaching its
-        neighbours, in neighbour name (MID) order; ``sample_at`` or more → a seeded sample of
-        ``num_retain_entity`` of them, kept in MID order (ToG samples at random)."""
+        neighbours, in neighbour name (MID) order. Under LLM pruning only, ``sample_at`` or more
+        → a seeded sample of ``num_retain_entity`` of them, kept in MID order (the release:
+        ``if args.prune_tools == "llm": if len(entity_candidates_id) >= 20: random.sample(...)``);
+        bm25 and embedding pruning see every neighbour and keep the top W of them
+        (:meth:`score_entities`)."""
         kg = self.kg
         tids = kg.in_triples(entity) if back else kg.out_triples(entity)
         nb_of = kg.heads if back else kg.tails
         tids = [int(x) for x in tids if kg.rels[x] == rel and int(nb_of[x]) != entity]
         tids = sorted(tids, key=lambda x: kg.entity_names[int(nb_of[x])])
-        if len(tids) >= self.sample_at:
+        if self.pruner.backend == "llm" and len(tids) >= self.sample_at:
             key = f"{self.seed}|{kg.entity_names[entity]}|{kg.relation_names[rel]}|{int(back)}"
             pick = random.Random(key).sample(range(len(tids)), min(self.num_retain, len(tids)))
             tids = [tids[i] for i in sorted(pick)]
@@ -384,7 +416,10 @@ class ToG(BaseReasoner):
     def score_entities(self, t: Trace, q: str, p: _Path, rel: int, back: bool, rel_score: float,
                        s: _Search) -> list[_Path]:
         """Step 4, entity scoring for ONE (entity, relation): one call when it has two or more
-        neighbours (one takes the relation's score); score = entity score × relation score."""
+        neighbours (one takes the relation's score); score = entity score × relation score.
+        bm25 / embedding pruning (the release's ``entity_score``: ``compute_bm25_similarity`` /
+        ``retrieve_top_docs`` with ``args.width``) keep only the top W neighbours of the relation,
+        all-zero scores among them made uniform ``1/W``; ties keep MID order."""
         kg = self.kg
         tids = self.explore_entities(p.entity, rel, back)
         s.seen_triples.update(tids)
@@ -399,7 +434,9 @@ class ToG(BaseReasoner):
             texts = [f"{kg.relation_names[rel]} {n}" for n in names]
             sc = self.pruner.scores(q, names, texts, t, "entities", context=f"Relation: {rname}")
             sc = np.full(len(nbs), 1.0 / len(nbs)) if sc is None else sc
-            sc = sc if self.pruner.backend == "llm" else uniform_if_zero(sc)
+            if self.pruner.backend != "llm":  # the release keeps the top W per relation
+                keep = np.sort(top_w(sc, self.width))  # the W best, kept in MID order
+                nbs, tids, sc = [nbs[i] for i in keep], [tids[i] for i in keep], uniform_if_zero(sc[keep])
         return [_Path(nb, p.topic, p.chain + ((int(kg.heads[x]), rel, int(kg.tails[x]), back),),
                       float(sc[i]) * rel_score) for i, (nb, x) in enumerate(zip(nbs, tids))]
 

@@ -18,6 +18,15 @@
   are merged into the next global query vector.
 * **Batching**: :meth:`PartitionedRetriever.retrieve_many` reorders queries by the partition set
   of their seeds so queries with similar subgraph needs run back to back, then restores order.
+* **Backends** (``backend``; Table 3's "Exp. 4: backend"): how a partition's local expansion
+  (Alg. 1, line 6: the active subjects' triples in the partition's local CSR) is computed.
+  ``numpy`` (default: vectorised index ranges), ``numba`` (a compiled loop over the active rows),
+  ``scipy`` (the partition's incidence matrix, built when it is loaded, times the active rows'
+  indicator vector: the paper's "local retrieval within each subgraph using incidence matrices"),
+  ``torch`` / ``torch_cuda`` (the partition's arrays as tensors on the CPU or the GPU when loaded;
+  the rows gathered with ``repeat_interleave``). Every backend activates the same triples and
+  reaches the same entities (tests/retrieval/test_partition_store.py); the routing, the cache and
+  the merge are shared.
 """
 
 from __future__ import annotations
@@ -99,6 +108,21 @@ def _gather(keys, indptr, order, out):  # pragma: no cover - jitted
         for t in range(indptr[k], indptr[k + 1]):
             out[o] = order[t]
             o += 1
+
+
+@njit(cache=True)
+def _expand_rows(indptr, loc, tids, far, out_t, out_e):  # pragma: no cover - jitted
+    """The ``numba`` backend: the triples of local rows ``loc`` (ids and far ends), in row order."""
+    o = 0
+    for j in range(len(loc)):
+        for t in range(indptr[loc[j]], indptr[loc[j] + 1]):
+            out_t[o] = tids[t]
+            out_e[o] = far[t]
+            o += 1
+
+
+#: local-expansion backends of the partitioned engine (module docstring, "Backends")
+BACKENDS = ("numpy", "numba", "scipy", "torch", "torch_cuda")
 
 
 def assign_partitions(degree: np.ndarray, n_partitions: int) -> np.ndarray:
@@ -300,6 +324,9 @@ class PartitionedRetriever(GraphRetriever):
         directory: where partitions live; ``None`` = a fresh temporary directory. A directory that
             holds partitions is opened only if they were built for this KG (``meta.json``'s
             :func:`kg_digest`), else refused; a missing layout is built under a lock.
+        backend: how a partition's local expansion is computed: ``numpy`` (default) | ``numba`` |
+            ``scipy`` | ``torch`` | ``torch_cuda`` (module docstring, "Backends"; LogosKG Table 3,
+            Exp. 4). The same triples and entities with each.
         check_kg: compare ``directory``'s partitions with this KG (one pass over its id arrays).
             ``False`` only where the caller built them from the same KG itself and must not page the
             arrays in (``python -m kgreason.bench.scale`` measures the query phase's memory).
@@ -310,11 +337,20 @@ class PartitionedRetriever(GraphRetriever):
     name = "partitioned"
 
     def __init__(self, kg: KG, *, n_partitions: int = 8, cache_size: int = 2,
-                 directory: str | None = None, load: str = "mmap", check_kg: bool = True, **kw) -> None:
+                 directory: str | None = None, load: str = "mmap", check_kg: bool = True, backend: str = "numpy",
+                 **kw) -> None:
         super().__init__(kg, **kw)
         if load not in ("mmap", "read"):
             raise ValueError(f"PartitionedRetriever: load must be 'mmap' or 'read', got {load!r}")
-        self.load = load
+        if backend not in BACKENDS:
+            raise ValueError(f"PartitionedRetriever: backend must be one of {' | '.join(BACKENDS)}, got {backend!r}")
+        if backend == "torch_cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"PartitionedRetriever(backend='torch_cuda'): torch {torch.__version__} sees no "
+                                   "CUDA device; use backend=torch for the CPU")
+        self.load, self.backend = load, backend
         self.n_partitions = int(n_partitions)
         # a directory the user named is a store that outlives the run: checked against this KG,
         # built under a lock, each layout in a temporary dir renamed into place (storage/__init__.py)
@@ -378,9 +414,63 @@ class PartitionedRetriever(GraphRetriever):
         layout, p = key
         path = self.directory / layout / f"part_{p:05d}.npz"
         if self.load == "mmap":
-            return map_npz(path)
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
+            part = map_npz(path)
+        else:
+            with np.load(path) as z:
+                part = {k: z[k] for k in z.files}
+        far = "tails" if layout == "by_head" else "heads"
+        if self.backend == "scipy":  # the partition's (local rows × local triples) incidence matrix
+            from scipy.sparse import csr_matrix
+
+            nnz = len(part["tids"])
+            part["incidence"] = csr_matrix((np.ones(nnz, dtype=np.int8), np.arange(nnz, dtype=np.int64),
+                                            np.asarray(part["indptr"], dtype=np.int64)), shape=(len(part["keys"]), nnz))
+        elif self.backend in ("torch", "torch_cuda"):
+            import torch
+
+            dev = "cuda" if self.backend == "torch_cuda" else "cpu"
+            part["torch"] = {k: torch.from_numpy(np.array(part[k], dtype=np.int64)).to(dev)  # a copy: mmaps are read-only
+                             for k in ("keys", "indptr", "tids", "rels", far)}
+        return part
+
+    def _local(self, part, ents: np.ndarray, far: str, rel_mask) -> tuple[np.ndarray, np.ndarray]:
+        """Alg. 1, line 6, in one partition: ``(triple ids, far ends)`` of the rows of ``ents``
+        (sorted subjects the partition holds), by this retriever's backend."""
+        if self.backend in ("torch", "torch_cuda"):
+            import torch
+
+            t = part["torch"]
+            e = torch.from_numpy(np.ascontiguousarray(ents, dtype=np.int64)).to(t["keys"].device)
+            loc = torch.searchsorted(t["keys"], e)
+            starts, lens = t["indptr"][loc], t["indptr"][loc + 1] - t["indptr"][loc]
+            offs = torch.repeat_interleave(starts - torch.cumsum(lens, 0) + lens, lens)
+            idx = offs + torch.arange(int(lens.sum()), device=offs.device)
+            if rel_mask is not None:
+                idx = idx[torch.from_numpy(rel_mask).to(idx.device)[t["rels"][idx]]]
+            return t["tids"][idx].cpu().numpy(), t[far][idx].cpu().numpy()
+        loc = np.searchsorted(part["keys"], ents)
+        if self.backend == "scipy":
+            from scipy.sparse import csr_matrix
+
+            q = csr_matrix((np.ones(len(loc), dtype=np.int8), (np.zeros(len(loc), dtype=np.int64), loc)),
+                           shape=(1, part["incidence"].shape[0]))
+            idx = np.sort((q @ part["incidence"]).indices).astype(np.int64)
+        elif self.backend == "numba":
+            indptr = np.asarray(part["indptr"])
+            n = int((indptr[loc + 1] - indptr[loc]).sum())
+            out_t, out_e = np.empty(n, dtype=part["tids"].dtype), np.empty(n, dtype=part[far].dtype)
+            _expand_rows(indptr, loc.astype(np.int64), part["tids"], part[far], out_t, out_e)
+            if rel_mask is None:
+                return out_t, out_e
+            keep = rel_mask[self.kg.rels[out_t]]
+            return out_t[keep], out_e[keep]
+        else:
+            starts, ends = part["indptr"][loc], part["indptr"][loc + 1]
+            lens = ends - starts
+            idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+        if rel_mask is not None:
+            idx = idx[rel_mask[part["rels"][idx]]]
+        return part["tids"][idx], part[far][idx]
 
     @property
     def loads(self) -> int:
@@ -396,7 +486,7 @@ class PartitionedRetriever(GraphRetriever):
 
     def stats(self) -> dict:
         return {"loads": self.cache.loads, "hits": self.cache.hits, "evictions": self.cache.evictions,
-                "cache_size": self.cache.capacity, "n_partitions": self.n_partitions}
+                "cache_size": self.cache.capacity, "n_partitions": self.n_partitions, "backend": self.backend}
 
     def _hop(self, active, rel_mask, deadline):
         # merged global t^(h) and q^(h+1) (Alg. 1, line 7): the partitions' local results are
@@ -410,14 +500,9 @@ class PartitionedRetriever(GraphRetriever):
                 if deadline is not None and time.perf_counter() > deadline:
                     raise QueryTimeout
                 part = self.cache.get((layout, p))
-                loc = np.searchsorted(part["keys"], ents[pids == p])
-                starts, ends = part["indptr"][loc], part["indptr"][loc + 1]
-                lens = ends - starts
-                idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
-                if rel_mask is not None:
-                    idx = idx[rel_mask[part["rels"][idx]]]
-                tparts.append(part["tids"][idx])
-                eparts.append((part["tails"] if layout == "by_head" else part["heads"])[idx])
+                tids, far = self._local(part, ents[pids == p], "tails" if layout == "by_head" else "heads", rel_mask)
+                tparts.append(tids)
+                eparts.append(far)
         if not tparts:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
         return (np.unique(np.concatenate(tparts)).astype(np.int64, copy=False),

@@ -12,7 +12,9 @@
   identical, or the first example and field that differ. Fields that describe what a run spent,
   not what it answered (``llm/calls``, ``llm/cache_hits``, ``llm/cost_usd``, latencies, seconds,
   ``prepare/*``: set-up work, which depends on what was cached), are left out of the comparison:
-  a replay pays for nothing. ``--out`` must be a new or empty folder (an earlier replay's finished
+  a replay pays for nothing. A record that later code adds and an older bundle lacks
+  (:data:`ADDED_SINCE`: the funnel of issue 72, ``extra.funnel`` and ``funnel/*``) is not a
+  difference when only the replay has it; where the bundle has it, it is compared. ``--out`` must be a new or empty folder (an earlier replay's finished
   runs there would be resumed, not replayed). Overrides of where a run writes (``paths.*``,
   ``*.cache_dir``, ``*.store_dir``, ``*.index_dir``, ``*.directory``) are left out: a replay
   writes where this machine's defaults say, never where a bundle says.
@@ -39,6 +41,10 @@ from kgreason.storage.callstore import LLM_STORE
 
 #: leaf names that describe what a run spent or how long it took, not what it answered
 SPENT = frozenset({"calls", "cache_hits", "cost_usd", "latency_s", "cached", "seconds"})
+#: records kgreason added to rows and metrics after bundles were made: a replay of an older bundle
+#: writes them and the bundle lacks them, which says nothing about the answers (issue 72's funnel:
+#: ``extra["funnel"]``, ``funnel/<stage>``, ``funnel/_stages``)
+ADDED_SINCE = ("funnel",)
 #: launch overrides a replay sets itself
 DROPPED = ("llm_cache.", "hydra.", "tracking", "+llm_cache.", "++llm_cache.")
 #: where a run writes besides its run dir (caches, stores, indexes, partitions, the path roots): a
@@ -59,12 +65,19 @@ def _spent(key: str) -> bool:
     return leaf in SPENT or leaf.endswith(("_s", "_seconds")) or leaf.startswith("seconds")
 
 
+def _added_since(key: str) -> bool:
+    return any(key == p or key.startswith(p + "/") for p in ADDED_SINCE)
+
+
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:
-    """The path of the first field where ``a`` and ``b`` differ (spending fields ignored), or None."""
+    """The path of the first field where ``a`` (the bundle's) and ``b`` (the replay's) differ, or
+    None: spending fields ignored, and a record of :data:`ADDED_SINCE` that only ``b`` holds."""
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b), key=str):
             if _spent(str(k)):
                 continue
+            if k not in a and _added_since(str(k)):
+                continue  # a bundle made before kgreason recorded it
             if k not in a or k not in b:
                 return f"{path}.{k}".lstrip(".")
             d = first_difference(a[k], b[k], f"{path}.{k}")

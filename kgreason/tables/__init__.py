@@ -9,7 +9,7 @@ Every public name is importable from ``kgreason.tables``.
 
 ``kgreason tables RUN_OR_MULTIRUN_DIR [--rows reasoner,ablation] [--cols dataset,metric]
 [--metrics hits_at_1,f1] [--ci bootstrap|none] [--boot 2000] [--ci-level 0.95]
-[--baseline reasoner=io] [--paper [PRESET]] [--out DIR]``
+[--baseline reasoner=io] [--paper [PRESET]] [--funnel] [--out DIR]``
 
 * :func:`collect` walks the dir for Hydra job dirs (those with ``.hydra/hydra.yaml``) and returns
   a tidy DataFrame, one row per (job, metric): ``job, dataset, reasoner, ablation, llm, kg,
@@ -53,6 +53,9 @@ Every public name is importable from ``kgreason.tables``.
   ``allow_partial``; each cell says how many errored examples it includes, shows no seed spread
   where nothing was sampled, and is flagged when its runs answered different questions
   (:mod:`~kgreason.tables.marks`); ``retrieval/retrieved_size`` stands beside ``answer_coverage``.
+* :func:`build_funnels` / :func:`write_funnels` (``--funnel``, :mod:`~kgreason.tables.funnel`): each
+  run's funnel (``funnel/*`` of metrics.json), a row per run and a column per stage in the
+  reasoner's order, ``share (count)`` per cell; runs with different stage lists get a table each.
 * :func:`plot_hops` draws ``hops.json`` counts as a bar chart (:func:`hops_figure`: a bare matplotlib Figure, no backend forced).
 """
 
@@ -63,6 +66,7 @@ from kgreason.tables.cells import (BESIDE, MAX_BOOT, CIOptions, _metric_filter, 
 from kgreason.tables.cli import boot_count, main
 from kgreason.tables.collect import (GROUPS, TIDY_COLUMNS, Collected, Job, Malformed, _failure_reason, _infos,
                                      _load_yaml, collect, collect_examples, gather, job_dirs, job_info)
+from kgreason.tables.funnel import FunnelTable, Funnels, build_funnels, render_funnels, write_funnels
 from kgreason.tables.labels import LABELS, _header, _label, metric_label, parse_labels
 from kgreason.tables.marks import cell_marks, mark_notes, no_interval_notes
 from kgreason.tables.paired import paired_comparisons, render_paired
@@ -73,7 +77,8 @@ from kgreason.tables.render import (_best_mask, _cells, _fmt, _tex_escape, capti
                                     render_markdown, render_missing, tex_label)
 from kgreason.tables.rows import RunRows, read_rows
 
-__all__ = ["BESIDE", "CIOptions", "Collected", "GROUPS", "Job", "LABELS", "is_score", "metric_label", "parse_labels",
+__all__ = ["BESIDE", "CIOptions", "Collected", "FunnelTable", "Funnels", "build_funnels", "render_funnels",
+           "write_funnels", "GROUPS", "Job", "LABELS", "is_score", "metric_label", "parse_labels",
            "tex_label", "MAX_BOOT", "Malformed", "PAPER_FIELDS", "RunRows",
            "TIDY_COLUMNS", "Tables", "boot_count", "build_tables", "caption", "cell_marks", "cell_questions", "collect",
            "collect_examples", "drop_constant_columns", "gather", "hops_figure", "job_dirs", "job_info", "load_paper",

@@ -64,8 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--label", action="append", default=None, metavar="METRIC=LABEL",
                     help="a column header of your own, e.g. --label hits_at_1=H@1 (repeat it, or give several "
                          "comma-separated); the defaults are Hits@1, F1, EM, Coverage, ... (docs/metrics.md)")
+    ap.add_argument("--funnel", action="store_true",
+                    help="instead of the results table: each run's funnel, a row per run and a column per stage "
+                         "in the reasoner's order (the share of its questions that reached it; metrics.json "
+                         "funnel/*), written to NAME_funnel.md and NAME_funnel.csv")
     args = ap.parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
+    if args.funnel:
+        return _funnel(args)
     try:
         ci = CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed)
         with readable(args.dir) as (root, bundle_out):  # a bundle (.tar.gz) is read as its sweep dir
@@ -77,5 +83,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error_text(e)}", file=sys.stderr)
         return 2
     sys.stdout.write(paths["md"].read_text())
+    print("\nwrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _funnel(args) -> int:
+    """``--funnel``: the funnel tables of the runs under ``args.dir`` (kgreason/tables/funnel.py)."""
+    from kgreason.tables.funnel import write_funnels
+
+    try:
+        with readable(args.dir) as (root, bundle_out):
+            paths = write_funnels(root, args.out or bundle_out, args.name, args.digits)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"error: {error_text(e)}", file=sys.stderr)
+        return 2
+    sys.stdout.write(paths["md"].read_text(encoding="utf-8"))
     print("\nwrote " + ", ".join(str(p) for p in paths.values()))
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kgreason.metrics.funnel import STAGES_KEY
 from kgreason.record import NOT_FINGERPRINTED
 from kgreason.tables.rows import RunRows, read_rows
 
@@ -23,8 +24,9 @@ GROUPS = ("dataset", "reasoner", "ablation", "llm", "kg", "retriever")
 TIDY_COLUMNS = ["job", *GROUPS, "variant", "seed", "metric", "value"]
 
 
-#: metrics.json key prefixes whose values must be numbers (``None``: not applicable); ``run/*`` may hold text
-MEASURES = ("metric/", "retrieval/", "judge/", "llm/")
+#: metrics.json key prefixes whose values must be numbers (``None``: not applicable); ``run/*`` may hold text,
+#: and ``funnel/_stages`` is the funnel's stage list
+MEASURES = ("metric/", "retrieval/", "judge/", "llm/", "funnel/")
 
 
 class Malformed(ValueError):
@@ -199,6 +201,7 @@ class Job:
     failed: str | None = None          # the reason of a failed.json beside the metrics.json
     fingerprint: str | None = None     # run.json's config fingerprint: repeats of one configuration share it
     finished: float = 0.0              # when its metrics.json was last written (mtime): the newest repeat wins
+    funnel_stages: list[str] | None = None  # metrics.json funnel/_stages: the reasoner's stage order (kgreason/metrics/funnel.py)
 
     def partial_text(self) -> str:
         if self.n_examples is not None and self.n_expected is not None:
@@ -344,7 +347,7 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
             continue
         job = Job(path, name, info, rows=run_rows, fingerprint=fp, finished=mpath.stat().st_mtime)
         for k, v in _in_dataset_order(doc, path):
-            if k.startswith(MEASURES) and v is not None and not isinstance(v, (int, float)):
+            if k.startswith(MEASURES) and k != STAGES_KEY and v is not None and not isinstance(v, (int, float)):
                 warnings.append(f"{name}/metrics.json: {k} is {str(v)[:40]!r} (not a number): left out of the table")
                 continue
             if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -353,6 +356,9 @@ def gather(root: str | Path, keep_hops: bool = False) -> Collected:
                     continue
                 job.metrics[k] = float(v)
                 rows.append({**info, "metric": k, "value": float(v)})
+        stages = doc.get("funnel/_stages")
+        if isinstance(stages, list):
+            job.funnel_stages = [str(x) for x in stages]
         m = job.metrics
         job.n_examples, job.n_expected = m.get("run/n_examples"), m.get("run/n_expected")
         if (path / "failed.json").exists():  # failed after writing metrics.json (e.g. the error-rate check)

@@ -12,6 +12,9 @@ records), and the run's record (``run.json``: which reasoner, KG, dataset and mo
   hypotheses claimed), SubQRAG's sub-questions (the triples each one used), and any other
   ``triples`` a step recorded. Laid out with networkx, drawn with matplotlib into an inline SVG
   (text kept as text, so the names are searchable); a table lists the same edges;
+* the funnel: which of the reasoner's stages this question passed, in stage order (its
+  ``extra["funnel"]``; the order from the run's ``metrics.json`` ``funnel/_stages``), the first
+  stage it did not reach marked (:func:`funnel_html`);
 * every model call in order, with its full prompt (every message), its replies, what was parsed
   from them and its usage, then every other trace step.
 
@@ -204,6 +207,7 @@ pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:.6em;b
 table{border-collapse:collapse;font-size:.85em} td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}
 .meta td:first-child{font-weight:bold} details{margin:.4em 0} summary{cursor:pointer}
 .role{font-weight:bold;color:#555} .err{color:#b00020} .figure svg{max-width:100%;height:auto}
+.funnel tr.yes td:last-child{color:#1a7f37} .funnel tr.no td:last-child{color:#b00020}
 """
 
 
@@ -255,9 +259,33 @@ def _call_html(i: int, s: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def question_page(row: Mapping[str, Any], record: Mapping[str, Any] | None = None, *, source: str = "") -> str:
+def funnel_html(extra: Mapping[str, Any] | None, stages: Sequence[str] = (), errored: bool = False) -> str:
+    """One question's funnel as a table: each stage in order (``stages``, then any other stage the
+    row recorded) with ``passed``, ``not reached`` or the branch taken; the first bool stage not
+    reached is marked. ``""`` when the row records no stage."""
+    from kgreason.metrics.funnel import question_funnel
+
+    got = question_funnel(extra, stages)
+    if not any(isinstance(v, str) or v is True for _, v in got) and not (extra or {}).get("funnel"):
+        return ""
+    lost = next((s for s, v in got if v is False), None)
+    rows = []
+    for stage, v in got:
+        text = f"= {v}" if isinstance(v, str) else ("passed" if v else "not reached")
+        mark = " ← first stage not reached" if stage == lost else ""
+        rows.append(f'<tr class="{"yes" if v else "no"}"><td>{_e(stage)}</td><td>{_e(text)}{_e(mark)}</td></tr>')
+    note = ("<p>This question errored: the run's funnel rates count it as reaching no stage; the stages "
+            "below are what it recorded before it failed.</p>" if errored else "")
+    return (note + '<table class="funnel"><tr><th>stage</th><th>this question</th></tr>' + "".join(rows)
+            + "</table>")
+
+
+def question_page(row: Mapping[str, Any], record: Mapping[str, Any] | None = None, *, source: str = "",
+                  stages: Sequence[str] = ()) -> str:
     """The HTML page of one prediction row (see the module docstring). ``record``: the run's
-    ``run.json`` (or what ``kgreason ask`` composed); ``source``: where the row came from."""
+    ``run.json`` (or what ``kgreason ask`` composed); ``source``: where the row came from;
+    ``stages``: the reasoner's funnel order (the run's ``metrics.json`` ``funnel/_stages``,
+    :func:`load_stages`; empty: the order the row recorded them)."""
     record = record or {}
     trace = list(row.get("trace") or [])
     preds = [str(a) for a in row.get("predictions") or ([row["prediction"]] if row.get("prediction") else [])]
@@ -287,6 +315,10 @@ def question_page(row: Mapping[str, Any], record: Mapping[str, Any] | None = Non
     cached = sum(1 for s in calls if (s.get("data") or {}).get("cached"))
     p.append(f"<p>{len(calls)} model call(s)" + (f", {cached} of them replayed from the call cache" if cached else "")
              + "</p>")
+    funnel = funnel_html(row.get("extra"), stages, errored=bool(row.get("error")))
+    if funnel:
+        p.append("<h2>Funnel: the stages this question passed</h2>")
+        p.append(funnel)
     p.append("<h2>Subgraph the method used</h2>")
     if svg:
         n = len(sub["edges"])
@@ -343,6 +375,15 @@ def load_record(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def load_stages(run_dir: Path) -> list[str]:
+    """The run's funnel stage order (``metrics.json`` ``funnel/_stages``; empty when it has none)."""
+    try:
+        stages = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")).get("funnel/_stages")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(x) for x in stages] if isinstance(stages, list) else []
+
+
 def write_page(run_dir: str | Path, example_id: str, out: str | Path | None = None) -> Path:
     """Write the page of one example of a finished (or partial) run; default
     ``<run dir>/questions/question_<id>.html``. Returns its path."""
@@ -351,15 +392,16 @@ def write_page(run_dir: str | Path, example_id: str, out: str | Path | None = No
         run_dir = run_dir.parent
     row = load_row(run_dir, example_id)
     out = Path(out) if out else run_dir / "questions" / page_name(example_id)
-    page = question_page(row, load_record(run_dir), source=str(run_dir))
+    page = question_page(row, load_record(run_dir), source=str(run_dir), stages=load_stages(run_dir))
     out.parent.mkdir(parents=True, exist_ok=True)
     return write_text_file(out, page)  # whole or not at all (never an empty page); an error names the file
 
 
 def show_main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kgreason show",
-                                 description="One example of a run as an HTML page: its answer, every model call "
-                                             "(prompt and reply) and a drawing of the subgraph the method used.")
+                                 description="One example of a run as an HTML page: its answer, the funnel stages it "
+                                             "passed, every model call (prompt and reply) and a drawing of the "
+                                             "subgraph the method used.")
     ap.add_argument("run_dir", help="a run dir (holds predictions.jsonl and run.json), or its predictions.jsonl")
     ap.add_argument("example_id", help="the example's id (the `id` of its predictions.jsonl row)")
     ap.add_argument("--out", default=None, help="the page to write (default <run dir>/questions/question_<id>.html)")
@@ -375,4 +417,5 @@ def show_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["subgraph_of", "draw_svg", "question_page", "page_name", "load_row", "write_page", "show_main"]
+__all__ = ["subgraph_of", "draw_svg", "funnel_html", "question_page", "page_name", "load_row", "load_stages",
+           "write_page", "show_main"]

@@ -344,3 +344,45 @@ def test_answer_coverage_n_paths_is_not_applicable_without_the_n_path_entities()
 
     p = Prediction(example_id="x", answers=("a",), extra={"retrieved": ["a"]})
     assert METRICS["answer_coverage_n_paths"].per_example(p, Example(id="x", question="?", answers=("a",))) is None
+
+
+# ----------------------------------------------------------------------------- funnel (issue 72, item 3)
+def _chain_kg():
+    """``Hub -alpha.kind.to-> Ann -beta.kind.to-> Bob``: two steps, one super-relation each way."""
+    from kgreason.kg.store import KG
+
+    return KG.from_triples([("Hub", "alpha.kind.to", "Ann"), ("Ann", "beta.kind.to", "Bob")], name="chain")
+
+
+CHAIN_Q = Example(id="chain", question="Where does Hub lead in two steps?", answers=("Bob",), topic_entities=("Hub",))
+
+
+def test_the_funnel_counts_the_stages_the_script_drives():
+    """Step 1: scores parsed, a path extracted, "continue"; step 2: an unreadable score reply
+    (uniform scores), a path extracted all the same, "answer now"; answered from the paths."""
+    llm = ScriptedLLM(rules=[
+        {"pattern": r"^TASK: score", "reply": ["alpha.kind: 0.9", "no idea"]},
+        {"pattern": r"^TASK: decide", "reply": ["No", "Yes"]},
+        {"pattern": r"^TASK: answer", "reply": "Answer: Bob"}])
+    r = ReKnoS(kg=_chain_kg(), llm=llm, width=1, depth=3, use_backward=False)
+    assert r.funnel == ("topics_linked", "scored_step1", "extracted_step1", "answer_step1", "scored_step2",
+                        "extracted_step2", "answer_step2", "scored_step3", "extracted_step3", "answer_step3",
+                        "answered_by")
+    assert r.answer(CHAIN_Q).extra["funnel"] == {
+        "topics_linked": True, "scored_step1": True, "extracted_step1": True, "answer_step1": False,
+        "scored_step2": False, "extracted_step2": True, "answer_step2": True, "answered_by": "paths"}
+
+
+def test_the_funnel_of_a_search_that_runs_out_of_candidates_and_of_no_topic():
+    llm = _llm(score="alpha.kind: 0.9\nbeta.kind: 0.5", decide="No", answer="Answer: Bob")
+    r = ReKnoS(kg=_chain_kg(), llm=llm, width=1, depth=3, use_backward=False)
+    f = r.answer(CHAIN_Q).extra["funnel"]
+    # step 3: Bob has no forward super-relation, so no scoring call and nothing extracted
+    assert f == {"topics_linked": True, "scored_step1": True, "extracted_step1": True, "answer_step1": False,
+                 "scored_step2": True, "extracted_step2": True, "answer_step2": False, "extracted_step3": False,
+                 "answered_by": "paths"}
+    nowhere = Example(id="n", question="?", answers=("Bob",), topic_entities=("Nowhere",))
+    assert ReKnoS(kg=_chain_kg(), llm=_llm(), depth=2).answer(nowhere).extra["funnel"] == {
+        "topics_linked": False, "answered_by": "no_paths"}
+    assert ReKnoS(kg=_chain_kg(), llm=_llm(), depth=2, on_empty="abstain").answer(nowhere).extra["funnel"] == {
+        "topics_linked": False, "answered_by": "abstained"}

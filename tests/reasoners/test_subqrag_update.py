@@ -248,3 +248,20 @@ def test_extract_passages_defaults_to_every_passage_read(tmp_path):
 
     assert compose_cfg(["reasoner=subqrag"], tmp_path).reasoner.extract_passages is None
     assert compose_cfg(["reasoner=subqrag", "ablation=subqrag_extract_top2"], tmp_path / "a").reasoner.extract_passages == 2
+
+
+def test_the_funnel_counts_the_stages_the_script_drives(tmp_path, emb_dir):
+    """EX0: three sub-questions (decomposed), ``#1`` filled in (rewritten), the first answered
+    from the graph's triples, the second falling back to the passages and writing one triple
+    (Eq. 4), the memory non-empty. EX1 then: one sub-question (not decomposed), answered from the
+    triple EX0 wrote, no fallback, nothing written."""
+    r, _ = _reasoner(tmp_path, emb_dir)
+    assert r.funnel == ("decomposed", "rewritten", "graph_answered", "fell_back", "graph_written", "memory_nonempty")
+    p0, p1 = r.answer(EX0), r.answer(EX1)
+    assert p0.extra["funnel"] == dict.fromkeys(r.funnel, True)
+    assert p1.extra["funnel"] == {"decomposed": False, "rewritten": False, "graph_answered": True,
+                                  "fell_back": False, "graph_written": False, "memory_nonempty": True}
+    # ablations switch their stage off: no decomposition, no rewriting, no write-back
+    r2, _ = _reasoner(tmp_path, emb_dir, update=False, rewriting=False, update_scope="question")
+    f = r2.answer(EX0).extra["funnel"]
+    assert (f["decomposed"], f["rewritten"], f["fell_back"], f["graph_written"]) == (True, False, True, False)

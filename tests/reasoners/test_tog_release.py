@@ -208,3 +208,95 @@ def test_an_entity_reached_by_two_relations_is_explored_once():
     first = _prompts(llm, "TASK: decide")[0]
     assert "quillmark | registry.package.maintainer | Odile Brandt" in first
     assert "quillmark | registry.package.author | Odile Brandt" in first  # both triplets are kept
+
+
+# ------------------------------------------------------------------ lexical / embedding pruning (issue 72, item 7)
+HUB = [(f"m.film{i:02d}", "film.film.starring", "m.actor") for i in range(30)]
+HUB += [("m.film07", "film.film.genre", "m.drama"), ("m.actor", "people.person.nationality", "m.usa")]
+
+
+def _hub_tog(prune, width=3):
+    kg = KG.from_triples(HUB)
+    return ToG(kg=kg, llm=ScriptedLLM(default="{No}"), prune=prune, width=width, depth=1), kg
+
+
+def test_lexical_and_embedding_pruning_see_every_neighbour_without_a_sample():
+    """main_freebase.py samples ``num_retain_entity`` neighbours of a relation with >= 20 of them
+    only inside ``if args.prune_tools == "llm"``: bm25 and SentenceBERT pruning score all 30."""
+    for prune in ("bm25", "embedding"):
+        r, kg = _hub_tog(prune)
+        rel = kg.relation_names.index("film.film.starring")
+        assert len(r.explore_entities(kg.entity_id("m.actor"), rel, True)) == 30, prune
+    r, kg = _hub_tog("llm")
+    rel = kg.relation_names.index("film.film.starring")
+    assert len(r.explore_entities(kg.entity_id("m.actor"), rel, True)) == 5  # LLM pruning still samples
+
+
+def test_lexical_and_embedding_pruning_keep_the_top_w_neighbours_of_each_relation():
+    """freebase_func.entity_score: with bm25 (``compute_bm25_similarity(question, candidates,
+    args.width)``) or SentenceBERT (``retrieve_top_docs(..., args.width)``) a relation keeps its
+    top W neighbours; all-zero scores among them become uniform ``1/W``."""
+    from kgreason.reasoners.tog import _Path, _Search
+    from kgreason.reasoners.base import Trace
+
+    for prune, width in (("bm25", 2), ("bm25", 4), ("embedding", 3)):
+        r, kg = _hub_tog(prune, width)
+        actor = kg.entity_id("m.actor")
+        rel = kg.relation_names.index("film.film.starring")
+        s = _Search.start([actor])
+        q = "Which film numbered m.film07 stars the actor?"
+        got = r.score_entities(Trace(), q, _Path(actor, actor), rel, True, 1.0, s)
+        assert len(got) == width, (prune, width)
+        assert len(s.seen_triples) == 30  # every neighbour was looked at
+        if prune == "bm25":  # the one neighbour the question names is among the kept, by its score
+            best = max(got, key=lambda p: p.score)
+            assert kg.entity_names[best.entity] == "m.film07" and best.score > min(p.score for p in got)
+    # all-zero lexical scores: uniform over the W kept, in MID order
+    r, kg = _hub_tog("bm25", 2)
+    actor = kg.entity_id("m.actor")
+    got = r.score_entities(Trace(), "zzz", _Path(actor, actor), kg.relation_names.index("film.film.starring"), True,
+                           0.5, _Search.start([actor]))
+    assert [kg.entity_names[p.entity] for p in got] == ["m.film00", "m.film01"]
+    assert [p.score for p in got] == [0.25, 0.25]
+
+
+# ------------------------------------------------------------------ funnel (issue 72, item 3)
+def _funnel(pred):
+    return pred.extra["funnel"]
+
+
+def test_the_funnel_of_a_yes_at_depth_one():
+    r, _ = _tog([_quillmark(TWO),
+                 {"pattern": r"^TASK: decide", "reply": "{Yes}. So the answer is {Larkspur Labs}."}])
+    assert r.funnel == ("topics_linked", "relations_kept_depth1", "entities_kept_depth1", "yes_depth1",
+                        "relations_kept_depth2", "entities_kept_depth2", "yes_depth2", "answered_by")
+    assert _funnel(r.answer(EX)) == {"topics_linked": True, "relations_kept_depth1": True,
+                                     "entities_kept_depth1": True, "yes_depth1": True, "answered_by": "yes"}
+
+
+def test_the_funnel_of_no_at_depth_one_then_half_stop_at_depth_two():
+    r, _ = _tog([_quillmark(TWO), _odile("no relation helps"),
+                 {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."},
+                 {"pattern": r"^TASK: answer the question from", "reply": "Answer: Larkspur Labs"}])
+    assert _funnel(r.answer(EX)) == {
+        "topics_linked": True, "relations_kept_depth1": True, "entities_kept_depth1": True, "yes_depth1": False,
+        "relations_kept_depth2": False, "entities_kept_depth2": False, "answered_by": "triplets"}
+
+
+def test_the_funnel_of_the_empty_path_prompts():
+    # no topic entity: the release's generate_without_explored_paths
+    r, _ = _tog([{"pattern": r"^TASK: answer", "reply": "Answer: x"}])
+    ex = Example("q2", "Where does the person behind nowhere-pkg work?", topic_entities=("nowhere-pkg",))
+    assert _funnel(r.answer(ex)) == {"topics_linked": False, "answered_by": "without_knowledge"}
+    # the beam emptied at depth 1: the answer prompt with no triplet
+    r, _ = _tog([_quillmark("no relation helps"), {"pattern": r"^TASK: answer", "reply": "Answer: x"}])
+    assert _funnel(r.answer(EX)) == {"topics_linked": True, "relations_kept_depth1": False,
+                                     "entities_kept_depth1": False, "answered_by": "no_triplet"}
+    r, _ = _tog([_quillmark("no relation helps")], on_empty="abstain")
+    assert _funnel(r.answer(EX))["answered_by"] == "abstained"
+    # {No} at depth D: without knowledge again
+    rules = [_quillmark(TWO), _odile("1. {registry.person.employer (Score: 1.0)}: the employer"),
+             {"pattern": r"^TASK: decide", "reply": "{No}. More is needed."}, {"pattern": r"^TASK: answer", "reply": "A"}]
+    f = _funnel(_tog(rules)[0].answer(EX))
+    assert [f[f"yes_depth{d}"] for d in (1, 2)] == [False, False] and f["entities_kept_depth2"] is True
+    assert f["answered_by"] == "without_knowledge"

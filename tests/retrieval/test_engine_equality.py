@@ -26,6 +26,10 @@ ENGINES = {
     "igraph": lambda kg, **kw: IgraphRetriever(kg, **kw),
     "graphblas": lambda kg, **kw: GraphBLASRetriever(kg, **kw),
     "partitioned": lambda kg, **kw: PartitionedRetriever(kg, n_partitions=3, cache_size=1, **kw),
+    # the partitioned engine's other local-expansion backends (LogosKG Table 3, Exp. 4)
+    "partitioned_numba": lambda kg, **kw: PartitionedRetriever(kg, n_partitions=3, cache_size=1, backend="numba", **kw),
+    "partitioned_scipy": lambda kg, **kw: PartitionedRetriever(kg, n_partitions=3, cache_size=1, backend="scipy", **kw),
+    "partitioned_torch": lambda kg, **kw: PartitionedRetriever(kg, n_partitions=3, cache_size=1, backend="torch", **kw),
 }
 SEMANTICS = ["within", "exact", "walk"]
 DIRECTIONS = ["out", "in", "both"]

@@ -187,3 +187,33 @@ def test_torch_cuda_without_cuda_is_a_clear_error():
         pytest.skip("a CUDA device is present")
     with pytest.raises(RuntimeError, match=r"device='cuda'.*no CUDA device.*retriever=torch"):
         TorchRetriever(synthetic_kg(50, 100), device="cuda")
+
+
+@pytest.mark.gpu
+def test_partitioned_torch_cuda_backend_equals_numba():
+    """LogosKG Table 3's Torch-GPU row: the partitioned engine with its local expansion on the GPU
+    answers as the in-memory engine, with and without a relation filter, every direction."""
+    from kgreason.retrieval.partitioned import PartitionedRetriever
+
+    kg = synthetic_kg(5000, 40000, seed=9)
+    rng = np.random.default_rng(4)
+    seed_sets = [rng.choice(kg.n_entities, size=int(rng.integers(1, 21)), replace=False).tolist() for _ in range(8)]
+    for d in ("out", "in", "both"):
+        gpu = PartitionedRetriever(kg, n_partitions=8, cache_size=2, backend="torch_cuda", direction=d, max_paths=0)
+        ref = NumbaRetriever(kg, direction=d, max_paths=0)
+        for rels in (None, [0, 2, 5]):
+            for s, got in zip(seed_sets, gpu.retrieve_many(seed_sets, 3, rels)):
+                assert_same(got, ref.retrieve(s, 3, rels), f"{d} rels={rels} seeds={s}")
+
+
+def test_partitioned_torch_cuda_without_cuda_is_a_clear_error():
+    import torch
+
+    from kgreason.retrieval.partitioned import PartitionedRetriever
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(RuntimeError, match=r"backend='torch_cuda'.*no CUDA device.*backend=torch"):
+        PartitionedRetriever(synthetic_kg(50, 100), backend="torch_cuda")
+    with pytest.raises(ValueError, match="backend must be one of numpy"):
+        PartitionedRetriever(synthetic_kg(50, 100), backend="cupy")

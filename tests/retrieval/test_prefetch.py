@@ -92,12 +92,16 @@ def test_run_hop_distribution_uses_batched_engine(tmp_path, monkeypatch):
     a, b = tmp_path / "run_engine", tmp_path / "scipy"
     run(compose_cfg(common + ["reports.engine=run", "reports.batch=8"], a), a)
     assert calls and all(c[1:] == (4, "within", False, 0) for c in calls)
-    assert sum(c[0] for c in calls) <= 20 and max(c[0] for c in calls) <= 8
+    ha = json.loads((a / "hops.json").read_text())
+    # one seed set per example (per-example figure) and one per distinct linked gold (Fig. 2's pairs)
+    golds = {g for ps in ha["per_pair"].values() for _, g, d in ps if d != "unlinked"}
+    assert sum(c[0] for c in calls) <= 20 + len(golds) and max(c[0] for c in calls) <= 8
     calls.clear()
     run(compose_cfg(common + ["reports.engine=scipy"], b), b)
     assert not calls
-    ha, hb = (json.loads((d / "hops.json").read_text()) for d in (a, b))
+    hb = json.loads((b / "hops.json").read_text())
     assert ha["counts"] == hb["counts"] and ha["per_example"] == hb["per_example"]
+    assert ha["per_pair"] == hb["per_pair"] and ha["counts_per_example"] == hb["counts_per_example"]
 
 
 def test_hop_engine_auto_picks_batched_engines(tmp_path, monkeypatch):
