@@ -126,6 +126,9 @@ class ChatRequest:
     seed: int | None = None
     logprobs: bool = False
     sample_index: int = 0  # distinguishes repeated sampled calls with otherwise equal requests
+    # the JSON schema (canonical JSON text) of the reply's form, for structured output
+    # (``llm.structured_output``); None = free text. Part of the cache key only when set.
+    json_schema: str | None = None
 
     @staticmethod
     def of(prompt: str, system: str | None = None, **kw: Any) -> "ChatRequest":
@@ -148,6 +151,9 @@ class Usage:
     replies_cut: int = 0  # replies cut at the backend's max_reply_chars
     sampled_calls: int = 0  # requests made at temperature > 0 (counted by the metering layer, hits included)
     replies_cleaned: int = 0  # replies whose lone UTF-16 surrogates the backend replaced with U+FFFD
+    # the part of prompt_tokens the backend did not compute because a cached prefix held them
+    # (llama.cpp's prefix/state cache, OpenAI's ``cached_tokens``): computed = prompt - reused
+    prompt_tokens_reused: int = 0
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))

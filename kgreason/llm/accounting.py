@@ -36,10 +36,13 @@ log = logging.getLogger("kgreason.llm")
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per 1M input (prompt) and output (completion) tokens."""
+    """USD per 1M input (prompt) and output (completion) tokens; ``cached_input``: per 1M prompt
+    tokens the provider served from its prompt cache (``usage.prompt_tokens_details.cached_tokens``;
+    None = billed as ``input``)."""
 
     input: float = 0.0
     output: float = 0.0
+    cached_input: float | None = None
 
 
 @dataclass
@@ -58,9 +61,12 @@ class PriceTable:
                 out[str(model)] = p
                 continue
             try:
-                out[str(model)] = Price(float(p.get("input", 0.0)), float(p.get("output", 0.0)))
+                cached = p.get("cached_input")
+                out[str(model)] = Price(float(p.get("input", 0.0)), float(p.get("output", 0.0)),
+                                        None if cached is None else float(cached))
             except (AttributeError, TypeError, ValueError) as e:
-                raise ValueError(f"prices.{model}: expected {{input: USD/1M, output: USD/1M}}, got {p!r}") from e
+                raise ValueError(f"prices.{model}: expected {{input: USD/1M, output: USD/1M, cached_input: USD/1M "
+                                 f"(optional)}}, got {p!r}") from e
         return PriceTable(out)
 
     def lookup(self, model: str) -> Price | None:
@@ -69,24 +75,29 @@ class PriceTable:
         keys = [k for k in self.prices if model.startswith(k)]
         return self.prices[max(keys, key=len)] if keys else None
 
-    def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
-        """USD for one call; 0 (with a one-time warning) for a model not in the table."""
+    def cost(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        """USD for one call; 0 (with a one-time warning) for a model not in the table.
+        ``cached_tokens`` of the prompt tokens are priced at ``cached_input`` where the table gives it."""
         p = self.lookup(model)
         if p is None:
             if self.prices and model not in self._warned:
                 self._warned.add(model)
                 log.warning("no price for model %r in the price table: cost counted as 0", model)
             return 0.0
-        return (prompt_tokens * p.input + completion_tokens * p.output) / 1e6
+        cached = min(max(int(cached_tokens), 0), int(prompt_tokens)) if p.cached_input is not None else 0
+        return ((prompt_tokens - cached) * p.input + cached * (p.cached_input or 0.0)
+                + completion_tokens * p.output) / 1e6
 
 
 def call_usage(prompt_tokens: int, completion_tokens: int, latency_s: float, cost_usd: float = 0.0,
-               reasoning_tokens: int = 0) -> Usage:
+               reasoning_tokens: int = 0, prompt_tokens_reused: int = 0) -> Usage:
     """Usage of one backend call (``calls=1``). ``reasoning_tokens``: the part of
     ``completion_tokens`` a reasoning model spent reasoning (OpenAI counts and bills them as
-    completion tokens, so the cost needs nothing more)."""
+    completion tokens, so the cost needs nothing more). ``prompt_tokens_reused``: the part of
+    ``prompt_tokens`` a prefix cache held (not computed)."""
     return Usage(calls=1, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
-                 latency_s=float(latency_s), cost_usd=float(cost_usd), reasoning_tokens=int(reasoning_tokens))
+                 latency_s=float(latency_s), cost_usd=float(cost_usd), reasoning_tokens=int(reasoning_tokens),
+                 prompt_tokens_reused=min(int(prompt_tokens_reused), int(prompt_tokens)))
 
 
 def split_usage(total: Usage, n: int) -> list[Usage]:
@@ -101,7 +112,8 @@ def split_usage(total: Usage, n: int) -> list[Usage]:
         out.append(Usage(calls=part(total.calls), cache_hits=part(total.cache_hits),
                          prompt_tokens=part(total.prompt_tokens), completion_tokens=part(total.completion_tokens),
                          latency_s=total.latency_s / n, cost_usd=total.cost_usd / n,
-                         reasoning_tokens=part(total.reasoning_tokens), sampled_calls=part(total.sampled_calls)))
+                         reasoning_tokens=part(total.reasoning_tokens), sampled_calls=part(total.sampled_calls),
+                         prompt_tokens_reused=part(total.prompt_tokens_reused)))
     return out
 
 
@@ -135,6 +147,7 @@ first example (form, rows, dtype, build_precision, build_s): counted as ``prepar
 _LEDGER: ContextVar["Ledger | None"] = ContextVar("kgreason_llm_ledger", default=None)
 _PURPOSE: ContextVar[str | None] = ContextVar("kgreason_llm_purpose", default=None)
 _SCORE_HIT: ContextVar[list | None] = ContextVar("kgreason_score_hit", default=None)
+_SCORE_USAGE: ContextVar[list | None] = ContextVar("kgreason_score_usage", default=None)
 
 
 class Ledger:
@@ -274,7 +287,8 @@ def credit_cached(usage: Usage) -> None:
     if led is not None:
         led.add(_PURPOSE.get() or "answer", Usage(cache_hits=1, prompt_tokens=usage.prompt_tokens,
                                                   completion_tokens=usage.completion_tokens,
-                                                  reasoning_tokens=usage.reasoning_tokens))
+                                                  reasoning_tokens=usage.reasoning_tokens,
+                                                  prompt_tokens_reused=usage.prompt_tokens_reused))
 
 
 def mark_score_cached() -> None:
@@ -282,6 +296,22 @@ def mark_score_cached() -> None:
     flag = _SCORE_HIT.get()
     if flag is not None:
         flag[0] = True
+
+
+def report_score_usage(prompt_tokens: int, prompt_tokens_reused: int = 0) -> None:
+    """Called by a backend's ``score`` (and by the call cache when it replays a stored one): the
+    tokens the scoring call read (its prompt and every candidate's tokens) and how many of them a
+    cached prefix held. The metering layer adds them to the call's usage (``llm/score/prompt_tokens``,
+    tokens per question); a ``score`` outside a metered call reports into nothing."""
+    box = _SCORE_USAGE.get()
+    if box is not None:
+        box[0] = (int(prompt_tokens), min(int(prompt_tokens_reused), int(prompt_tokens)))
+
+
+def last_score_usage() -> tuple[int, int] | None:
+    """What the innermost :func:`report_score_usage` reported in the current metered ``score``."""
+    box = _SCORE_USAGE.get()
+    return None if box is None else box[0]
 
 
 def sample_index(example_id: str | None, purpose: str, order: int) -> int:
@@ -322,8 +352,10 @@ class MeteredLLM:
     ``sampled_calls`` = the requests made at temperature > 0. With ``seed`` (the run's seed;
     ``run.build`` always gives it) the requests are first :func:`seeded`: a sampled request carries
     the seed and its sample index to the call cache (its key) and the backend.
-    ``score``: one call per ``score()`` invocation (a cache hit counts as ``cache_hits``); its
-    tokens and cost are not reported by the backends, so they count 0.
+    ``score``: one call per ``score()`` invocation (a cache hit counts as ``cache_hits``) with the
+    tokens the backend reported reading (:func:`report_score_usage`: the prompt and the candidates'
+    tokens; a hit keeps the stored call's count; 0 where the backend or an older cache entry reports
+    none). Scoring has no completion tokens.
     """
 
     def __init__(self, inner: Any, purpose: str = "answer", seed: int | None = None) -> None:
@@ -355,7 +387,9 @@ class MeteredLLM:
 
     def score(self, prompt, candidates):
         flag = [False]
+        box: list = [None]
         token = _SCORE_HIT.set(flag)
+        token_u = _SCORE_USAGE.set(box)
         t0 = time.perf_counter()
         try:
             scores = self.inner.score(prompt, candidates)
@@ -363,7 +397,11 @@ class MeteredLLM:
             raise _where(e, "judge" if self.purpose == "judge" else "score") from None
         finally:
             _SCORE_HIT.reset(token)
-        usage = Usage(cache_hits=1) if flag[0] else Usage(calls=1, latency_s=time.perf_counter() - t0)
+            _SCORE_USAGE.reset(token_u)
+        pt, reused = box[0] if box[0] is not None else (0, 0)
+        usage = (Usage(cache_hits=1, prompt_tokens=pt, prompt_tokens_reused=reused) if flag[0]
+                 else Usage(calls=1, latency_s=time.perf_counter() - t0, prompt_tokens=pt,
+                            prompt_tokens_reused=reused))
         self._record("judge" if self.purpose == "judge" else "score", usage)
         return scores
 
@@ -378,6 +416,9 @@ def _where(e: Exception, purpose: str) -> Exception:
 def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger | None = None) -> dict[str, float]:
     """Run-level ``llm/*`` and ``judge/*`` call counts from per-example ledgers.
 
+    * ``llm/prompt_tokens_reused`` / ``llm/prompt_tokens_computed``: the prompt tokens a backend's
+      prefix cache held (llama.cpp's prefix and state cache, an API's ``cached_tokens``) and the rest,
+      which it computed (a hit keeps its call's figures); scoring calls included;
     * ``llm/calls``, ``llm/cache_hits``, ``llm/prompt_tokens``, ``llm/completion_tokens``,
       ``llm/reasoning_tokens``, ``llm/cost_usd``: every LLM call of the run, all purposes, the
       judge included; ``llm/calls`` and ``llm/cost_usd`` are what this run sent and paid (a cache
@@ -410,6 +451,8 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
         out[f"{prefix}/calls"] = u.calls
         out[f"{prefix}/cache_hits"] = u.cache_hits
         out[f"{prefix}/prompt_tokens"] = u.prompt_tokens
+        out[f"{prefix}/prompt_tokens_reused"] = u.prompt_tokens_reused
+        out[f"{prefix}/prompt_tokens_computed"] = u.prompt_tokens - u.prompt_tokens_reused
         out[f"{prefix}/completion_tokens"] = u.completion_tokens
         out[f"{prefix}/reasoning_tokens"] = u.reasoning_tokens
         out[f"{prefix}/cost_usd"] = round(u.cost_usd, 8)

@@ -17,6 +17,43 @@ from hydra.utils import instantiate
 from kgreason import progress
 from kgreason.storage.llm_cache import CachedLLM, CallStore
 
+#: the ``llm`` config key that turns structured output on (docs/llm.md, "Structured output"); it is
+#: read here and never passed to the backend's constructor
+STRUCTURED = "structured_output"
+
+
+def structured_output_refusal(cfg: Mapping[str, Any]) -> str | None:
+    """Why ``llm.structured_output=true`` cannot be honoured by the configured backend, or None.
+    Decided from the config alone, so a run refuses before it loads a model or answers anything:
+    the llama.cpp route (``llm=local``/``qwen_coder_1_5b`` with llama-cpp-python) decodes under the
+    schema's grammar; ``llm=openai`` sends ``response_format`` with the schema (OpenAI, vLLM and
+    llama.cpp servers accept it); ``llm=vllm`` uses guided decoding; the scripted test double
+    accepts it. The transformers routes (``llm=hf``, ``llm=local`` with ``route=transformers``)
+    cannot."""
+    target = str(cfg.get("_target_", ""))
+    if target.endswith("llm.local.LocalLLM"):
+        route = str(cfg.get("route", "transformers"))
+        if route == "auto":
+            import importlib.util
+
+            route = "llamacpp" if importlib.util.find_spec("llama_cpp") is not None else "transformers"
+        if route != "llamacpp":
+            return ("llm.structured_output=true needs the llama.cpp route (llm.route=llamacpp, or route=auto with "
+                    "llama-cpp-python installed: make qwen); the transformers route cannot constrain decoding")
+        return None
+    if target.endswith("llm.hf.HFCausalLM"):
+        return ("llm.structured_output=true: llm=hf (transformers) cannot constrain decoding to a schema; use the "
+                "llama.cpp route (llm=qwen_coder_1_5b after make qwen), llm=vllm or an OpenAI-compatible server")
+    return None
+
+
+def without_schema(requests):
+    """``requests`` with their ``json_schema`` removed (structured output off: the cache keys are those
+    of requests that never carried one)."""
+    import dataclasses
+
+    return [dataclasses.replace(r, json_schema=None) if getattr(r, "json_schema", None) else r for r in requests]
+
 
 def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, example_workers: int = 1,
               call_log: str | None = None):
@@ -27,6 +64,8 @@ def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, examp
     ``call_log``: the run's ``calls.jsonl`` (every cache key it used; ``kgreason bundle``)."""
     from kgreason.llm.batching import maybe_batching
 
+    if STRUCTURED in cfg:
+        cfg = {k: v for k, v in cfg.items() if k != STRUCTURED}
     readonly = cache_cfg is not None and str(cache_cfg.get("mode", "off")) == "readonly"
     if readonly and str(cfg.get("_target_", "")).endswith("llm.local.LocalLLM"):
         # a replay: the named model answers under its name from the store; its weights are found and
@@ -96,6 +135,11 @@ class LazyLLM:
         self._closed = False
         self.backend = str(cfg.get("backend", cfg.get("_target_", "?")))
         self.model = str(cfg.get("model", "?"))
+        self.structured_output = bool(cfg.get(STRUCTURED, False))
+        if self.structured_output:
+            why = structured_output_refusal(cfg)
+            if why:
+                raise ValueError(why)
 
     def get(self):
         if self._llm is None:
@@ -119,6 +163,8 @@ class LazyLLM:
 
     def generate(self, requests):
         llm = self.get()
+        if not self.structured_output:
+            requests = without_schema(requests)
         with progress.llm_calls(len(requests)):  # shown as llm_in_flight by the example progress
             return llm.generate(requests)
 

@@ -7,7 +7,8 @@ Two routes (``route:`` in ``conf/llm/local.yaml``):
   dequantises it to float32 – slow (about a minute on 2 CPU cores), so the result is written
   once with ``save_pretrained`` to ``<cache_dir>/models/<gguf stem>-<size>/`` and later loads
   read that directory (a few seconds). Generation and scoring are :class:`HFCausalLM`'s.
-* ``llamacpp``: ``llama_cpp.Llama(model_path, logits_all=True)`` on the quantised file as is.
+* ``llamacpp``: ``llama_cpp.Llama`` on the quantised file as is (:class:`LlamaCppChat`: prefix reuse,
+  grammar-constrained JSON, the model's own context window).
   ``llama-cpp-python`` is an optional extra (``pip install kgreason[llamacpp]``, an ~11-minute
   compile); it is imported only when this route is chosen.
 
@@ -31,8 +32,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kgreason import progress
-from kgreason.llm.accounting import call_usage
-from kgreason.llm.base import backend_seed
+from kgreason.llm.accounting import call_usage, report_score_usage
+from kgreason.llm.base import LLMError, backend_seed
 from kgreason.types import ChatRequest, Completion, Message
 
 log = logging.getLogger("kgreason.llm")
@@ -134,7 +135,10 @@ class LocalLLM:
         cache_dir: where the dequantised copy is saved (``null`` = ``$KGREASON_MODEL_DIR`` or
             ``~/.cache/kgreason/models``).
         batch_size, device: as :class:`~kgreason.llm.hf.HFCausalLM` (transformers route).
-        n_ctx: llama.cpp context size (llamacpp route).
+        n_ctx: llama.cpp context size (llamacpp route); None = the model's trained window (GGUF
+            metadata: 32,768 for Qwen2.5-Coder-1.5B, about 0.9 GB of KV cache at full length).
+        prefix_cache_mb: memory for the kept prompt states of the llamacpp route (0 = llama.cpp's own
+            reuse of the previous prompt's prefix only); see :class:`LlamaCppChat`.
         n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
             the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
         model: a name from :data:`kgreason.llm.models.MODELS` (the GGUF is assembled from its
@@ -148,9 +152,9 @@ class LocalLLM:
     backend = "local"
 
     def __init__(self, route: str = "transformers", package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
-                 cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int = 2048,
+                 cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int | None = None,
                  n_threads: int | None = None, model: str | None = None, sha256: str | None = None,
-                 dtype: str = "auto", defer_load: bool = False) -> None:
+                 dtype: str = "auto", defer_load: bool = False, prefix_cache_mb: float = 1024) -> None:
         # n_threads also sets torch's CPU threads on the transformers route
         from kgreason.llm.models import MODELS
 
@@ -186,6 +190,9 @@ class LocalLLM:
             model_stem = self.gguf.stem if self.gguf is not None else Path(os.path.expanduser(str(gguf_path))).stem
         self.model = model_name(model or model_stem, route, self.dtype, default_dtype)
         self._load_args = (cache_dir, device, batch_size, n_ctx, n_threads)
+        self.prefix_cache_mb = float(prefix_cache_mb or 0)
+        # json_schema requests decoded under their grammar: the llama.cpp route only
+        self.structured_output = route == "llamacpp"
         # the batcher's batch size, known without loading (llama.cpp takes requests one at a time: none)
         self.batch_size = batch_size if route == "transformers" else None
         self._impl: Any = None
@@ -216,7 +223,7 @@ class LocalLLM:
             impl = HFCausalLM(str(self.gguf), device=device, dtype=self.dtype, batch_size=batch_size,
                               model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)
         elif route == "llamacpp":
-            impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads)
+            impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads, prefix_cache_mb=self.prefix_cache_mb)
             self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}
         log.info("LocalLLM(%s, route=%s) ready in %.1fs", self.model, route, time.perf_counter() - t0)
         return impl
@@ -261,12 +268,116 @@ def model_name(base: str, route: str, dtype: str, default_dtype: str) -> str:
     return base if dtype == default_dtype else f"{base}@{dtype}"
 
 
-class LlamaCppChat:
-    """The llama.cpp route (``llama-cpp-python``), requests one at a time."""
+class ContextOverflow(LLMError):
+    """A prompt longer than the model's context window (``llm.n_ctx``)."""
 
-    def __init__(self, path: Path, n_ctx: int = 2048, n_threads: int | None = None) -> None:
+
+def _lcp(a: Any, b: Any) -> int:
+    """Length of the longest common prefix of two token-id sequences (numpy, no Python loop)."""
+    import numpy as np
+
+    a, b = np.asarray(a), np.asarray(b)
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+class PrefixStates:
+    """Saved llama.cpp sequence states (the KV cells of a token prefix), least recently used first
+    out, within ``capacity_bytes``. :meth:`best` returns the saved state sharing the longest
+    prefix with a prompt; a state whose tokens start another saved state's tokens is dropped when
+    the longer one is saved (it holds nothing more)."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        from collections import OrderedDict
+
+        self.capacity = int(capacity_bytes)
+        self.items: "OrderedDict[int, tuple[Any, bytes]]" = OrderedDict()
+        self.nbytes = 0
+        self._next = 0
+
+    def best(self, tokens: Any) -> tuple[int | None, int]:
+        """(id of the state sharing the longest prefix with ``tokens``, that prefix's length)."""
+        best_id, best_n = None, 0
+        for sid, (toks, _) in self.items.items():
+            n = _lcp(toks, tokens)
+            if n > best_n:
+                best_id, best_n = sid, n
+        return best_id, best_n
+
+    def get(self, sid: int) -> tuple[Any, bytes]:
+        self.items.move_to_end(sid)
+        return self.items[sid]
+
+    def put(self, tokens: Any, data: bytes) -> None:
+        import numpy as np
+
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if len(data) > self.capacity or len(tokens) == 0:
+            return
+        for sid, (toks, blob) in list(self.items.items()):
+            if len(toks) <= len(tokens) and _lcp(toks, tokens) == len(toks):  # a prefix of the new state
+                del self.items[sid]
+                self.nbytes -= len(blob)
+        while self.items and self.nbytes + len(data) > self.capacity:
+            _, (_, blob) = self.items.popitem(last=False)
+            self.nbytes -= len(blob)
+        self.items[self._next] = (tokens, data)
+        self._next += 1
+        self.nbytes += len(data)
+
+
+_PREFIX_LLAMA: Any = None
+
+
+def _prefix_llama_class() -> Any:
+    """``llama_cpp.Llama`` whose ``generate`` first lets its owner restore the saved state that
+    shares the longest prefix with the prompt (:meth:`LlamaCppChat._before_prompt`); llama.cpp's
+    own prefix match then skips those tokens."""
+    global _PREFIX_LLAMA
+    if _PREFIX_LLAMA is None:
+        import llama_cpp
+
+        class PrefixLlama(llama_cpp.Llama):
+            _kg_before: Any = None
+
+            def generate(self, tokens, *args, **kwargs):
+                if self._kg_before is not None:
+                    self._kg_before(list(tokens))
+                return (yield from super().generate(tokens, *args, **kwargs))
+
+        _PREFIX_LLAMA = PrefixLlama
+    return _PREFIX_LLAMA
+
+
+class LlamaCppChat:
+    """The llama.cpp route (``llama-cpp-python``), requests one at a time.
+
+    * **No prompt token computed twice** (docs/llm.md, "Prefix reuse"): llama.cpp skips the prefix a
+      prompt shares with what its context holds (the previous prompt and reply); on top of that the
+      states of earlier calls are kept (:class:`PrefixStates`, ``prefix_cache_mb``; 0 = only
+      llama.cpp's own single-context reuse), and a prompt that shares a longer prefix with a kept
+      state than with the context starts from that state. Each call's usage says how many of its
+      prompt tokens were reused (``prompt_tokens_reused``).
+    * The model is loaded without ``logits_all``: a generation computes the vocabulary projection for
+      the tokens it samples from only. :meth:`score` asks llama.cpp for the rows it reads (the
+      prompt's last position and each candidate's); a request for token log-probs (``logprobs``) is
+      answered by a second context loaded with ``logits_all``, made on first use.
+    * ``n_ctx`` None = the model's trained context window (GGUF metadata; 32,768 for
+      Qwen2.5-Coder-1.5B); a prompt that does not fit raises :class:`ContextOverflow` naming
+      ``llm.n_ctx`` and the prompt's length.
+    * A request with ``json_schema`` is decoded under that schema's grammar (llama.cpp's JSON-schema
+      to GBNF conversion): ``llm.structured_output``.
+    """
+
+    structured_output = True  # json_schema requests are decoded under their grammar
+
+    def __init__(self, path: Path, n_ctx: int | None = None, n_threads: int | None = None,
+                 prefix_cache_mb: float = 1024) -> None:
         try:
-            import llama_cpp
+            import llama_cpp  # noqa: F401
         except ImportError as e:
             raise ImportError("llm.route=llamacpp needs llama-cpp-python (optional extra, compiles for ~11 min): "
                               "pip install 'kgreason[llamacpp]' — or use the default route=transformers") from e
@@ -274,13 +385,98 @@ class LlamaCppChat:
 
         llamacpp_compat.apply()  # AMX CPUs: the repacked weights crash the first decode (see there)
         self.np = __import__("numpy")
-        self.llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=int(n_ctx), verbose=False,
-                                   n_threads=n_threads)
+        self.path, self.n_threads = Path(path), n_threads
+        self.llm = _prefix_llama_class()(model_path=str(path), logits_all=False,
+                                         n_ctx=0 if n_ctx is None else int(n_ctx), verbose=False,
+                                         n_threads=n_threads)
+        self.n_ctx = int(self.llm.n_ctx())
+        self.states = PrefixStates(int(float(prefix_cache_mb) * 2**20)) if prefix_cache_mb else None
+        self.llm._kg_before = self._before_prompt
+        self._reused = 0
+        self._grammars: dict[str, Any] = {}
+        self._lp_llm: Any = None
+
+    # ------------------------------------------------------------------ prefix reuse
+    def _before_prompt(self, tokens: list[int]) -> None:
+        """Called by ``generate`` with the prompt's tokens: restore the kept state that shares a
+        longer prefix with them than the context does, and note how many tokens llama.cpp will skip
+        (it always evaluates the last prompt token, for the logits it samples from)."""
+        llm = self.llm
+        cur = _lcp(llm.input_ids[: llm.n_tokens], tokens)
+        if self.states is not None:
+            sid, n = self.states.best(tokens)
+            if sid is not None and n > cur + 16:
+                toks, data = self.states.get(sid)
+                if self._restore(toks, data):
+                    cur = _lcp(llm.input_ids[: llm.n_tokens], tokens)
+        self._reused = max(0, min(cur, len(tokens) - 1))
+
+    def _restore(self, toks: Any, data: bytes) -> bool:
+        import ctypes
+
+        import llama_cpp
+
+        llm = self.llm
+        llm._ctx.kv_cache_seq_rm(0, 0, -1)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, buf, len(data), 0) != len(data):
+            llm._ctx.kv_cache_seq_rm(0, 0, -1)
+            llm.n_tokens = 0
+            return False
+        llm.input_ids[: len(toks)] = toks
+        llm.n_tokens = len(toks)
+        llm._requires_eval = True
+        return True
+
+    def _save(self) -> None:
+        """Keep the context's state (every token it holds) for later prompts that share its prefix."""
+        if self.states is None or self.llm.n_tokens == 0:
+            return
+        import ctypes
+
+        import llama_cpp
+
+        ctx = self.llm._ctx.ctx
+        size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
+        if size <= 0 or size > self.states.capacity:
+            return
+        buf = (ctypes.c_uint8 * size)()
+        n = int(llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0))
+        self.states.put(self.np.array(self.llm.input_ids[: self.llm.n_tokens]), bytes(buf)[:n])
+
+    # ------------------------------------------------------------------ generate
+    def _grammar(self, schema: str) -> Any:
+        g = self._grammars.get(schema)
+        if g is None:
+            from llama_cpp import LlamaGrammar
+
+            g = self._grammars[schema] = LlamaGrammar.from_json_schema(schema, verbose=False)
+        return g
+
+    def _overflow(self, e: Exception, r: ChatRequest) -> Exception:
+        msg = str(e)
+        if "exceed context window" not in msg:
+            return e
+        import re
+
+        m = re.search(r"\((\d+)\)", msg)
+        n = m.group(1) if m else "?"
+        return ContextOverflow(f"the prompt has {n} tokens, more than llm.n_ctx={self.n_ctx} (the context window this "
+                               f"model was loaded with); set llm.n_ctx higher (null = the model's trained window) or "
+                               f"shorten the prompt")
+
+    def _logprob_llm(self) -> Any:
+        if self._lp_llm is None:
+            import llama_cpp
+
+            self._lp_llm = llama_cpp.Llama(model_path=str(self.path), logits_all=True, n_ctx=self.n_ctx,
+                                           verbose=False, n_threads=self.n_threads)
+        return self._lp_llm
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         out = []
         for r in requests:
-            texts, lps, pt, ct = [], [], 0, 0
+            texts, lps, pt, ct, reused = [], [], 0, 0, 0
             t0 = time.perf_counter()
             for k in range(r.n):
                 kw: dict[str, Any] = dict(messages=[{"role": m.role, "content": m.content} for m in r.messages],
@@ -289,9 +485,20 @@ class LlamaCppChat:
                 seed = backend_seed(r, k)
                 if seed is not None:
                     kw["seed"] = seed
+                if r.json_schema:
+                    kw["grammar"] = self._grammar(r.json_schema)
+                llm = self.llm
                 if r.logprobs:
                     kw["logprobs"] = True
-                resp = self.llm.create_chat_completion(**kw)
+                    llm = self._logprob_llm()
+                self._reused = 0
+                try:
+                    resp = llm.create_chat_completion(**kw)
+                except ValueError as e:
+                    raise self._overflow(e, r) from None
+                if llm is self.llm:
+                    reused += self._reused
+                    self._save()
                 ch = resp["choices"][0]
                 texts.append((ch["message"].get("content") or "").strip())
                 if r.logprobs:
@@ -299,7 +506,9 @@ class LlamaCppChat:
                     lps.append(tuple(float(t["logprob"]) for t in content))
                 pt = int(resp["usage"]["prompt_tokens"])
                 ct += int(resp["usage"]["completion_tokens"])
-            out.append(Completion(texts=tuple(texts), usage=call_usage(pt, ct, time.perf_counter() - t0),
+            # n > 1: the prompt is counted once (as before); its reuse is that of the first choice
+            out.append(Completion(texts=tuple(texts), usage=call_usage(pt, ct, time.perf_counter() - t0,
+                                                                     prompt_tokens_reused=min(reused, pt)),
                                   token_logprobs=tuple(lps) if r.logprobs else None))
         return out
 
@@ -312,26 +521,58 @@ class LlamaCppChat:
         return jinja2.Template(tmpl).render(messages=[{"role": m.role, "content": m.content} for m in messages],
                                             add_generation_prompt=True, bos_token="", eos_token="")
 
-    def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
-        np = self.np
-        p_ids = self.llm.tokenize(self._render(prompt).encode(), add_bos=False, special=True)
-        n_p = len(p_ids)
-        # The prompt is evaluated once; each candidate is evaluated on its KV cache (``eval`` drops
-        # the cells past ``n_tokens`` first), so K candidates cost one prompt plus their own tokens,
-        # not K prompts. The prompt's last row of logits (it predicts a candidate's first token) is
-        # never overwritten: a candidate's rows start at n_p.
-        self.llm.reset()
-        self.llm.eval(p_ids)
+    # ------------------------------------------------------------------ score
+    def _decode(self, ids: Sequence[int], n_past: int, rows: bool) -> Any:
+        """Evaluate ``ids`` at positions ``n_past…`` in batches; the logits of every position when
+        ``rows`` (as a (len, vocab) float64 array), else of the last one only."""
+        np, llm = self.np, self.llm
         out = []
+        nb = int(llm.n_batch)
+        for i in range(0, len(ids), nb):
+            part = list(ids[i: i + nb])
+            llm._batch.set_batch(batch=part, n_past=n_past + i, logits_all=rows)
+            llm._ctx.decode(llm._batch)
+            llm.input_ids[n_past + i: n_past + i + len(part)] = part
+            n_rows = len(part) if rows else 1
+            ptr = llm._ctx.get_logits()
+            out.append(np.ctypeslib.as_array(ptr, shape=(n_rows * llm.n_vocab(),)).reshape(n_rows, -1)
+                       .astype(np.float64))
+        llm.n_tokens = n_past + len(ids)
+        llm._requires_eval = True
+        return np.concatenate(out, axis=0) if rows else out[-1]
+
+    def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
+        np, llm = self.np, self.llm
+        p_ids = llm.tokenize(self._render(prompt).encode(), add_bos=False, special=True)
+        n_p = len(p_ids)
+        if n_p >= self.n_ctx:
+            raise ContextOverflow(f"the scoring prompt has {n_p} tokens, more than llm.n_ctx={self.n_ctx}; set "
+                                  "llm.n_ctx higher (null = the model's trained window) or shorten the prompt")
+        # The prompt is evaluated once (from the longest prefix the context or a kept state holds);
+        # each candidate is then evaluated on its KV cache with a logits row for every one of its
+        # tokens, so K candidates cost one prompt plus their own tokens, not K prompts.
+        self._before_prompt(p_ids)
+        keep = self._reused
+        llm._ctx.kv_cache_seq_rm(0, keep, -1)
+        last = self._decode(p_ids[keep:], keep, rows=False)[0]  # the row that predicts a candidate's first token
+        self._save()
+        read, out = n_p, []
         for c in candidates:
-            c_ids = self.llm.tokenize(c.encode(), add_bos=False, special=False)
+            c_ids = llm.tokenize(c.encode(), add_bos=False, special=False)
             if not c_ids:
                 out.append(0.0)
                 continue
-            self.llm.n_tokens = n_p
-            self.llm.eval(c_ids)
-            logits = np.asarray(self.llm.scores[n_p - 1: n_p - 1 + len(c_ids)], dtype=np.float64)
+            if n_p + len(c_ids) > self.n_ctx:
+                raise ContextOverflow(f"a scoring prompt and candidate need {n_p + len(c_ids)} tokens, more than "
+                                      f"llm.n_ctx={self.n_ctx}")
+            llm._ctx.kv_cache_seq_rm(0, n_p, -1)
+            # every candidate token is evaluated in one batch, as the earlier implementation did (llama.cpp's
+            # kernels differ by batch size, so a shorter batch would move the log-probs in the last digits)
+            rows = self._decode(c_ids, n_p, rows=True)[:-1]
+            logits = np.vstack([last[None, :], rows])
             m = logits.max(axis=1, keepdims=True)
             logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
             out.append(float(logp[np.arange(len(c_ids)), np.asarray(c_ids)].sum()))
-        return out  # the context now holds prompt + last candidate; the next generate matches its prefix
+            read += len(c_ids)
+        report_score_usage(read, keep)
+        return out  # the context now holds prompt + the last candidate; the next generate matches its prefix

@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 import fnmatch
+import json
 import logging
 import math
 import os
@@ -377,6 +378,9 @@ class OpenAIChat:
                 kw["seed"] = seed
             if req.logprobs:
                 kw["logprobs"] = True
+        if getattr(req, "json_schema", None):  # llm.structured_output: the reply's form as a JSON schema
+            kw["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": "reply", "schema": json.loads(req.json_schema)}}
         if self.extra_body:
             kw["extra_body"] = dict(self.extra_body)
         return kw
@@ -423,16 +427,17 @@ class OpenAIChat:
         if self.reasoning and req.stop:
             texts = tuple(apply_stop(t, req.stop) for t in texts)
         pt, ct, rt = reply_usage(getattr(resp, "usage", None))
+        cached = cached_prompt_tokens(getattr(resp, "usage", None))
         unknown = pt is None
         if unknown:
-            pt = ct = rt = 0
+            pt = ct = rt = cached = 0
             if not self._warned_usage:
                 self._warned_usage = True
                 log.warning("%s (%s): a reply without token counts (`usage`): its tokens and cost are unknown, "
                             "left out of the token and cost figures and counted in llm/calls_usage_unknown "
                             "(warned once)", self.model, self.base_url)
-        usage = call_usage(pt, ct, latency, 0.0 if unknown else self.prices.cost(self.model, pt, ct),
-                           reasoning_tokens=rt)
+        usage = call_usage(pt, ct, latency, 0.0 if unknown else self.prices.cost(self.model, pt, ct, cached),
+                           reasoning_tokens=rt, prompt_tokens_reused=cached)
         if unknown or cut or cleaned:
             usage = dataclasses.replace(usage, usage_unknown=int(unknown), replies_cut=cut, replies_cleaned=cleaned)
         return Completion(texts=texts, usage=usage, token_logprobs=lps)
@@ -746,6 +751,17 @@ def reply_usage(u: Any) -> tuple[int | None, int | None, int]:
     details = get(u, "completion_tokens_details")
     rt = _count(get(details, "reasoning_tokens")) if details is not None else None
     return pt, ct, rt or 0
+
+
+def cached_prompt_tokens(u: Any) -> int:
+    """The prompt tokens a server served from its prompt cache (``usage.prompt_tokens_details.cached_tokens``,
+    as OpenAI and vLLM report them); 0 when the reply does not say."""
+    def get(obj: Any, name: str) -> Any:
+        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+    details = get(u, "prompt_tokens_details") if u is not None else None
+    n = _count(get(details, "cached_tokens")) if details is not None else None
+    return n or 0
 
 
 def _msg(e: Exception) -> str:

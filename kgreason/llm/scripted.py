@@ -14,6 +14,7 @@ import re
 import time
 from typing import Any, Mapping, Sequence
 
+from kgreason.llm.accounting import report_score_usage
 from kgreason.llm.base import ScoringUnsupported
 from kgreason.types import ChatRequest, Completion, Message, Usage
 
@@ -85,4 +86,7 @@ class ScriptedLLM:
     def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
         if self.scores is None:
             raise ScoringUnsupported("ScriptedLLM has no `scores` table")
+        # what it "read", counted as generate counts tokens (whitespace words): the prompt once and
+        # each candidate's words, as a backend that evaluates the prompt once reports it
+        report_score_usage(sum(len(m.content.split()) for m in prompt) + sum(len(c.split()) for c in candidates))
         return [float(self.scores.get(c, -100.0)) for c in candidates]

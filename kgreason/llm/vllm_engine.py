@@ -8,6 +8,10 @@
   vLLM schedules it with continuous batching; outputs are matched back by position.
 * ``SamplingParams(n, temperature, top_p, max_tokens, stop, seed, logprobs)``: ``logprobs=0``
   returns the sampled token's log-prob only.
+* A request with ``json_schema`` (``llm.structured_output``) is decoded under it with vLLM's
+  guided decoding (``StructuredOutputsParams(json=…)``, or ``GuidedDecodingParams`` on older vLLM).
+* ``enable_prefix_caching`` (default true): vLLM's automatic prefix caching, so the prompts of a
+  question that start alike compute their shared prefix once.
 * ``score`` uses ``prompt_logprobs=0`` with ``max_tokens=1`` on ``prompt + candidate`` token
   ids and sums the log-probs of the candidate positions.
 """
@@ -42,7 +46,25 @@ def sampling_kwargs(req: ChatRequest) -> dict[str, Any]:
         kw["seed"] = seed
     if req.logprobs:
         kw["logprobs"] = 0
+    if getattr(req, "json_schema", None):
+        kw.update(structured_kwargs(req.json_schema))
     return kw
+
+
+def structured_kwargs(schema: str) -> dict[str, Any]:
+    """The ``SamplingParams`` keyword that makes vLLM decode under a JSON schema (newer vLLM:
+    ``structured_outputs``; older: ``guided_decoding``)."""
+    import json
+
+    js = json.loads(schema)
+    try:
+        from vllm.sampling_params import StructuredOutputsParams  # vLLM >= 0.11
+
+        return {"structured_outputs": StructuredOutputsParams(json=js)}
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(json=js)}
 
 
 def _lp_value(x: Any) -> float:
@@ -53,19 +75,21 @@ class VLLMEngine:
     """Args:
         model: HF id or local path (offline: a local path).
         tensor_parallel_size, dtype, gpu_memory_utilization, max_model_len, seed,
-        trust_remote_code, enforce_eager: passed to ``vllm.LLM``.
+        trust_remote_code, enforce_eager, enable_prefix_caching: passed to ``vllm.LLM``.
     """
 
     backend = "vllm"
 
     def __init__(self, model: str, tensor_parallel_size: int = 1, dtype: str = "auto",
                  gpu_memory_utilization: float = 0.85, max_model_len: int | None = None, seed: int = 0,
-                 trust_remote_code: bool = False, enforce_eager: bool = False) -> None:
+                 trust_remote_code: bool = False, enforce_eager: bool = False,
+                 enable_prefix_caching: bool = True) -> None:
         self.vllm = _import_vllm()
         self.model = str(model)
         kw: dict[str, Any] = dict(model=self.model, tensor_parallel_size=int(tensor_parallel_size), dtype=dtype,
                                   gpu_memory_utilization=float(gpu_memory_utilization), seed=int(seed),
-                                  trust_remote_code=bool(trust_remote_code), enforce_eager=bool(enforce_eager))
+                                  trust_remote_code=bool(trust_remote_code), enforce_eager=bool(enforce_eager),
+                                  enable_prefix_caching=bool(enable_prefix_caching))
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
         self.llm = self.vllm.LLM(**kw)

@@ -54,7 +54,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from kgreason.llm.accounting import claim_paid, current_payer, mark_score_cached
+from kgreason.llm.accounting import (claim_paid, current_payer, last_score_usage, mark_score_cached,
+                                     report_score_usage)
 from kgreason.llm.base import CacheMiss
 from kgreason.secrets import strip_url_credentials
 from kgreason.storage.callstore import LEGACY_SHARD, LLM_LEGACY, LLM_STORE, KeyValueStore, StoreCorrupt
@@ -66,10 +67,19 @@ SHARD_DIR = LLM_STORE  # llm_calls/
 CALL_LOG = "calls.jsonl"
 
 
+#: request fields added after caches were written: left out of the key at their default, so the
+#: keys of every request that does not use them are those of earlier versions
+KEY_OPTIONAL_FIELDS = {"json_schema": None}
+
+
 def request_json(req: ChatRequest) -> dict[str, Any]:
-    """Every answer-changing field of a request, as plain JSON."""
+    """Every answer-changing field of a request, as plain JSON (a field of
+    :data:`KEY_OPTIONAL_FIELDS` only when it is not at its default)."""
     d = to_jsonable(req)
     d["messages"] = [{"role": m.role, "content": m.content} for m in req.messages]
+    for k, default in KEY_OPTIONAL_FIELDS.items():
+        if d.get(k, default) == default:
+            d.pop(k, None)
     return d
 
 
@@ -180,7 +190,8 @@ def _hit_usage(stored: dict[str, Any]) -> Usage:
                  completion_tokens=int(u.get("completion_tokens", 0)),
                  reasoning_tokens=int(u.get("reasoning_tokens", 0)),
                  usage_unknown=int(u.get("usage_unknown", 0)), replies_cut=int(u.get("replies_cut", 0)),
-                 replies_cleaned=int(u.get("replies_cleaned", 0)))
+                 replies_cleaned=int(u.get("replies_cleaned", 0)),
+                 prompt_tokens_reused=int(u.get("prompt_tokens_reused", 0)))
 
 
 def _paid_usage(stored: dict[str, Any]) -> Usage:
@@ -283,6 +294,8 @@ class CachedLLM:
                 self.call_log.add(key, "score")
             if not claim_paid(key, v.get("paid_by")):
                 mark_score_cached()  # the metering layer counts this call as a cache hit
+            u = v.get("usage") if isinstance(v.get("usage"), dict) else {}
+            report_score_usage(int(u.get("prompt_tokens", 0) or 0), int(u.get("prompt_tokens_reused", 0) or 0))
             return [float(x) for x in v["scores"]]
         if self.store.mode == "readonly":
             raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "
@@ -292,8 +305,11 @@ class CachedLLM:
             return scores  # not a whole reply (a score missing, NaN, inf): returned, never stored
         payer = current_payer()
         claim_paid(key, payer)
-        self.store.put(key, {"scores": scores, "paid_by": payer}, backend=self.backend, model=self.model,
-                       method="score")
+        read = last_score_usage()  # what the backend reported reading (None: it reports nothing)
+        entry: dict[str, Any] = {"scores": scores, "paid_by": payer}
+        if read is not None:
+            entry["usage"] = {"prompt_tokens": read[0], "prompt_tokens_reused": read[1]}
+        self.store.put(key, entry, backend=self.backend, model=self.model, method="score")
         if self.call_log is not None:
             self.call_log.add(key, "score")
         return scores

@@ -67,43 +67,105 @@ def test_llamacpp_route_when_installed():
 
 @needs_model
 @pytest.mark.slow
-def test_llamacpp_score_evaluates_the_prompt_once_and_matches_a_full_evaluation():
+def test_llamacpp_score_evaluates_the_prompt_once_and_reads_only_the_rows_it_needs():
     """SGR's P_θ scores up to 100 candidates against one prompt: the llama.cpp route evaluates the
-    prompt once and each candidate on its KV cache, instead of the whole prompt again per candidate
-    (100 × a 400-token prompt was most of an SGR question's time). The log-probs are those of a full
-    evaluation of prompt + candidate, computed here the slow way."""
+    prompt once and each candidate on its KV cache, asking llama.cpp for the logits rows it reads
+    only (the model is loaded without ``logits_all``, issue 70). The log-probs equal those of the
+    earlier implementation, which evaluated the prompt and then each candidate with every row
+    computed (a ``logits_all`` context, the reference here), and the call reports the tokens it
+    read: the prompt once and each candidate's tokens."""
     pytest.importorskip("llama_cpp")
+    import llama_cpp
     import numpy as np
+
+    from kgreason.llm import accounting
+    from kgreason.llm.local import LlamaCppChat, find_gguf
+
+    m = LlamaCppChat(find_gguf(), n_ctx=1024, n_threads=1)
+    assert not m.llm._logits_all
+    prompt = (Message("user", "Which city is the capital of France? Reply with its name only."),)
+    cands = ["Paris", "Banana split", "Lyon", "Paris, France", "Rome"]
+    box: list = [None]
+    token = accounting._SCORE_USAGE.set(box)
+    try:
+        got = m.score(prompt, cands)
+    finally:
+        accounting._SCORE_USAGE.reset(token)
+    p_ids = m.llm.tokenize(m._render(prompt).encode(), add_bos=False, special=True)
+    c_ids = [m.llm.tokenize(c.encode(), add_bos=False, special=False) for c in cands]
+    assert box[0][0] == len(p_ids) + sum(len(c) for c in c_ids)
+
+    ref = llama_cpp.Llama(model_path=str(find_gguf()), logits_all=True, n_ctx=1024, verbose=False, n_threads=1)
+
+    def full(ids: list[int]) -> float:  # the earlier implementation: prompt, then the candidate, every row
+        ref.reset()
+        ref.eval(p_ids)
+        ref.eval(ids)
+        lg = np.asarray(ref.scores[: len(p_ids) + len(ids)], dtype=np.float64)
+        lg = lg - lg.max(axis=1, keepdims=True)
+        lp = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
+        return float(sum(lp[len(p_ids) - 1 + j, t] for j, t in enumerate(ids)))
+
+    assert np.allclose(got, [full(ids) for ids in c_ids], atol=1e-4), got
+    assert got[0] > got[1] and got[0] > got[4]
+    # a generation after scoring answers as usual, starting from the scored prompt's prefix
+    (c,) = m.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=8)])
+    assert "paris" in c.text.lower()
+
+
+@needs_model
+@pytest.mark.slow
+def test_llamacpp_prefix_reuse_is_counted_and_exact():
+    """Issue 70: a prompt that shares its start with an earlier call's computes only the rest. Kept
+    states (``prefix_cache_mb``) bring back a prefix that is no longer in the context; each call
+    reports how many prompt tokens it reused. With the cache on and off the same requests get the
+    same greedy replies (tests/llm/test_local_models.py measures this on Qwen)."""
+    pytest.importorskip("llama_cpp")
+    from kgreason.llm.local import LlamaCppChat, find_gguf
+
+    head = "You answer questions about a small table.\n" + "\n".join(f"Row {i}: item {i} costs {i * 3} coins."
+                                                                     for i in range(40))
+    a = ChatRequest.of(head + "\nQuestion: what does item 7 cost? Reply with the number.", max_tokens=8)
+    b = ChatRequest.of("Say hello in French.", max_tokens=8)
+    c = ChatRequest.of(head + "\nQuestion: what does item 9 cost? Reply with the number.", max_tokens=8)
+    replies = {}
+    for mb in (64, 0):
+        m = LlamaCppChat(find_gguf(), n_ctx=2048, n_threads=1, prefix_cache_mb=mb)
+        ra, rb, rc = (m.generate([r])[0] for r in (a, b, c))
+        assert ra.usage.prompt_tokens_reused == 0 and rb.usage.prompt_tokens_reused < 20
+        if mb:  # the state of `a` is brought back after `b` replaced the context
+            assert rc.usage.prompt_tokens_reused > 0.8 * rc.usage.prompt_tokens
+        else:  # only llama.cpp's own reuse of the context (`b`'s prompt): the chat template's start
+            assert rc.usage.prompt_tokens_reused < 20
+        replies[mb] = (ra.text, rb.text, rc.text)
+    assert replies[64] == replies[0]
+
+
+@needs_model
+@pytest.mark.slow
+def test_llamacpp_a_prompt_longer_than_the_context_is_one_line_naming_n_ctx():
+    pytest.importorskip("llama_cpp")
+    from kgreason.llm.local import ContextOverflow, LlamaCppChat, find_gguf
+
+    m = LlamaCppChat(find_gguf(), n_ctx=256, n_threads=1)
+    with pytest.raises(ContextOverflow, match=r"llm\.n_ctx=256") as e:
+        m.generate([ChatRequest.of("word " * 600, max_tokens=4)])
+    assert "\n" not in str(e.value)
+    assert LlamaCppChat(find_gguf(), n_threads=1).n_ctx == 8192  # default: SmolLM2's trained window
+
+
+@needs_model
+@pytest.mark.slow
+def test_llamacpp_decodes_a_json_schema_request_under_its_grammar():
+    pytest.importorskip("llama_cpp")
+    import json
 
     from kgreason.llm.local import LlamaCppChat, find_gguf
 
     m = LlamaCppChat(find_gguf(), n_ctx=1024, n_threads=1)
-    prompt = (Message("user", "Which city is the capital of France? Reply with its name only."),)
-    cands = ["Paris", "Banana split", "Lyon", "Paris, France", "Rome"]
-    evaluated: list[int] = []
-    real_eval = m.llm.eval
-    m.llm.eval = lambda toks: (evaluated.append(len(toks)), real_eval(toks))[1]
-    got = m.score(prompt, cands)
-    m.llm.eval = real_eval
-    p_ids = m.llm.tokenize(m._render(prompt).encode(), add_bos=False, special=True)
-    c_lens = [len(m.llm.tokenize(c.encode(), add_bos=False, special=False)) for c in cands]
-    assert sum(evaluated) == len(p_ids) + sum(c_lens), evaluated  # the prompt once, then each candidate's tokens
-
-    def full(c: str) -> float:  # the reference: a fresh evaluation of prompt + candidate
-        c_ids = m.llm.tokenize(c.encode(), add_bos=False, special=False)
-        m.llm.reset()
-        m.llm.eval(p_ids + c_ids)
-        lg = np.asarray(m.llm.scores[: len(p_ids) + len(c_ids)], dtype=np.float64)
-        lg = lg - lg.max(axis=1, keepdims=True)
-        lp = lg - np.log(np.exp(lg).sum(axis=1, keepdims=True))
-        return float(sum(lp[len(p_ids) - 1 + j, t] for j, t in enumerate(c_ids)))
-
-    ref = [full(c) for c in cands]
-    assert np.allclose(got, ref, atol=1e-3), (got, ref)
-    assert got[0] > got[1] and got[0] > got[4]
-    # a generation after scoring answers as usual (its prefix match starts from the scored prompt)
-    (c,) = m.generate([ChatRequest.of("What is the capital of France? Answer in one word.", max_tokens=8)])
-    assert "paris" in c.text.lower()
+    schema = json.dumps({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]})
+    (c,) = m.generate([ChatRequest.of("What is the capital of France?", max_tokens=40, json_schema=schema)])
+    assert set(json.loads(c.text)) == {"answer"}
 
 
 def test_the_embedded_model_warns_that_it_cannot_read_and_named_models_do_not():
