@@ -176,9 +176,10 @@ class Progress:
                 self._bar.set_postfix({k: _fmt_v(v) for k, v in self._figures().items()}, refresh=False)
                 self._bar.update(n)
 
-    def close(self, stopped: bool = False) -> None:
+    def close(self, stopped: bool = False, quiet: bool = False) -> None:
         """End the bar; ``stopped``: an exception ended the work, so the last line says
-        "(stopped)", not "(done)", and :func:`stopped_at` keeps where it stood."""
+        "(stopped)", not "(done)", and :func:`stopped_at` keeps where it stood. ``quiet``: no last
+        log line (the caller's own line says where the work stood)."""
         global _stopped
         self._stop.set()
         if self._thread is not None:
@@ -189,7 +190,7 @@ class Progress:
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
-            elif self.mode == "log":
+            elif self.mode == "log" and not quiet:
                 log.info(self.line() + (" (stopped)" if stopped else " (done)"))
 
     def __enter__(self) -> "Progress":
