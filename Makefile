@@ -83,15 +83,19 @@ $(VENV)/.installed: pyproject.toml setup.py
 run: setup
 	$(PY) -m kgreason $(ARGS)
 
-# The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py), and the SLURM
-# test a one-node cluster (tests/test_slurm.py: munge, MariaDB + slurmdbd, slurmctld, slurmd): install
-# Debian's packages when they are missing and apt-get is usable (root); otherwise those tests skip.
-TEST_DEBS := virtuoso-opensource slurm-wlm slurmdbd munge mariadb-server
+# The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py), the SLURM
+# test a one-node cluster (tests/test_slurm.py: munge, MariaDB + slurmdbd, slurmctld, slurmd), and the
+# LaTeX test compiles `kgreason tables`' .tex with pdflatex (tests/test_tables_tex.py: booktabs is in
+# texlive-latex-recommended): install Debian's packages when they are missing and apt-get is usable
+# (root), saying so first; otherwise those tests skip.
+TEST_DEBS := virtuoso-opensource slurm-wlm slurmdbd munge mariadb-server texlive-latex-base texlive-latex-recommended
 test: setup setup-server
-	@{ command -v virtuoso-t && command -v slurmdbd && command -v mariadbd && command -v munged; } >/dev/null 2>&1 || \
+	@{ command -v virtuoso-t && command -v slurmdbd && command -v mariadbd && command -v munged && \
+	  command -v pdflatex && kpsewhich booktabs.sty; } >/dev/null 2>&1 || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "make test: installing Debian's $(TEST_DEBS) for the Virtuoso, SLURM and LaTeX tests (once; a few minutes)" && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_DEBS)) >/dev/null 2>&1 ; } || \
-	  echo "$(TEST_DEBS): not all installed; the Virtuoso and SLURM tests will skip"
+	  echo "$(TEST_DEBS): not all installed; the Virtuoso, SLURM and LaTeX tests will skip"
 	$(PY) -m pytest --slow -q $(ARGS)
 
 test-fast: setup
