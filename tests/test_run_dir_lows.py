@@ -72,16 +72,22 @@ def test_a_retry_killed_with_sigkill_never_leaves_the_old_complete_metrics(tmp_p
     row = json.loads(lines[-1])
     row["error"] = "LLMError: the endpoint went away"  # to be retried (retry_errors=true)
     (d / "predictions.jsonl").write_text("\n".join([*lines[:-1], json.dumps(row)]) + "\n")
-    before = (d / "run.json").stat().st_mtime_ns
+    env = dict(os.environ, KGREASON_PROGRESS="log", KGREASON_PROGRESS_INTERVAL="0.1")
     proc = subprocess.Popen([sys.executable, "-m", "kgreason", *over, "llm.delay_s=30", f"llm_cache.dir={tmp_path / 'fresh'}",
                              f"hydra.run.dir={d}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        # the retry is answering: its one call (sleeping 30 s) is in flight, which the run's progress
+        # line says; waited for with a deadline, not a fixed 2 s a loaded machine can outlast (issue 74)
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and (d / "run.json").stat().st_mtime_ns == before:
+        while time.monotonic() < deadline:
             assert proc.poll() is None
+            log = d / "run.log"
+            if log.is_file() and "llm_in_flight=1" in log.read_text(errors="replace"):
+                break
             time.sleep(0.05)
-        time.sleep(2.0)  # the retry is answering (its call sleeps 30 s): no new row yet
+        else:
+            raise AssertionError("the retry never had its call in flight")
         proc.kill()
         proc.wait(timeout=60)
     finally:
