@@ -681,7 +681,7 @@ PREPARE_STOPPED = "prepare_stopped.json"
 
 def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int) -> None:
     """Say where a run stopped in its set-up (:func:`_prepare`, e.g. SubQRAG's index, hours on a
-    CPU): the log line names how far the set-up's progress bar got and the resume command, and
+    CPU): the log line names how far the set-up's progress bar got and that the same command goes on, and
     ``prepare_stopped.json`` keeps the same for the tools that sum up sittings. No metrics.json:
     nothing new was answered, and an earlier sitting's rows keep their own metrics.json."""
     signame = why.signame if isinstance(why, RunInterrupted) else "SIGINT (Ctrl-C)"
