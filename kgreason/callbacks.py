@@ -51,7 +51,12 @@ def end_workers(timeout: float = 5.0) -> int:
 
 
 def next_steps(sweep_dir: str) -> str:
-    d = shlex.quote(str(sweep_dir))
+    """The sweep's last lines: its dir (relative to the working directory when inside it, as the
+    README writes it) and the tables/report commands for it."""
+    from kgreason.paths import shown
+
+    sweep_dir = shown(sweep_dir)
+    d = shlex.quote(sweep_dir)
     return (f"sweep dir: {sweep_dir}\n"
             f"  tables: kgreason tables {d}\n"
             f"  report: kgreason report {d}")

@@ -47,6 +47,16 @@ def test_the_end_of_a_run_names_its_dir_as_the_readme_does(tmp_path, monkeypatch
     assert run_summary(elsewhere, {}, []).splitlines()[-1] == f"run dir: {elsewhere}"  # outside: absolute
 
 
+def test_the_end_of_a_sweep_names_its_dir_as_the_readme_does(tmp_path, monkeypatch):
+    from kgreason.callbacks import next_steps
+
+    monkeypatch.chdir(tmp_path)
+    lines = next_steps(str(tmp_path / "outputs" / "multirun" / "2026-12-06" / "10-00-00")).splitlines()
+    assert lines == ["sweep dir: outputs/multirun/2026-12-06/10-00-00",
+                     "  tables: kgreason tables outputs/multirun/2026-12-06/10-00-00",
+                     "  report: kgreason report outputs/multirun/2026-12-06/10-00-00"]
+
+
 def test_the_local_model_config_says_make_qwen_as_the_readme_does():
     """conf/llm/local.yaml told a user to `pip install 'kgreason[qwen]'` where the README says `make qwen`."""
     text = (REPO / "conf" / "llm" / "local.yaml").read_text()
