@@ -265,6 +265,22 @@ def _launch_record(config: DictConfig) -> tuple[list[str], Any, Any]:
     return task, params or None, subdir
 
 
+def _file_record(path: Path) -> tuple[list[str], Any, Any] | None:
+    """:func:`_launch_record` of the sweep whose ``multirun.yaml`` is ``path`` (read as plain YAML,
+    interpolations left as text, as Hydra saved them: fast enough for a folder of many sweeps);
+    None for a file that is not a sweep's record."""
+    import yaml
+
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        hy = doc["hydra"]
+        task = [str(o) for o in hy["overrides"]["task"]]
+        params = (hy.get("sweeper") or {}).get("params") or None
+        return task, params, (hy.get("sweep") or {}).get("subdir")
+    except Exception:  # noqa: BLE001 - a damaged or foreign multirun.yaml is not this sweep's
+        return None
+
+
 def _job_digest(config: DictConfig, job: list[str]) -> str | None:
     """The config fingerprint of one job of the sweep (as its run will record it in
     fingerprint.json), or None where it cannot be composed here."""
@@ -342,11 +358,8 @@ def unfinished_sweep(config: DictConfig) -> tuple[Path, int] | None:
     mine = _launch_record(config)
     found = []
     for rec in new.parent.parent.glob("*/*/multirun.yaml"):
-        try:
-            if _launch_record(OmegaConf.load(rec)) == mine:
-                found.append((rec.stat().st_mtime, rec.parent))
-        except Exception:  # noqa: BLE001 - a damaged or foreign multirun.yaml is not this sweep's
-            continue
+        if _file_record(rec) == mine:
+            found.append((rec.stat().st_mtime, rec.parent))
     if not found:
         return None
     layout = sweep_layout(config)
