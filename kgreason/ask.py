@@ -144,18 +144,28 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
     from kgreason.tables.question import question_page
     from kgreason.textio import utf8_safe
 
+    from kgreason import progress
+
     cfg, choices = compose(overrides)
     set_hub_mode(cfg)
+    progress.tool_log()  # the set-up's and the answer's progress lines on stderr, as a run prints them
     quiet_logs()
     _start_checks(cfg)  # the settings, the API key, the local model, the call cache: as a run checks them
-    with build(cfg) as c:
+    reasoner = choices.get("reasoner", "?")
+    with progress.stage(f"kgreason ask: loading the KG and the method (reasoner={reasoner})", lazy=True):
+        c = build(cfg)
+    with c:
         ex = _example(c, question, example_id, topics)
         if ex.id == "ask" and not ex.topic_entities and c.kg is not None:
             print("kgreason ask: no KG entity named in the question; a method that starts from topic entities "
                   "finds none (give one with --topic NAME)", file=sys.stderr)
-        _open_embedding_stores(c)
-        c.reasoner.prepare(c.dataset, done=[])  # SubQRAG's corpus index; nothing for the others
-        row = answer_and_score(c, ex)
+        with progress.stage("kgreason ask: preparing (embedding stores, the method's index)", lazy=True):
+            _open_embedding_stores(c)  # a store build shows its own bar
+            c.reasoner.prepare(c.dataset, done=[])  # SubQRAG's corpus index; nothing for the others
+        # one line each interval while the method answers (a ToG question makes 15 model calls: minutes on a CPU)
+        with progress.stage(f"kgreason ask: answering {'example ' + ex.id if ex.id != 'ask' else 'the question'} "
+                            f"with reasoner={reasoner}"):
+            row = answer_and_score(c, ex)
         stages = tuple(getattr(c.reasoner, "funnel", ()) or ())
     if not (ex.answers or ex.diagnoses):
         row["metrics"] = {}  # a question typed by hand has no gold: nothing to score
@@ -206,10 +216,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"kgreason ask: error: {e.args[0] if isinstance(e, KeyError) and e.args else _unwrap(e)}", file=sys.stderr)
         return 2
-    answer = row.get("prediction") or "(no answer)"
-    print(f"answer: {answer}" + (f"   (error: {row['error']})" if row.get("error") else ""))
+    for line in summary_lines(row):
+        print(line)
     print(f"page: {path}")
     return 0
 
 
-__all__ = ["ask", "compose", "mentions", "find_mentions", "main"]
+def summary_lines(row: dict[str, Any]) -> list[str]:
+    """What ``kgreason ask`` prints before the page's path: the answer; for a question of the
+    dataset (it has gold answers) the gold answers and the example's scores by their labels; and
+    the model calls (how many the call cache answered) with their tokens."""
+    from kgreason.tables.labels import metric_label
+
+    answer = row.get("prediction") or "(no answer)"
+    out = [f"answer: {answer}" + (f"   (error: {row['error']})" if row.get("error") else "")]
+    gold = [str(g) for g in (row.get("answers") or row.get("diagnoses") or [])]
+    if gold:
+        shown = "; ".join(gold[:5]) + (f"; … ({len(gold)} in all)" if len(gold) > 5 else "")
+        out.append(f"gold: {shown}   (example {row.get('id')} of the dataset)")
+        scores = [(k, v) for k, v in (row.get("metrics") or {}).items() if v is not None]
+        if scores:
+            out.append("score: " + " · ".join(f"{metric_label(k)} {v:.3f}" if isinstance(v, float) else
+                                              f"{metric_label(k)} {v}" for k, v in scores))
+    usage = {p: u for p, u in (row.get("llm_usage") or {}).items() if isinstance(u, dict)}
+    calls = sum(int(u.get("calls") or 0) for u in usage.values())
+    hits = sum(int(u.get("cache_hits") or 0) for u in usage.values())
+    tokens = sum(int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0) for u in usage.values())
+    parts = [f"{calls} model call(s)", f"{hits} answered by the call cache" if hits else "",
+             f"{tokens:,} tokens" if tokens else ""]
+    out.append("calls: " + ", ".join(x for x in parts if x))
+    return out
+
+
+__all__ = ["ask", "compose", "mentions", "find_mentions", "main", "summary_lines"]

@@ -51,7 +51,12 @@ def end_workers(timeout: float = 5.0) -> int:
 
 
 def next_steps(sweep_dir: str) -> str:
-    d = shlex.quote(str(sweep_dir))
+    """The sweep's last lines: its dir (relative to the working directory when inside it, as the
+    README writes it) and the tables/report commands for it."""
+    from kgreason.paths import shown
+
+    sweep_dir = shown(sweep_dir)
+    d = shlex.quote(sweep_dir)
     return (f"sweep dir: {sweep_dir}\n"
             f"  tables: kgreason tables {d}\n"
             f"  report: kgreason report {d}")
@@ -248,12 +253,155 @@ def unfinished_twin(config: DictConfig) -> tuple[Path, int] | None:
     return d, rows
 
 
+def _launch_record(config: DictConfig) -> tuple[list[str], Any, Any]:
+    """What makes two launches one sweep: the command line's task overrides, the sweeper's
+    params (a preset's axes) and the job folder template, unresolved."""
+    from omegaconf import OmegaConf
+
+    task = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False)]
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+    params = OmegaConf.to_container(params, resolve=False) if params is not None else None
+    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
+    return task, params or None, subdir
+
+
+def _file_record(path: Path) -> tuple[list[str], Any, Any] | None:
+    """:func:`_launch_record` of the sweep whose ``multirun.yaml`` is ``path`` (read as plain YAML,
+    interpolations left as text, as Hydra saved them: fast enough for a folder of many sweeps);
+    None for a file that is not a sweep's record."""
+    import yaml
+
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        hy = doc["hydra"]
+        task = [str(o) for o in hy["overrides"]["task"]]
+        params = (hy.get("sweeper") or {}).get("params") or None
+        return task, params, (hy.get("sweep") or {}).get("subdir")
+    except Exception:  # noqa: BLE001 - a damaged or foreign multirun.yaml is not this sweep's
+        return None
+
+
+def _job_digest(config: DictConfig, job: list[str]) -> str | None:
+    """The config fingerprint of one job of the sweep (as its run will record it in
+    fingerprint.json), or None where it cannot be composed here."""
+    import copy
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    from kgreason.record import fingerprint
+
+    if not GlobalHydra.instance().is_initialized():
+        return None
+    try:
+        job_cfg = GlobalHydra.instance().config_loader().load_sweep_config(config, list(job))
+        HydraConfig.instance().set_config(job_cfg)  # the task config may read ${hydra:...}
+        task = copy.deepcopy(job_cfg)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        return fingerprint(task)[0]
+    except Exception:  # noqa: BLE001 - a job only its own run can compose: its run's guard checks it
+        return None
+    finally:
+        HydraConfig.instance().set_config(config)
+
+
+def _sweep_state(config: DictConfig, sweep_dir: Path, layout: list[tuple[list[str], str]]) -> int | None:
+    """How many of the sweep's jobs ``sweep_dir`` holds finished, when it is unfinished and this
+    launch can go on in it: some job has no complete ``metrics.json`` (or a ``failed.json``), no
+    live process holds any job dir, and every job dir that holds a run holds this launch's
+    configuration of that job (its ``fingerprint.json``); else None."""
+    from kgreason.runs import dir_in_use, finished_run
+
+    done = 0
+    for job, sub in layout:
+        d = sweep_dir / sub
+        if not d.is_dir():
+            continue
+        if dir_in_use(d):
+            return None
+        try:
+            fp = json.loads((d / "fingerprint.json").read_text(encoding="utf-8")).get("sha256")
+        except (OSError, ValueError, AttributeError):
+            fp = None
+        if fp is not None:
+            digest = _job_digest(config, job)
+            if digest is not None and digest != fp:
+                return None  # another configuration of this job (changed defaults): not this sweep any more
+        done += finished_run(d)
+    return done if done < len(layout) else None
+
+
+def unfinished_sweep(config: DictConfig) -> tuple[Path, int] | None:
+    """The newest unfinished sweep of the same overrides as this ``--multirun`` launch
+    (``(sweep dir, jobs finished)``), when the launch would start a new sweep dir of the default
+    layout: ``hydra.sweep.dir`` not given on the command line, the dir it names not there yet, and
+    ``resume`` not false. The sweep dirs looked at are those beside the new one's day folder
+    (``<output>/multirun/*/*``, each with the ``multirun.yaml`` Hydra wrote when it started):
+    the same task overrides, sweeper params and job folder template, and a state
+    :func:`_sweep_state` accepts (unfinished, not running, the same configuration per job)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from kgreason.sweepguard import sweep_layout
+
+    given = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)]
+    if any(o.lstrip("+~").split("=", 1)[0] == "hydra.sweep.dir" for o in given):
+        return None
+    if not config.get("resume", True):
+        return None
+    HydraConfig.instance().set_config(config)  # ${hydra:...} in the sweep dir's name
+    new = Path(str(config.hydra.sweep.dir))
+    if new.exists():
+        return None
+    mine = _launch_record(config)
+    found = []
+    for rec in new.parent.parent.glob("*/*/multirun.yaml"):
+        if _file_record(rec) == mine:
+            found.append((rec.stat().st_mtime, rec.parent))
+    if not found:
+        return None
+    layout = sweep_layout(config)
+    for _, d in sorted(found, key=lambda t: (t[0], str(t[1])), reverse=True):
+        done = _sweep_state(config, d, layout)
+        if done is not None:
+            return d, done
+    return None
+
+
 class GoOn(Callback):
     """The same command again goes on with the latest unfinished run of the same configuration
     (:func:`unfinished_twin`) instead of starting a new run dir beside it: Hydra is pointed at
     that dir before it makes or writes anything, so no empty new dir is left. One line says so;
     ``resume=false`` (or an explicit ``hydra.run.dir``) starts a new dir instead. Runs before
-    ``KeepHydraRecord``, so the kept ``.hydra/`` is the resumed dir's."""
+    ``KeepHydraRecord``, so the kept ``.hydra/`` is the resumed dir's.
+
+    A ``--multirun`` launch does the same with the newest unfinished sweep of the same overrides
+    (:func:`unfinished_sweep`): its jobs go to that sweep's job dirs, where each job's run
+    resumes (a finished job rewrites its figures without a model call; a stopped one answers only
+    the examples it has left). The sweep dir is given to Hydra as a ``hydra.sweep.dir`` override,
+    since each job's config is composed again from the launch's overrides."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import open_dict, read_write
+
+        from kgreason.paths import hydra_quote, shown
+
+        try:
+            found = unfinished_sweep(config)
+        except Exception:  # noqa: BLE001 - a sweep this check cannot expand: the sweep reports it itself
+            return
+        if found is None:
+            return
+        d, done = found
+        print(f"kgreason: going on with the unfinished sweep of these overrides in {shown(d)} ({done} job(s) finished); "
+              "resume=false starts a new sweep dir instead", file=sys.stderr)
+        with read_write(config.hydra), open_dict(config.hydra):
+            config.hydra.sweep.dir = str(d)
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir={hydra_quote(str(d))}")
+        HydraConfig.instance().set_config(config)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from omegaconf import open_dict, read_write
@@ -265,7 +413,9 @@ class GoOn(Callback):
         if twin is None:
             return
         d, rows = twin
-        print(f"kgreason: going on with the unfinished run of this configuration in {d} ({rows} rows written); "
+        from kgreason.paths import shown
+
+        print(f"kgreason: going on with the unfinished run of this configuration in {shown(d)} ({rows} rows written); "
               "resume=false starts a new run dir instead", file=sys.stderr)
         with read_write(config.hydra.run), open_dict(config.hydra.run):
             config.hydra.run.dir = str(d)

@@ -175,6 +175,20 @@ def inside(root: str | Path, path: str | Path, field: str) -> Path:
     return p
 
 
+def shown(path: str | Path) -> str:
+    """``path`` as a message shows it: relative to the working directory when it lies inside it
+    (``outputs/runs/…``, as the README writes run dirs), else absolute; never a mix of the two
+    (Hydra hands a sweep dir over as typed and a job's dir absolute)."""
+    p = Path(path).expanduser()
+    try:
+        a, here = p.resolve(), Path.cwd().resolve()
+    except OSError:
+        return str(p)
+    if a == here:
+        return "."
+    return str(a.relative_to(here)) if a.is_relative_to(here) else str(a)
+
+
 def hydra_quote(value: str) -> str:
     """``value`` written so that Hydra's override parser gives it back as it is (``key=<this>``):
     as it is when it holds only letters, digits and ``_./@+-``; else single-quoted, with a quote,

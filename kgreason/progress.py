@@ -31,6 +31,7 @@ from typing import Any, Iterator
 log = logging.getLogger("kgreason.progress")
 
 _inflight = 0
+_done = 0  # LLM requests answered in this process (any thread): a long step's heartbeat says how many
 _inflight_lock = threading.Lock()
 #: the sweep job this process runs ("job 3: reasoner=rag,seed=1"); prefixes every line in a sweep
 _job = ""
@@ -66,10 +67,15 @@ def in_flight() -> int:
     return _inflight
 
 
+def calls_done() -> int:
+    """LLM requests answered so far in this process (the model's or the call cache's reply)."""
+    return _done
+
+
 @contextmanager
 def llm_calls(n: int = 1) -> Iterator[None]:
-    """Count ``n`` LLM calls as in flight for the duration of the block."""
-    global _inflight
+    """Count ``n`` LLM calls as in flight for the duration of the block, then as done."""
+    global _inflight, _done
     with _inflight_lock:
         _inflight += n
     try:
@@ -77,6 +83,25 @@ def llm_calls(n: int = 1) -> Iterator[None]:
     finally:
         with _inflight_lock:
             _inflight -= n
+            _done += n
+
+
+def tool_log() -> None:
+    """A tool run outside Hydra (``kgreason ask``, ``show``, ``bundle``, ``index``): kgreason's
+    own log lines (this module's progress lines every interval, heartbeats, warnings) go to
+    stderr as ``[HH:MM:SS] message``, as a run's go to its console. Without it they went nowhere
+    (no handler: Python prints only warnings then), so a tool working for ten minutes and a hung
+    one looked the same. Only the ``kgreason`` logger gets the handler, so other libraries' INFO
+    lines stay unprinted; logging someone configured already (a handler on the root or on
+    ``kgreason``: Hydra, pytest, a notebook) is left as it is. Idempotent."""
+    lg = logging.getLogger("kgreason")
+    if lg.handlers or logging.getLogger().handlers:
+        return
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
+    lg.addHandler(h)
+    if lg.getEffectiveLevel() > logging.INFO:
+        lg.setLevel(logging.INFO)
 
 
 def mode() -> str:
@@ -176,9 +201,10 @@ class Progress:
                 self._bar.set_postfix({k: _fmt_v(v) for k, v in self._figures().items()}, refresh=False)
                 self._bar.update(n)
 
-    def close(self, stopped: bool = False) -> None:
+    def close(self, stopped: bool = False, quiet: bool = False) -> None:
         """End the bar; ``stopped``: an exception ended the work, so the last line says
-        "(stopped)", not "(done)", and :func:`stopped_at` keeps where it stood."""
+        "(stopped)", not "(done)", and :func:`stopped_at` keeps where it stood. ``quiet``: no last
+        log line (the caller's own line says where the work stood)."""
         global _stopped
         self._stop.set()
         if self._thread is not None:
@@ -189,7 +215,7 @@ class Progress:
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
-            elif self.mode == "log":
+            elif self.mode == "log" and not quiet:
                 log.info(self.line() + (" (stopped)" if stopped else " (done)"))
 
     def __enter__(self) -> "Progress":
@@ -217,22 +243,29 @@ def iterate(items, desc: str, total: int | None = None, unit: str = "it"):
 
 
 @contextmanager
-def stage(desc: str) -> Iterator[None]:
-    """One long uncounted step: a start line, a heartbeat each interval, the elapsed time at the end."""
+def stage(desc: str, lazy: bool = False) -> Iterator[None]:
+    """One long uncounted step: a start line, a heartbeat each interval (with the LLM requests
+    answered since the start and those in flight, when there are any), the elapsed time at the
+    end. ``lazy``: nothing is printed for a step that ends before its first heartbeat (a page
+    drawn in a second says nothing; one that takes minutes says so every interval)."""
     m = mode()
     if m == "off":
         yield
         return
     t0 = time.monotonic()
+    done0 = calls_done()
     stop = threading.Event()
     desc = _tag() + desc
-    log.info("%s ...", desc)
+    said = [not lazy]
+    if not lazy:
+        log.info("%s ...", desc)
 
     def beat() -> None:
         while not stop.wait(interval() if m == "log" else 10.0):
-            n = in_flight()
-            log.info("%s: still running after %s%s", desc, _fmt_s(time.monotonic() - t0),
-                     f" ({n} LLM calls in flight)" if n else "")
+            n, k = in_flight(), calls_done() - done0
+            calls = ", ".join(x for x in (f"{k} LLM calls answered" if k else "", f"{n} in flight" if n else "") if x)
+            log.info("%s: still running after %s%s", desc, _fmt_s(time.monotonic() - t0), f" ({calls})" if calls else "")
+            said[0] = True
 
     t = threading.Thread(target=beat, name=f"stage-{desc}", daemon=True)
     t.start()
@@ -243,7 +276,9 @@ def stage(desc: str) -> Iterator[None]:
     finally:
         stop.set()
         t.join(timeout=5)
-        log.info("%s: %s after %s", desc, "done" if ok else "failed", _fmt_s(time.monotonic() - t0))
+        if said[0]:
+            log.info("%s: %s after %s", desc, "done" if ok else "failed", _fmt_s(time.monotonic() - t0))
 
 
-__all__ = ["Progress", "set_job", "bar", "iterate", "stage", "llm_calls", "in_flight", "mode", "interval"]
+__all__ = ["Progress", "set_job", "bar", "iterate", "stage", "llm_calls", "in_flight", "calls_done", "tool_log", "mode",
+           "interval"]

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import logging
 import math
-import shlex
 import signal
 import threading
 import time
@@ -33,6 +32,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from kgreason import preflight, progress
+from kgreason.paths import shown
 from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
@@ -43,7 +43,8 @@ from kgreason.metrics import METRICS, Metric, clinical, example_value, run_value
 from kgreason.metrics.funnel import funnel_rates
 from kgreason.metrics.qa import normalize_answer
 from kgreason.record import check_resume, choices, run_record
-from kgreason.runs import PredictionStore, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets, write_json
+from kgreason.runs import (PredictionStore, finished_run, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets,
+                           write_json)
 from kgreason.textio import forget_files_read
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
@@ -455,10 +456,10 @@ class _ExampleProgress:
                 figures[self.headline.name] = float(self.headline.aggregate(self.vals))
         self.p.update(1, **figures)
 
-    def close(self, stopped: bool = False) -> None:
+    def close(self, stopped: bool = False, quiet: bool = False) -> None:
         if self.headline is not None and self.vals:
             self.p.postfix[self.headline.name] = float(self.headline.aggregate(self.vals))
-        self.p.close(stopped=stopped)
+        self.p.close(stopped=stopped, quiet=quiet)
 
 
 #: ``example_workers: auto`` with a model behind HTTP (an OpenAI-compatible server answers many
@@ -652,46 +653,32 @@ def _run_metrics(c: Components, rows: list[Mapping[str, Any]], examples: list[Ex
     return metrics
 
 
-def resume_command(out_dir: Path) -> str:
-    """The command line that resumes this run dir (the run's own overrides when started from
-    the command line, else a generic form)."""
+def go_on_hint(out_dir: Path) -> str:
+    """How a stopped run goes on, for its interruption line: the same command again. A single
+    run's launch finds its unfinished dir (``GoOn``, or the ``hydra.run.dir`` the command names);
+    a sweep's launch finds its unfinished sweep (``GoOn.on_multirun_start``, or the
+    ``hydra.sweep.dir`` it names), and each job resumes in its own dir."""
     try:
         from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
 
-        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+        sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     except Exception:  # noqa: BLE001 - only for the message
-        overrides = None
-    from kgreason.paths import hydra_quote
-
-    # the dir quoted for Hydra, then the whole argument for the shell: the line works pasted in bash
-    run_dir = shlex.quote(f"hydra.run.dir={hydra_quote(str(out_dir))}")
-    if overrides is None:
-        return f"python -m kgreason <the same overrides> {run_dir}"
-    kept = [o for o in overrides if not o.startswith("hydra.run.dir=")]
-    return " ".join(["python -m kgreason", *map(shlex.quote, kept), run_dir])
+        sweep = False
+    return "The same --multirun command goes on with this sweep." if sweep else "The same command goes on."
 
 
-def go_on_hint(out_dir: Path) -> str:
-    """How a stopped run goes on, for its interruption line. A single run: the same command again
-    (``GoOn`` finds the dir) or :func:`resume_command`. A sweep's job: the same ``--multirun``
-    command makes a new sweep dir unless it names this one, so the line says which
-    ``hydra.sweep.dir`` to give, and the command that finishes this job alone."""
-    sweep_dir = None
+def _job_label() -> str:
+    """`` of job N`` for a sweep's job (its dir is the sweep dir's ``N``), else nothing."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-            sweep_dir = str(HydraConfig.get().sweep.dir)
+            return f" of job {HydraConfig.get().job.num}"
     except Exception:  # noqa: BLE001 - only for the message
-        sweep_dir = None
-    if sweep_dir is None:
-        return f"Resume with the same command, or: {resume_command(out_dir)}"
-    from kgreason.paths import hydra_quote
-
-    given = shlex.quote(f"hydra.sweep.dir={hydra_quote(sweep_dir)}")
-    return (f"Resume the sweep with its command and {given} (without it a new sweep dir is made), "
-            f"or this job alone: {resume_command(out_dir)}")
+        pass
+    return ""
 
 
 def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_dir: Path, prepared: Ledger,
@@ -712,9 +699,8 @@ def _write_partial(cfg: DictConfig, c: Components, examples: list[Example], out_
     except Exception as e:  # noqa: BLE001 - the interruption is what is reported
         log.error("could not write partial metrics.json: %s", e)
         done = -1
-    log.warning("run interrupted by %s after %d of %d examples; rows are kept in %s and metrics.json holds "
-                "the partial figures (run/partial: true). %s", signame, done, len(examples),
-                out_dir / "predictions.jsonl", go_on_hint(out_dir))
+    log.warning("run interrupted by %s after %d of %d examples%s; kept in %s (metrics.json marked partial). %s",
+                signame, done, len(examples), _job_label(), shown(out_dir), go_on_hint(out_dir))
 
 
 #: written when Ctrl-C or SIGTERM stops a run in its set-up (before the examples it has left);
@@ -727,7 +713,7 @@ EMBEDDING_STEP = "embedding stores"
 
 def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int) -> None:
     """Say where a run stopped in its set-up (:func:`_prepare`, e.g. SubQRAG's index, hours on a
-    CPU): the log line names how far the set-up's progress bar got and the resume command, and
+    CPU): the log line names how far the set-up's progress bar got and that the same command goes on, and
     ``prepare_stopped.json`` keeps the same for the tools that sum up sittings. No metrics.json:
     nothing new was answered, and an earlier sitting's rows keep their own metrics.json."""
     signame = why.signame if isinstance(why, RunInterrupted) else "SIGINT (Ctrl-C)"
@@ -747,8 +733,8 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
             where and str(where.get("what", "")).startswith("embedding store")):
         kept = ("an embedding store stopped mid-build is not kept: a resume builds it again from its first text "
                 "(the store restarts)")
-    log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered; %s. %s",
-                signame, got, done, n, kept, go_on_hint(out_dir))
+    log.warning("run interrupted by %s while preparing%s, with %d of %d examples answered%s in %s; %s. %s",
+                signame, got, done, n, _job_label(), shown(out_dir), kept, go_on_hint(out_dir))
 
 
 def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
@@ -785,12 +771,7 @@ def _one_line(e: BaseException) -> str:
 
 def complete_run_in(out_dir: Path) -> bool:
     """The dir holds a finished run that did not fail (its metrics.json is complete)."""
-    try:
-        m = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    done = m.get("run/status", "partial" if m.get("run/partial") else "complete") == "complete"
-    return done and not (out_dir / FAILED).exists()
+    return finished_run(out_dir)
 
 
 def _write_failed(out_dir: Path, e: BaseException, stage: str) -> None:
@@ -928,8 +909,10 @@ def _answer_all(cfg: DictConfig, c: Components, pending: list[Example], store: P
                         "retried (retry_errors=true)")
             if hasattr(c.retriever, "clear"):
                 c.retriever.clear()
-    except BaseException:
-        bar.close(stopped=True)  # Ctrl-C, SIGTERM or a stop: the last line says "(stopped)", not "(done)"
+    except BaseException as e:
+        # a stop: the last line says "(stopped)", not "(done)"; for Ctrl-C or SIGTERM the run's one
+        # interruption line says where it stood instead (_write_partial), so the bar adds no line
+        bar.close(stopped=True, quiet=isinstance(e, KeyboardInterrupt))
         raise
     else:
         bar.close()

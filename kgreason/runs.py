@@ -205,6 +205,21 @@ def dir_in_use(out_dir: str | Path) -> bool:
     return False
 
 
+def finished_run(out_dir: str | Path) -> bool:
+    """``out_dir`` holds a finished run that did not fail: its ``metrics.json`` says
+    ``run/status: complete`` (or, from before the status, is not marked partial) and there is no
+    ``failed.json``."""
+    d = Path(out_dir)
+    try:
+        m = json.loads((d / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(m, dict):
+        return False
+    done = m.get("run/status", "partial" if m.get("run/partial") else "complete") == "complete"
+    return done and not (d / "failed.json").exists()
+
+
 def unfinished_run(out_dir: str | Path, digest: str) -> int | None:
     """The rows written so far when ``out_dir`` holds an unfinished run (stopped by a signal, a
     kill, a crash or a dead endpoint: no complete ``metrics.json``) made with the config whose

@@ -1,8 +1,10 @@
 """Every job folder of a sweep is checked before Hydra writes anything (issue 44, item 4).
 
-Hydra makes a multirun job's folder ``<hydra.sweep.dir>/<hydra.sweep.subdir>``, the subdir made
-of the job's override values (``${hydra.job.num}_${hydra.job.override_dirname}``), and writes the
-job's ``.hydra/`` record there *before* the task function runs. A value with ``../``
+Hydra makes a multirun job's folder ``<hydra.sweep.dir>/<hydra.sweep.subdir>`` and writes the
+job's ``.hydra/`` record there *before* the task function runs. kgreason's subdir is the job
+number (conf/hydra/default.yaml, issue 71), so no override value reaches a folder name; Hydra's
+own, which a user may still choose, is made of the job's override values
+(``${hydra.job.num}_${hydra.job.override_dirname}``). With that one, a value with ``../``
 (``kg.name=../../x``), an absolute or ``..`` ``hydra.sweep.subdir``, or a value too long for one
 file name therefore used to write files outside the sweep, a typed API key among them, before
 any check of ours could run.
@@ -70,10 +72,30 @@ def _register_secrets(jobs: list[list[str]]) -> None:
                 secrets.register(value)
 
 
+def job_subdir(config: Any, num: int, job: list[str], probe: Any = None) -> str:
+    """``hydra.sweep.subdir`` of job ``num`` (overrides ``job``), made as Hydra will make it
+    (``probe``: a copy of ``config`` to write into; one is made when not given)."""
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    probe = copy.deepcopy(config) if probe is None else probe
+    with read_write(probe.hydra), open_dict(probe.hydra):
+        probe.hydra.job.num = num
+        probe.hydra.job.id = num
+        probe.hydra.job.override_dirname = _override_dirname(job, config)
+    return str(OmegaConf.select(probe, "hydra.sweep.subdir"))
+
+
+def sweep_layout(config: Any) -> list[tuple[list[str], str]]:
+    """``(overrides, subdir)`` of every job of the sweep ``config`` launches, in launch order."""
+    jobs = _job_overrides(config)
+    probe = copy.deepcopy(config)
+    return [(job, job_subdir(config, num, job, probe)) for num, job in enumerate(jobs)]
+
+
 def check_sweep(config: Any) -> int:
     """Raise :class:`SweepRefused` naming the first job whose folder is not one safe folder
     inside ``hydra.sweep.dir``; returns the number of jobs checked."""
-    from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf import OmegaConf
 
     try:
         jobs = _job_overrides(config)
@@ -85,11 +107,7 @@ def check_sweep(config: Any) -> int:
     _register_secrets(jobs)
     for num, job in enumerate(jobs):
         try:
-            with read_write(probe.hydra), open_dict(probe.hydra):
-                probe.hydra.job.num = num
-                probe.hydra.job.id = num
-                probe.hydra.job.override_dirname = _override_dirname(job, config)
-            subdir = str(OmegaConf.select(probe, "hydra.sweep.subdir"))
+            subdir = job_subdir(config, num, job, probe)
         except Exception:  # noqa: BLE001 - an interpolation only the job can resolve: the run's own check
             continue
         if secrets.scrub(subdir) != subdir:  # a folder name is never scrubbed afterwards

@@ -170,7 +170,20 @@ class Cluster:
             self._mariadb.kill()
 
     def state(self, job_id: str) -> str:
-        """The job's state as accounting records it (``COMPLETED``, ``CANCELLED by 0``, ...)."""
+        """The job's state as accounting records it (``COMPLETED``, ``CANCELLED by 0``, ...), or
+        ``""`` while slurmdbd has not recorded it yet (it does so a moment after the job ends)."""
         out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id], env=self.env,
                              capture_output=True, text=True).stdout.split()
         return out[0] if out else ""
+
+    def wait_state(self, job_id: str, prefix: str, timeout: float = 120.0, poll: float = 0.5) -> str:
+        """The job's accounting state once it starts with ``prefix`` (``CANCELLED``), polled until
+        ``timeout`` s have passed; then the last state read (``""``: never recorded). Accounting is
+        another process's record, written after the job ends: read once, right after ``scancel``,
+        it can still be empty on a loaded machine (issue 74)."""
+        end = time.monotonic() + timeout
+        while True:
+            got = self.state(job_id)
+            if got.startswith(prefix) or time.monotonic() >= end:
+                return got
+            time.sleep(poll)

@@ -338,9 +338,9 @@ def test_a_job_that_fails_at_startup_is_marked_and_the_sweep_exits_2(tmp_path, s
     (marker,) = sweep.rglob("failed.json")
     data = json.loads(marker.read_text())
     assert data["status"] == "failed" and data["stage"] == "startup" and "min_link_rate" in data["reason"]
-    assert "dataset=cwq" in marker.parent.name
-    done = [p for p in sweep.rglob("metrics.json")]
-    assert len(done) == 1 and "dataset=embedded" in done[0].parent.name
+    assert "dataset=cwq" in (marker.parent / ".hydra" / "overrides.yaml").read_text()  # job dirs: <sweep>/<num>
+    done = [p for p in sweep.glob("*/metrics.json")]
+    assert len(done) == 1 and "dataset=embedded" in (done[0].parent / ".hydra" / "overrides.yaml").read_text()
     assert "Traceback" not in r.stderr and "1 job(s) of the sweep failed" in r.stderr
 
 

@@ -67,12 +67,17 @@ def _sweep(tmp_path, *overrides):
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+#: Hydra's own job folder name, made of the override values (kgreason's default was this until
+#: issue 71 made it the job number; a user may still choose it): the guard checks what it makes
+OVERRIDE_NAMED = "hydra.sweep.subdir=${hydra.job.num}_${hydra.job.override_dirname}"
+
+
 @pytest.mark.parametrize("overrides", [
-    ["+tag=ok,../../escaped", "+llm.api_key=sk-SECRET-4242424242"],
-    ["+tag=a,b", "+llm.api_key=sk-SECRET-4242424242"],  # the key would be part of each job's folder name
+    ["+tag=ok,../../escaped", "+llm.api_key=sk-SECRET-4242424242", OVERRIDE_NAMED],
+    ["+tag=a,b", "+llm.api_key=sk-SECRET-4242424242", OVERRIDE_NAMED],  # the key would be in each folder name
     ["hydra.sweep.subdir=../.."],
     ["hydra.sweep.subdir=/tmp/kgreason-sweep-escape"],
-    ["+tag='" + "é" * 130 + "'"],
+    ["+tag='" + "é" * 130 + "'", OVERRIDE_NAMED],
 ])
 def test_a_sweep_with_an_unsafe_job_folder_writes_nothing(tmp_path, overrides):
     r = _sweep(tmp_path, *overrides)
@@ -100,6 +105,17 @@ def test_the_sweep_guard_reads_a_presets_own_sweeper_params(tmp_path):
     assert check_sweep(cfg) == 5
     with read_write(cfg), open_dict(cfg):
         cfg.hydra.sweeper.params["+tag"] = "a,../../x"
+        cfg.hydra.sweep.subdir = "${hydra.job.num}_${hydra.job.override_dirname}"  # folders named by the values
     with pytest.raises(SweepRefused, match=r"its part '\.\.' .*job 1's folder"):
         check_sweep(cfg)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_default_job_folder_holds_no_override_value(tmp_path):
+    """Issue 71: a job's folder is its number, so a value with ``../``, a typed key or a long value
+    never reaches a folder name; the sweep runs, each job one level below the sweep dir."""
+    r = _sweep(tmp_path, "+tag=ok,../../escaped", "reports.hop_distribution=false")
+    assert r.returncode == 0, r.stderr[-2000:]
+    sweep = tmp_path / "a" / "sweep"
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    assert not (tmp_path / "escaped").exists()

@@ -245,7 +245,7 @@ def test_sigterm_logs_writes_partial_metrics_and_resume_is_exact(tmp_path):
     done = _rows(pred)
     assert 5 <= done < N, "the run finished before SIGTERM: nothing was tested"
     assert "interrupted by SIGTERM" in out and f"{done} of {N} examples" in out, out[-3000:]
-    assert f"hydra.run.dir={run_dir}" in out  # the resume command
+    assert f"kept in {run_dir} " in out and "The same command goes on." in out  # the dir, and how to go on
     partial = json.loads((run_dir / "metrics.json").read_text())
     assert partial["run/partial"] is True and partial["run/n_examples"] == done and partial["run/n_expected"] == N
     assert partial["run/interrupted_by"] == "SIGTERM" and partial["run/status"] == "partial"
@@ -285,7 +285,8 @@ def test_sigterm_in_the_set_up_says_how_far_it_got_and_the_resume_finishes_it(tm
     assert stopped["progress"] == {"what": "SubQRAG indexing", "done": indexed, "total": n_passages,
                                    "unit": "passage"}
     assert f"SubQRAG indexing: {indexed} of {n_passages} passage done" in out, out[-3000:]
-    assert "interrupted by SIGTERM while preparing" in out and f"hydra.run.dir={run_dir}" in out
+    assert "interrupted by SIGTERM while preparing" in out and f"answered in {run_dir};" in out
+    assert "The same command goes on." in out
     assert f"SubQRAG indexing: {indexed}/{n_passages} passage" in out and "(stopped)" in out
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "failed.json").exists()
     assert not (run_dir / "run.lock").exists()

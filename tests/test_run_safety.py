@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -190,7 +191,13 @@ def test_the_same_command_launched_twice_answers_each_example_once(tmp_path):
         while not (d / "fingerprint.json").exists():
             assert first.poll() is None and time.monotonic() < deadline, first.stdout.read()[-3000:]
             time.sleep(0.05)
-        second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        # the first run is paused (holding the dir's lock) while the second launches: on a loaded
+        # machine the second's start-up could outlast the whole first run (issue 74)
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
         assert first.poll() is None, "the first run ended before the second started: nothing was tested"
         out, _ = first.communicate(timeout=600)
     finally:

@@ -74,9 +74,9 @@ def test_a_sweep_runs_through_sbatch_and_a_cancelled_job_finishes_when_launched_
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and victim is None:
             assert launch.poll() is None, launch.stdout.read()[-4000:]
-            target = [d for d in sweep.glob("3_*") if d.is_dir()]
-            if target and len(_rows(target[0] / "predictions.jsonl")) >= 3:
-                victim = target[0]
+            target = sweep / "3"  # a job's dir is its number (conf/hydra/default.yaml)
+            if len(_rows(target / "predictions.jsonl")) >= 3:
+                victim = target
             else:
                 time.sleep(0.2)
         assert victim is not None, "the fourth job never answered 3 questions"
@@ -90,7 +90,8 @@ def test_a_sweep_runs_through_sbatch_and_a_cancelled_job_finishes_when_launched_
     assert launch.returncode != 0, out[-4000:]  # a job of the sweep was cancelled: the launch says so
     done_before = _rows(victim / "predictions.jsonl")
     assert 3 <= len(done_before) < N, "the cancelled job finished anyway: nothing was tested"
-    assert cluster.state(job).startswith("CANCELLED"), cluster.state(job)
+    state = cluster.wait_state(job, "CANCELLED", timeout=120)  # slurmdbd records it a moment after the job ends
+    assert state.startswith("CANCELLED"), state
     jobs = job_dirs(sweep)
     assert len(jobs) == 4
     for j in jobs:
@@ -111,3 +112,25 @@ def test_a_sweep_runs_through_sbatch_and_a_cancelled_job_finishes_when_launched_
         assert m["run/n_examples"] == N and not m.get("run/partial"), j
     t = subprocess.run(tables, cwd=REPO, env=env, capture_output=True, text=True)
     assert t.returncode == 0 and "partial" not in t.stdout, t.stdout + t.stderr
+
+
+def test_the_accounting_state_is_waited_for_with_a_deadline(monkeypatch, tmp_path):
+    """Issue 74: under load the test read ``sacct`` once, right after ``scancel``, and got ``''``
+    (slurmdbd had not recorded the cancelled job yet). :meth:`Cluster.wait_state` polls until the
+    state arrives, and gives the last state read at its deadline; no cluster needed here."""
+    answers = iter(["", "", "RUNNING", "CANCELLED by 0"])
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=next(answers, "CANCELLED by 0") + "\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    c = Cluster(tmp_path)
+    assert c.wait_state("7_3", "CANCELLED", timeout=30, poll=0.01).startswith("CANCELLED")
+    assert len(calls) == 4 and calls[0][0] == "sacct"
+
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, stdout="", stderr=""))
+    t0 = time.monotonic()
+    assert c.wait_state("7_3", "CANCELLED", timeout=0.2, poll=0.01) == ""  # the deadline holds
+    assert time.monotonic() - t0 < 5

@@ -177,21 +177,6 @@ def test_a_sweep_says_where_it_went_and_tags_its_progress_lines(tmp_path):
     assert "[job 1: dataset.limit=2,seed=1,tracking=none] examples" in logs, logs[-2000:]
 
 
-def test_http_client_logs_are_quiet_unless_debug(monkeypatch):
-    import logging
-
-    from kgreason.app import quiet_logs
-
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    logging.getLogger("httpx").setLevel(logging.INFO)
-    quiet_logs()
-    assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
-    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # --debug
-    logging.getLogger("httpx").setLevel(logging.INFO)
-    quiet_logs()
-    assert logging.getLogger("httpx").getEffectiveLevel() == logging.INFO
-
-
 @pytest.mark.slow
 def test_sigterm_on_a_parallel_sweep_ends_its_workers(tmp_path):
     """SIGTERM to a local_parallel sweep ends its worker processes too (loky kept them idle, ~1 GB each)."""

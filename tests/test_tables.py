@@ -94,7 +94,8 @@ def test_bold_best_respects_direction(multirun):
     assert cell(("sgr", "none"), header.index("webqsp / Hits@1")) == "0.90"
     assert cell(("rag", "none"), header.index("webqsp / Hits@1")) == "–"
     tex = render_latex(wide, rows, cols, digits=2)
-    assert r"\textbf{0.60 $\pm$ 0.14}" in tex and "Hits@1" in tex and r"\begin{tabular}{llrrrrr}" in tex
+    # the .tex: the seed spread in small type beside the mean (tests/test_tables_tex.py: it fits a column)
+    assert r"\textbf{0.60\,{\scriptsize$\pm$0.14}}" in tex and "Hits@1" in tex and r"\begin{tabular}{llrrrrr}" in tex
 
 
 def test_metric_in_rows_bolds_per_metric(multirun):
@@ -840,7 +841,7 @@ def test_sweep_table_is_ready_to_paste(tmp_path):
     ``metrics:`` order, though metrics.json is sorted), heads the columns with readable labels,
     leaves out what every row shares (``ablation = none``, the one dataset) and says it in the
     caption, bolds the best of the two rows of a score (never the retrieved-set size), and writes
-    a ``.tex`` table float with caption and label that compiles with plain LaTeX."""
+    a ``.tex`` table float with caption and label that compiles with booktabs and graphicx."""
     import os
     import shutil
 
@@ -863,14 +864,16 @@ def test_sweep_table_is_ready_to_paste(tmp_path):
     assert "No interval" not in r.stdout  # nothing to point to: the caption says why Retrieved has none
     assert "Retrieved: a run-level figure with no per-question values, so no interval." in r.stdout
     tex = (sweep / "results.tex").read_text()
-    assert tex.startswith("\\begin{table}") and tex.rstrip().endswith("\\end{table}")
-    assert "\\caption{Each cell is one run" in tex and "\\label{tab:results}" in tex
-    assert "reasoner & Hits@1 & All answers" in tex and "ablation" not in tex.split("\\caption")[0]
+    # a booktabs float for a paper (tests/test_tables_tex.py: it fits a two-column article's column)
+    assert tex.splitlines()[1] == "\\begin{table}[t]" and tex.rstrip().endswith("\\end{table}")
+    assert "\\caption{Results on embedded with scripted (12 questions)" in tex and "\\label{tab:results}" in tex
+    assert "Note: Each cell is one run" in tex  # the full explanation under the table
+    assert "reasoner & Hits@1 &" in tex and "ablation" not in tex.split("\\caption")[0]
     assert all(ord(ch) < 128 for ch in tex), "plain LaTeX: ASCII only"
-    if shutil.which("pdflatex"):  # Debian: apt-get install texlive-latex-base
+    if shutil.which("pdflatex"):  # Debian: apt-get install texlive-latex-base texlive-latex-recommended
         doc = tmp_path / "doc.tex"
-        doc.write_text("\\documentclass{article}\n\\begin{document}\n\\input{" + str(sweep / "results.tex")
-                       + "}\n\\end{document}\n")
+        doc.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n"
+                       "\\begin{document}\n\\input{" + str(sweep / "results.tex") + "}\n\\end{document}\n")
         c = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
         assert c.returncode == 0, c.stdout[-2000:]

@@ -64,7 +64,11 @@ MAX_BODY_BYTES = 32 << 20
 #: the largest slot reply the proxy reads (a chat reply of a local model is a few kB; echo log-probs more)
 MAX_REPLY_BYTES = 64 << 20
 
-INSTALL_HINT = "pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, 4-14 min on 2 cores)"
+#: minutes llama.cpp's one-time compile takes on 2 cores: 4.3 idle, 9-13.5 beside other work, 20
+#: at load 7-12 (issue 74); the README, the Makefile and docs/llm.md say the same
+COMPILE_MINUTES = (4, 20)
+INSTALL_HINT = ("pip install 'llama-cpp-python[server]==0.3.36'  (compiles llama.cpp once, "
+                f"{COMPILE_MINUTES[0]}-{COMPILE_MINUTES[1]} min on 2 cores)")
 
 
 def llama_server_available() -> str | None:

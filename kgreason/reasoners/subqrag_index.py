@@ -444,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - thin 
     ap.add_argument("index_dir")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/config.yaml, e.g. llm=openai")
     a = ap.parse_args(argv)
+    progress.tool_log()  # the indexing bar's lines every interval off a terminal
     rows = []
     for ln, line in enumerate(Path(a.corpus).read_text().splitlines(), 1):
         if not line.strip():

@@ -288,8 +288,11 @@ def replay(opened: Opened, out: Path) -> list[tuple[str, bool, str]]:
     cache = out / "_bundle_cache"
     (cache / LLM_STORE).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(opened.root / CALLS, cache / LLM_STORE / "bundle.jsonl")
+    import logging
+
     res = []
-    for rel in opened.runs:
+    for i, rel in enumerate(opened.runs, 1):
+        logging.getLogger("kgreason").info("replaying run %s (%d of %d)", rel, i, len(opened.runs))
         line = replay_run(opened, rel, cache, out / "runs" / rel)
         res.append((rel, line.startswith("identical"), f"{rel}: {line}"))
     return res
@@ -309,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--out", default=None, help="where the replayed runs go: a new or empty folder (default: a "
                    "temporary dir, removed)")
     a = ap.parse_args(argv)
+    from kgreason import progress
+
+    progress.tool_log()  # a replay's set-up (a store build) and its runs print their progress lines
     try:
         if a.action == "export":
             m = export(a.dirs, a.out, a.cache)
@@ -323,9 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BundleError(problem)
         tmp = Path(tempfile.mkdtemp(prefix="kgreason-bundle-"))
         try:  # the unpacked bundle is removed however this ends (a refusal, an error, Ctrl-C)
-            opened = open_bundle(a.bundle, tmp / "bundle")
+            with progress.stage(f"checking and unpacking {a.bundle}", lazy=True):
+                opened = open_bundle(a.bundle, tmp / "bundle")
             if a.action == "verify":
-                lines = verify(opened)
+                with progress.stage(f"verifying {len(opened.runs)} run(s) of {a.bundle}", lazy=True):
+                    lines = verify(opened)
             else:
                 out = Path(a.out) if a.out else tmp / "replay"
                 lines = replay(opened, out)

@@ -14,8 +14,8 @@ from kgreason.tables.collect import Collected, Job, gather
 from kgreason.tables.marks import mark_notes, no_interval_notes
 from kgreason.tables.paired import paired_comparisons, render_paired
 from kgreason.tables.paper import paper_comparison, render_paper
-from kgreason.tables.render import (caption, column_note, render_csv, render_latex, render_markdown, render_missing,
-                                    tex_label)
+from kgreason.tables.render import (TEX_CI_FORMS, caption, check_tex_label, column_note, is_score, render_csv,
+                                    render_latex, render_markdown, render_missing, tex_digits, tex_label)
 from kgreason.tables.repeats import supersede
 from kgreason.tables.rows import RunRows
 from kgreason.textio import write_text_file
@@ -43,6 +43,8 @@ class Tables:
     partial: list[str] = field(default_factory=list)   # the partial runs' job names
     failed: list[str] = field(default_factory=list)    # runs with metrics.json and a failed.json
     labels: dict[str, str] = field(default_factory=dict)   # header overrides (--label hits_at_1=H@1)
+    models: list[str] = field(default_factory=list)   # the llm.model of every shown run that called a model
+    questions: int | None = None   # the most questions a run of the table answered
 
     def table_md(self) -> str:
         md = render_markdown(self.wide_shown, self.rows, self.cols, self.digits, self.seed_spread, self.labels)
@@ -50,6 +52,60 @@ class Tables:
         if self.warnings:
             md += "\n" + "\n".join(self.warnings) + "\n"
         return md
+
+    def tex_caption(self, ci_form: str = "below") -> str:
+        """The ``.tex`` caption: short, naming what a paper's reader needs first: the dataset(s),
+        the model, the questions and seeds, and what a cell shows (the full explanation is the
+        note under the table)."""
+        datasets = sorted({str(x) for x in self.df["dataset"].dropna()}) if "dataset" in self.df else []
+        seeds = sorted({int(x) for x in self.df["seed"].dropna()}) if "seed" in self.df else []
+        if not self.models:
+            model = "no model calls"
+        elif len(self.models) == 1:
+            model = self.models[0]
+        else:
+            model = f"{len(self.models)} models (" + ", ".join(self.models) + ")"
+        facts = [f"{self.questions} questions" if self.questions else None,
+                 f"{len(seeds)} seeds" if len(seeds) > 1 else None]
+        facts_s = "; ".join(f for f in facts if f)
+        text = f"Results on {', '.join(datasets) or '?'} with {model}" + (f" ({facts_s})" if facts_s else "")
+        spread = self.seed_spread and len(seeds) > 1
+        has_ci = "lo" in self.wide_shown.columns.get_level_values(0)
+        if ci_form == "pm" and has_ci:
+            cell = "mean ± half its 95% bootstrap interval over questions"
+        else:
+            cell = "mean" + (" ± s.d. over seeds" if spread else "")
+            if has_ci:
+                cell += ", 95% bootstrap interval over questions " + ("below" if ci_form == "below" else "beside it")
+        return f"{text}: {cell}."
+
+    def tex_note(self, ci_form: str = "below") -> str:
+        """The note under the ``.tex`` table: the full caption (what every figure is), and in the
+        ``pm`` form what ± is there."""
+        note = self.caption
+        if ci_form == "pm" and "lo" in self.wide_shown.columns.get_level_values(0):
+            note = ("In this table ± is half the width of the 95% percentile bootstrap interval, (hi - lo)/2 (the "
+                    "interval need not be symmetric; the .md and .csv give lo and hi), and the seed spread is not "
+                    "shown (the .csv's std). The figures, as the .md shows them: " + note)
+        return "Note: " + note
+
+    def latex(self, ci_form: str = "below", label: str = "tab:results", caption_text: str | None = None,
+              digits: int | None = None) -> str:
+        """The ``.tex`` table (:func:`~kgreason.tables.render.render_latex`): ``digits`` None = the
+        precision the questions support for scores (:func:`~kgreason.tables.render.tex_digits`),
+        ``self.digits`` for other figures; ``caption_text`` (``--caption``, LaTeX as written)
+        replaces :meth:`tex_caption`."""
+        if ci_form not in TEX_CI_FORMS:
+            raise ValueError(f"--tex-ci {ci_form!r}: one of {', '.join(TEX_CI_FORMS)}")
+        check_tex_label(label)
+        metric_digits = None
+        if digits is None:
+            metric_digits = {k: tex_digits(self.questions) for k in _metric_keys(self.wide_shown, self.cols, self.rows)
+                             if is_score(k)}
+        return render_latex(self.wide_shown, self.rows, self.cols, self.digits if digits is None else digits,
+                            self.seed_spread, self.labels, caption_text or self.tex_caption(ci_form), label,
+                            ci_form=ci_form, note=self.tex_note(ci_form), metric_digits=metric_digits,
+                            caption_is_latex=caption_text is not None)
 
     def markdown(self) -> str:
         md = self.table_md()
@@ -104,6 +160,39 @@ def partial_notes(c: Collected, rows: Sequence[str], cols: Sequence[str], allow_
     return out
 
 
+def _metric_keys(wide: pd.DataFrame, cols: Sequence[str], rows: Sequence[str]) -> list[str]:
+    """The metric keys of a pivoted table (``metric/hits_at_1``), from its columns or its rows."""
+    means = wide["mean"]
+    if "metric" in cols:
+        i = list(cols).index("metric")
+        return sorted({str(c[i] if isinstance(c, tuple) else c) for c in means.columns})
+    if "metric" in rows:
+        i = list(rows).index("metric")
+        return sorted({str(r[i] if isinstance(r, tuple) else r) for r in means.index})
+    return []
+
+
+def _models(c: Collected, shown: set[str]) -> list[str]:
+    """The ``llm.model`` (else the ``llm`` choice) of every shown run that called a model or was
+    answered from the call cache; a run that called none (retrieval_only) names no model."""
+    import yaml
+
+    out = set()
+    for name, job in c.jobs.items():
+        if name not in shown or not (job.metrics.get("llm/calls", 0) or job.metrics.get("llm/cache_hits", 0)):
+            continue
+        model = None
+        try:
+            cfg = yaml.safe_load((job.path / "config.yaml").read_text(encoding="utf-8"))
+            model = ((cfg or {}).get("llm") or {}).get("model") if isinstance(cfg, dict) else None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+            model = None
+        model = model or job.info.get("llm")
+        if model:
+            out.add(str(model))
+    return sorted(out)
+
+
 def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), cols=("dataset", "metric"),
                  metrics: Sequence[str] | None = None, digits: int = 3, ci: CIOptions | None = None,
                  baseline: str | None = None, paper: str | bool | None = None,
@@ -150,7 +239,9 @@ def build_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
         cap += " Constant columns (not shown): " + "; ".join(constant) + "."
     t = Tables(root, df, examples, rows, cols, wide, wide_shown, cap, warnings, spread, missing, digits=digits,
                partial=[j.name for j in c.jobs.values() if j.partial],
-               failed=[j.name for j in c.jobs.values() if j.failed is not None], labels=dict(labels or {}))
+               failed=[j.name for j in c.jobs.values() if j.failed is not None], labels=dict(labels or {}),
+               models=_models(c, set(df["job"])),
+               questions=max((len(r.ids) for r in examples.values()), default=None) or None)
     if baseline:
         d = prepare(df, rows, cols, metrics)
         t.paired = paired_comparisons(d, examples, rows, cols, baseline, ci)
@@ -165,15 +256,23 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
                  metrics: Sequence[str] | None = None, out_dir: str | Path | None = None,
                  name: str = "results", digits: int = 3, ci: CIOptions | None = None,
                  baseline: str | None = None, paper: str | bool | None = None,
-                 allow_partial: bool = False, labels: dict[str, str] | None = None) -> dict[str, Path]:
+                 allow_partial: bool = False, labels: dict[str, str] | None = None, *, tex_ci: str = "below",
+                 tex_label_text: str | None = None, tex_caption: str | None = None,
+                 tex_digits_: int | None = None) -> dict[str, Path]:
     """collect → pivot → write ``<name>.md/.tex/.csv`` (+ ``missing.txt``) into ``out_dir``
     (default: the multirun dir itself). With ``baseline`` (``reasoner=io``) also the paired
     comparisons (``<name>_paired.csv``, and a section of ``<name>.md``); with ``paper`` (a preset
     name, or True for the sweep's own ``experiment=``) the paper's values beside ours
-    (``<name>_paper.csv`` and a section). Returns the written paths."""
+    (``<name>_paper.csv`` and a section). The ``.tex`` (:meth:`Tables.latex`): ``tex_ci`` its
+    interval form, ``tex_label_text`` its label (default ``tab:<name>``), ``tex_caption`` its caption
+    (default: :meth:`Tables.tex_caption`), ``tex_digits_`` its decimals (None: what the questions
+    support). Returns the written paths."""
     from kgreason.paths import safe_component
 
     name = safe_component(name, "--name")  # <name>.md/.tex/.csv are written into out_dir, never beside it
+    label = check_tex_label(tex_label_text) if tex_label_text is not None else tex_label(name)
+    if tex_ci not in TEX_CI_FORMS:
+        raise ValueError(f"--tex-ci {tex_ci!r}: one of {', '.join(TEX_CI_FORMS)}")
     root = Path(root)
     t = build_tables(root, rows, cols, metrics, digits, ci, baseline, paper, allow_partial, labels)
     for w in t.warnings:
@@ -189,8 +288,7 @@ def write_tables(root: str | Path, rows=("reasoner", "ablation", "variant"), col
         paths["paper"] = out / f"{name}_paper.csv"
         write_text_file(paths["paper"], t.paper.to_csv(index=False))
     write_text_file(paths["md"], t.markdown())
-    write_text_file(paths["tex"], render_latex(t.wide_shown, t.rows, t.cols, digits, t.seed_spread, t.labels,
-                                               t.caption, tex_label(name)))
+    write_text_file(paths["tex"], t.latex(tex_ci, label, tex_caption, tex_digits_))
     write_text_file(paths["csv"], render_csv(t.wide))
     mpath = out / "missing.txt"
     if t.missing:

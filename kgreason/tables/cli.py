@@ -45,7 +45,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--metrics", default=None, help="metric names (default: every metric/* key)")
     ap.add_argument("--out", default=None, help="output dir (default: the given dir)")
     ap.add_argument("--name", default="results", help="file stem of the written tables")
-    ap.add_argument("--digits", type=int, default=3)
+    ap.add_argument("--digits", type=int, default=None,
+                    help="decimals of every figure (default: 3 in the Markdown; in the .tex, the precision the "
+                         "questions support: 2 decimals up to 100 questions, 3 above; docs/metrics.md)")
+    ap.add_argument("--tex-ci", choices=("below", "sub", "pm"), default="below",
+                    help="the .tex cell's interval: on a second line under the means (default), as a subscript, "
+                         "or as ± half its width")
+    ap.add_argument("--tex-label", default=None, metavar="LABEL",
+                    help="the .tex table's \\label (default tab:<--name>), e.g. tab:metaqa-ablation")
+    ap.add_argument("--caption", default=None, metavar="TEXT",
+                    help="the .tex table's caption, LaTeX as written (default: the datasets, the model, the "
+                         "questions and seeds, and what a cell shows; the full explanation is a note under it)")
     ap.add_argument("--ci", choices=("bootstrap", "none"), default="bootstrap",
                     help="interval per cell: percentile bootstrap over the questions (default) or none")
     ap.add_argument("--boot", type=boot_count, default=stats.DEFAULT_B,
@@ -77,8 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with readable(args.dir) as (root, bundle_out):  # a bundle (.tar.gz) is read as its sweep dir
             paths = write_tables(root, split(args.rows), split(args.cols),
                                  split(args.metrics) if args.metrics else None, args.out or bundle_out, args.name,
-                                 args.digits, ci, args.baseline, args.paper, args.allow_partial,
-                                 parse_labels(args.label))
+                                 3 if args.digits is None else args.digits, ci, args.baseline, args.paper,
+                                 args.allow_partial, parse_labels(args.label), tex_ci=args.tex_ci,
+                                 tex_label_text=args.tex_label, tex_caption=args.caption, tex_digits_=args.digits)
     except (OSError, KeyError, ValueError) as e:  # OSError: --out under a file, not writable, a full disk
         print(f"error: {error_text(e)}", file=sys.stderr)
         return 2

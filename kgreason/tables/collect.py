@@ -33,14 +33,37 @@ class Malformed(ValueError):
     """A job dir file that cannot be read; the message names it."""
 
 
+def _is_job(d: Path) -> bool:
+    """A run dir: Hydra's record (``.hydra/hydra.yaml``), kgreason's (``run.json``: a bundle's runs
+    have no ``.hydra/``), or a ``failed.json`` marker (a job that stopped before Hydra wrote its config)."""
+    return (d / ".hydra" / "hydra.yaml").is_file() or (d / "run.json").is_file() or (d / "failed.json").is_file()
+
+
+def _subdirs(d: Path) -> list[Path]:
+    try:
+        return [p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+
+
 def job_dirs(root: str | Path) -> list[Path]:
-    """Every Hydra job dir under ``root`` (``root`` itself for a single run), and every dir with a
-    ``failed.json`` marker (a job that stopped before Hydra wrote its config), sorted."""
+    """The run dirs of ``root``, at fixed depths, never searched for: ``root`` itself when it is
+    a run dir (:func:`_is_job`); else its subfolders that are run dirs (a sweep's jobs are
+    ``<sweep dir>/<job number>``: conf/hydra/default.yaml; a day folder's runs; a bundle's
+    ``runs/<name>``), and the run dirs one level below a subfolder that is not one (a day folder
+    of sweeps, a bundle of several sweeps: ``runs/<sweep>/<job>``). Nothing inside a run dir is
+    looked at: a folder there (a copy left inside a job, a W&B run dir) is not another job.
+    Sorted by job number within each folder."""
     root = Path(root)
-    found = {p.parent.parent for p in root.rglob(".hydra/hydra.yaml")}
-    found |= {p.parent for p in root.rglob("failed.json") if p.parent.name != ".hydra"}
-    found |= {p.parent for p in root.rglob("run.json") if p.parent.name != ".hydra"}  # a bundle's runs: no .hydra/
-    return sorted(found, key=lambda p: (len(p.parts), _job_sort_key(p)))
+    if _is_job(root):
+        return [root]
+    found: list[Path] = []
+    for d in sorted(_subdirs(root), key=_job_sort_key):
+        if _is_job(d):
+            found.append(d)
+        else:
+            found += sorted((j for j in _subdirs(d) if _is_job(j)), key=_job_sort_key)
+    return sorted(found, key=lambda p: (len(p.parts), [_job_sort_key(Path(x)) for x in p.relative_to(root).parts]))
 
 
 def _job_sort_key(p: Path):

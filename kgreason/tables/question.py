@@ -121,12 +121,11 @@ def _short(text: str, n: int = 28) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def draw_svg(sub: Mapping[str, Any], answers: Sequence[str] = (), max_edges: int = MAX_DRAWN_EDGES) -> str:
-    """The subgraph as an inline ``<svg>`` (networkx layout, matplotlib drawing; text as text).
-    Topic entities are drawn as squares, the predicted answers in green; edges are coloured by
-    group (legend). ToG's beam is laid out by depth (one column per depth); others by a seeded
-    Kamada-Kawai layout. Returns "" when there is no edge."""
-    fig = figure(sub, answers, max_edges)
+def draw_svg(sub: Mapping[str, Any], answers: Sequence[str] = (), max_edges: int = MAX_DRAWN_EDGES,
+             gold: Sequence[str] = ()) -> str:
+    """The subgraph as an inline ``<svg>`` (networkx layout, matplotlib drawing; text as text):
+    :func:`figure`. Returns "" when there is no edge."""
+    fig = figure(sub, answers, max_edges, gold)
     if fig is None:
         return ""
     import matplotlib
@@ -139,8 +138,24 @@ def draw_svg(sub: Mapping[str, Any], answers: Sequence[str] = (), max_edges: int
     return re.sub(r'\s+xmlns:xlink="[^"]*"', "", svg) if "xlink:" not in svg.split(">", 1)[1] else svg
 
 
-def figure(sub: Mapping[str, Any], answers: Sequence[str] = (), max_edges: int = MAX_DRAWN_EDGES):
-    """The matplotlib Figure :func:`draw_svg` renders (None when there is no edge)."""
+#: node colours and the gold answers' ring
+TOPIC_FILL, ANSWER_FILL, OTHER_FILL, GOLD_RING = "#f4c542", "#7bd389", "#dde3ea", "#1b5e20"
+
+
+def _norm(name: str) -> str:
+    return " ".join(str(name).split()).lower()
+
+
+def figure(sub: Mapping[str, Any], answers: Sequence[str] = (), max_edges: int = MAX_DRAWN_EDGES,
+           gold: Sequence[str] = ()):
+    """The matplotlib Figure :func:`draw_svg` renders (None when there is no edge).
+
+    Topic entities are squares (yellow), the predicted answers are filled green (a topic entity
+    the method answered with too: a green square), the gold answers have a thick dark-green ring;
+    edges are coloured by group. The legend names only what the drawing shows (no "predicted
+    answer" entry when no drawn node is one). ToG's beam is laid out by depth (one column per
+    depth); others by Kamada-Kawai (deterministic). Every label (node names, relations) lies
+    inside the picture: the axes are widened until the texts' extents fit (:func:`_fit_texts`)."""
     edges = list(sub["edges"])[:max_edges]
     if not edges:
         return None
@@ -166,19 +181,22 @@ def figure(sub: Mapping[str, Any], answers: Sequence[str] = (), max_edges: int =
     cmap = matplotlib.colormaps["tab10"]
     colour = {grp: cmap(i % 10) for i, grp in enumerate(groups)}
     topic = set(sub.get("topic") or ())
-    norm = {a.strip().lower() for a in answers if a}
+    predicted = {_norm(a) for a in answers if a}
+    golds = {_norm(a) for a in gold if a}
+    is_pred = {n: _norm(n) in predicted for n in g.nodes}
+    is_gold = {n: _norm(n) in golds for n in g.nodes}
     size = min(16.0, 6.0 + 0.25 * len(g))
     fig = Figure(figsize=(size, size * 0.7))
     ax = fig.add_subplot()
     ax.set_axis_off()
-    node_col = ["#f4c542" if n in topic else "#7bd389" if n.strip().lower() in norm else "#dde3ea" for n in g.nodes]
-    shapes = {n: ("s" if n in topic else "o") for n in g.nodes}
-    for shape in ("s", "o"):
-        nodes = [n for n in g.nodes if shapes[n] == shape]
-        nx.draw_networkx_nodes(g, pos, nodelist=nodes, node_shape=shape, ax=ax, node_size=520,
-                               node_color=[c for n, c in zip(g.nodes, node_col) if shapes[n] == shape],
-                               edgecolors="#555555")
-    nx.draw_networkx_labels(g, pos, labels={n: _short(n) for n in g.nodes}, font_size=8, ax=ax)
+    fill = {n: ANSWER_FILL if is_pred[n] else TOPIC_FILL if n in topic else OTHER_FILL for n in g.nodes}
+    for shape, ring in (("s", False), ("o", False), ("s", True), ("o", True)):
+        nodes = [n for n in g.nodes if ("s" if n in topic else "o") == shape and is_gold[n] == ring]
+        if nodes:
+            nx.draw_networkx_nodes(g, pos, nodelist=nodes, node_shape=shape, ax=ax, node_size=520,
+                                   node_color=[fill[n] for n in nodes], edgecolors=GOLD_RING if ring else "#555555",
+                                   linewidths=3.0 if ring else 1.0)
+    nx.draw_networkx_labels(g, pos, labels={n: _short(n) for n in g.nodes}, font_size=8, ax=ax, clip_on=False)
     seen: dict[tuple[str, str], int] = {}
     for h, t, k, d in g.edges(keys=True, data=True):
         i = seen[(h, t)] = seen.get((h, t), -1) + 1  # parallel edges bend apart
@@ -187,15 +205,49 @@ def figure(sub: Mapping[str, Any], answers: Sequence[str] = (), max_edges: int =
     labels = {(h, t, k): _short(d["relation"].rsplit(".", 1)[-1] if d["relation"].count(".") > 1 else d["relation"], 24)
               for h, t, k, d in g.edges(keys=True, data=True)}
     nx.draw_networkx_edge_labels(g, pos, edge_labels=labels, font_size=6, ax=ax, connectionstyle="arc3,rad=0.08",
-                                 bbox={"alpha": 0.6, "color": "white", "linewidth": 0})
+                                 bbox={"alpha": 0.6, "color": "white", "linewidth": 0}, clip_on=False)
     handles = [Line2D([0], [0], color=colour[grp], lw=2, label=_short(grp, 60)) for grp in groups]
-    handles += [Line2D([0], [0], marker="s", color="w", markerfacecolor="#f4c542", markeredgecolor="#555555",
-                       markersize=9, label="topic entity"),
-                Line2D([0], [0], marker="o", color="w", markerfacecolor="#7bd389", markeredgecolor="#555555",
-                       markersize=9, label="predicted answer")]
+    marker = dict(color="w", markeredgecolor="#555555", markersize=9)
+    if topic & set(g.nodes):  # yellow unless every drawn topic entity is a predicted answer (then green)
+        plain = any(n in topic and not is_pred[n] for n in g.nodes)
+        handles.append(Line2D([0], [0], marker="s", markerfacecolor=TOPIC_FILL if plain else OTHER_FILL,
+                              label="topic entity", **marker))
+    if any(is_pred.values()):
+        handles.append(Line2D([0], [0], marker="o", markerfacecolor=ANSWER_FILL, label="predicted answer", **marker))
+    if any(is_gold.values()):
+        handles.append(Line2D([0], [0], marker="o", color="w", markerfacecolor=OTHER_FILL, markeredgecolor=GOLD_RING,
+                              markeredgewidth=3, markersize=9, label="gold answer"))
     ax.legend(handles=handles, loc="upper left", fontsize=7, frameon=True, bbox_to_anchor=(0, 1.0))
     fig.tight_layout()
+    _fit_texts(fig, ax)
     return fig
+
+
+def _fit_texts(fig, ax, pad: float = 0.02, rounds: int = 4) -> None:
+    """Widen ``ax``'s data limits until every text drawn in it (node names, edge labels) lies
+    inside the axes, so none is cut at the picture's edge (a long topic name at the left of a
+    ToG beam was). Texts keep their size in points while the limits grow, so this is repeated a
+    few times until nothing sticks out."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    for _ in range(rounds):
+        renderer = canvas.get_renderer()
+        texts = [t for t in ax.texts if t.get_visible() and t.get_text()]
+        if not texts:
+            return
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        box = ax.get_window_extent(renderer)
+        x0, y0 = min(b.x0 for b in boxes), min(b.y0 for b in boxes)
+        x1, y1 = max(b.x1 for b in boxes), max(b.y1 for b in boxes)
+        if x0 >= box.x0 and y0 >= box.y0 and x1 <= box.x1 and y1 <= box.y1:
+            return
+        inv = ax.transData.inverted()
+        (dx0, dy0), (dx1, dy1) = inv.transform((x0, y0)), inv.transform((x1, y1))
+        (lx0, lx1), (ly0, ly1) = ax.get_xlim(), ax.get_ylim()
+        wx, wy = pad * (max(lx1, dx1) - min(lx0, dx0)), pad * (max(ly1, dy1) - min(ly0, dy0))
+        ax.set_xlim(min(lx0, dx0 - wx), max(lx1, dx1 + wx))
+        ax.set_ylim(min(ly0, dy0 - wy), max(ly1, dy1 + wy))
 
 
 # ----------------------------------------------------------------------------- the page
@@ -254,7 +306,11 @@ def _call_html(i: int, s: Mapping[str, Any]) -> str:
         parts.append(f'<div class="role">reply{f" {j + 1}" if len(d.get("replies") or []) > 1 else ""}</div>'
                      f'<pre class="reply">{_e(r)}</pre>')
     if "parsed" in d:
-        parts.append(f'<div class="role">parsed</div><pre>{_e(_json(d["parsed"], 4000))}</pre>')
+        if d.get("parse_ok", True):
+            parts.append(f'<div class="role">parsed</div><pre>{_e(_json(d["parsed"], 4000))}</pre>')
+        elif d["parsed"] not in (None, "", [], {}):  # what the parser salvaged from a reply it refused
+            parts.append('<div class="role">the parser\'s fallback (the reply did not parse as asked)</div>'
+                         f'<pre>{_e(_json(d["parsed"], 4000))}</pre>')
     parts.append("</details>")
     return "\n".join(parts)
 
@@ -290,7 +346,8 @@ def question_page(row: Mapping[str, Any], record: Mapping[str, Any] | None = Non
     trace = list(row.get("trace") or [])
     preds = [str(a) for a in row.get("predictions") or ([row["prediction"]] if row.get("prediction") else [])]
     sub = subgraph_of(trace)
-    svg = draw_svg(sub, preds)
+    gold = [str(g) for g in (row.get("answers") or row.get("diagnoses") or [])]
+    svg = draw_svg(sub, preds, gold=gold)
     title = str(row.get("question", ""))
     meta = {"example": row.get("id", "?"), **_describe(record)}
     if source:
@@ -304,7 +361,6 @@ def question_page(row: Mapping[str, Any], record: Mapping[str, Any] | None = Non
          + (f" (ranked: {_e('; '.join(preds))})" if len(preds) > 1 else "") + "</p>"]
     if row.get("error"):
         p.append(f'<p class="err">error: {_e(row["error"])}</p>')
-    gold = row.get("answers") or row.get("diagnoses") or []
     if gold:
         p.append(f"<p>gold: {_e('; '.join(map(str, gold)))}</p>")
     scores = {k: v for k, v in (row.get("metrics") or {}).items() if v is not None}
@@ -323,7 +379,12 @@ def question_page(row: Mapping[str, Any], record: Mapping[str, Any] | None = Non
     if svg:
         n = len(sub["edges"])
         shown = f"{min(n, MAX_DRAWN_EDGES)} of {n} edges drawn" if n > MAX_DRAWN_EDGES else f"{n} edges"
-        p.append(f'<p>{_e("; ".join(sub["what"]))} ({shown}; topic entities square, predicted answers green).</p>')
+        drawn = {_norm(n) for h, _r, t, _g in sub["edges"][:MAX_DRAWN_EDGES] for n in (h, t)}
+        marks = "topic entities square, predicted answers green" + (", gold answers ringed" if gold else "")
+        p.append(f'<p>{_e("; ".join(sub["what"]))} ({shown}; {marks}).</p>')
+        absent = [g for g in gold if _norm(g) not in drawn]
+        if absent:
+            p.append(f'<p class="nogold">gold answer(s) not in the drawn subgraph: {_e("; ".join(absent[:10]))}</p>')
         p.append(f'<div class="figure">{svg}</div>')
         p.append('<details><summary>the edges as a table</summary><table class="edges"><tr><th>group</th><th>head</th>'
                  "<th>relation</th><th>tail</th></tr>"
@@ -406,8 +467,13 @@ def show_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("example_id", help="the example's id (the `id` of its predictions.jsonl row)")
     ap.add_argument("--out", default=None, help="the page to write (default <run dir>/questions/question_<id>.html)")
     args = ap.parse_args(argv)
+    from kgreason import progress
+
+    progress.tool_log()
     try:
-        path = write_page(args.run_dir, args.example_id, args.out)
+        # a line each interval while it works (a long predictions.jsonl read, a large subgraph laid out)
+        with progress.stage(f"kgreason show: the page of {args.example_id}", lazy=True):
+            path = write_page(args.run_dir, args.example_id, args.out)
     except (OSError, KeyError, UnicodeDecodeError) as e:  # a page that cannot be written, a file that is not text
         from kgreason.tables.cli import error_text
 

@@ -175,9 +175,12 @@ def column_note(wide: pd.DataFrame, cols: Sequence[str]) -> str:
     return "Every column: " + ", ".join(f"{cols[i]} = {cols_idx.get_level_values(i)[0]}" for i in skip) + "."
 
 
-def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], seed_spread: bool = True,
-           labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None,
-           metric_digits: Mapping[str, int] | None = None):
+def _cell_grid(wide: pd.DataFrame, rows, cols, digits: int, seed_spread: bool = True,
+               labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None,
+               metric_digits: Mapping[str, int] | None = None):
+    """The table as parts: ``(header, [(row labels, [cell dict or None (no value)])])``. A cell is
+    ``{"mean", "std" (None: no ± shown), "lo", "hi" (NaN: no interval), "digits", "bold", "suffix"}``;
+    the Markdown and the LaTeX format it each their own way."""
     mask = _best_mask(wide, rows, cols, digits)
     means, stds, ns = wide["mean"], wide["std"], wide["n"]
     has_ci = "lo" in wide.columns.get_level_values(0)
@@ -192,14 +195,18 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
             line[metric_row] = metric_label(line[metric_row], labels)
         if row_suffix and row_suffix.get(idx):
             line[-1] += f" ({row_suffix[idx]})"
+        cells = []
         for c in means.columns:
+            m = means.loc[idx, c]
+            if m is None or (isinstance(m, float) and math.isnan(m)):
+                cells.append(None)
+                continue
             n = ns.loc[idx, c]
             d = digits
             if metric_digits:
                 col_key = dict(zip(cols, c if isinstance(c, tuple) else (c,)))
                 metric = col_key.get("metric", keys[list(rows).index("metric")] if "metric" in rows else None)
                 d = metric_digits.get(metric, digits)
-                m = means.loc[idx, c]
                 if d == 0 and not pd.isna(m) and abs(m - round(m)) > 1e-9:
                     d = 1  # a count's mean over seeds that is not whole keeps its fraction (10.5, not 10)
             lo, hi = (wide["lo"].loc[idx, c], wide["hi"].loc[idx, c]) if has_ci else (math.nan, math.nan)
@@ -207,13 +214,30 @@ def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], s
             # draw inside the method: ToG's neighbour sample, ReKnoS's k-means), which is then shown
             std = wide["std"].loc[idx, c] if "std" in set(wide.columns.get_level_values(0)) else math.nan
             spread = seed_spread and (not _mark(wide, "unsampled", idx, c) or (not pd.isna(std) and std > 0))
-            cell = _fmt(means.loc[idx, c], stds.loc[idx, c], 0 if pd.isna(n) else int(n), d, lo, hi, spread)
-            if mask.loc[idx, c] and cell != "–":
+            shown_n = 0 if pd.isna(n) else int(n)
+            cells.append({"mean": float(m), "std": float(stds.loc[idx, c]) if shown_n > 1 and spread else None,
+                          "lo": lo, "hi": hi, "digits": d, "bold": bool(mask.loc[idx, c]),
+                          "suffix": _suffix(wide, idx, c)})
+        body.append((line, cells))
+    return header, body
+
+
+def _cells(wide: pd.DataFrame, rows, cols, digits: int, bold: tuple[str, str], seed_spread: bool = True,
+           labels: Mapping[str, str] | None = None, row_suffix: Mapping | None = None,
+           metric_digits: Mapping[str, int] | None = None):
+    header, grid = _cell_grid(wide, rows, cols, digits, seed_spread, labels, row_suffix, metric_digits)
+    body = []
+    for line, cells in grid:
+        out = list(line)
+        for x in cells:
+            if x is None:
+                out.append("–")
+                continue
+            cell = _fmt(x["mean"], x["std"] or 0.0, 2 if x["std"] is not None else 0, x["digits"], x["lo"], x["hi"])
+            if x["bold"]:
                 cell = f"{bold[0]}{cell}{bold[1]}"
-            if cell != "–":
-                cell += _suffix(wide, idx, c)
-            line.append(cell)
-        body.append(line)
+            out.append(cell + x["suffix"])
+        body.append(out)
     return header, body
 
 
@@ -251,23 +275,130 @@ def tex_label(name: str) -> str:
     return "tab:" + ("".join(ch if ch.isalnum() or ch in "-:." else "-" for ch in str(name)) or "results")
 
 
+def check_tex_label(label: str) -> str:
+    """``--tex-label``: ``label`` when LaTeX takes it as it is in ``\\label{}`` and ``\\ref{}``
+    (letters, digits and ``-:._/+``); else a one-line ValueError."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9:._/+-]+", label or ""):
+        raise ValueError(f"--tex-label {label!r}: a LaTeX label is letters, digits and -:._/+ (no space, brace, "
+                         "%, # or backslash), e.g. tab:metaqa-ablation")
+    return label
+
+
+#: how a ``.tex`` table shows a cell's interval (``kgreason tables --tex-ci``)
+TEX_CI_FORMS = ("below", "sub", "pm")
+#: the ``.tex``'s font size and column gap: a paper's table size, so that a few methods and four
+#: metrics fit one column of a two-column article (about 241 pt) at their own size
+TEX_SIZE, TEX_COLSEP = r"\small", r"\setlength{\tabcolsep}{4pt}"
+#: a table wider than the column (many metric columns) is scaled down to it, never overfull
+TEX_FIT = r"\ifdim\wd0>\columnwidth\resizebox{\columnwidth}{!}{\usebox0}\else\usebox0\fi"
+
+
+def tex_digits(questions: int | None) -> int:
+    """Decimals a score in [0, 1] supports over ``questions`` questions: the 95 % interval of a
+    mean over N questions is about ±1/√N wide (at most; ±1.96·0.5/√N for a proportion), and a
+    decimal whose unit is under a tenth of that says nothing: ``ceil(log10(10·√N))``, between 1
+    and 3 (12 or 100 questions: 2 decimals; 300: 3)."""
+    if not questions or questions < 1:
+        return 3
+    return max(1, min(3, math.ceil(math.log10(10 * math.sqrt(questions)) - 1e-9)))
+
+
+def _tex_num(v: float, d: int, short: bool) -> str:
+    """``v`` to ``d`` decimals; ``short``: a score's leading zero left out (``.38``, ``-.05``, but
+    ``1.00``), as papers print proportions, so four metric columns fit one column of the page."""
+    t = f"{v:.{d}f}"
+    if short and d > 0:
+        t = t.replace("0.", ".", 1) if t.startswith("0.") else (t.replace("-0.", "-.", 1) if t.startswith("-0.") else t)
+    return t
+
+
+def _tex_cell(x: Mapping | None, form: str) -> tuple[str, str]:
+    """``(the cell, its second line)`` in LaTeX; the second line holds the interval in the
+    ``below`` form and is empty otherwise."""
+    if x is None:
+        return "--", ""
+    d, short = x["digits"], bool(x.get("short"))
+    num = lambda v: _tex_num(v, d, short)  # noqa: E731
+    has_ci = x["lo"] is not None and not pd.isna(x["lo"])
+    s = num(x["mean"])
+    if form == "pm" and has_ci:
+        s += rf"\,$\pm$\,{num((x['hi'] - x['lo']) / 2)}"
+    elif x["std"] is not None:  # the seed spread in small type beside the mean: a column stays narrow
+        s += rf"\,{{\scriptsize$\pm${num(x['std'])}}}"
+    if x["bold"]:
+        s = rf"\textbf{{{s}}}"
+    below = ""
+    if has_ci and form == "sub":
+        s += rf"$_{{[{num(x['lo'])},\,{num(x['hi'])}]}}$"
+    elif has_ci and form == "below":
+        below = rf"\scriptsize[{num(x['lo'])}, {num(x['hi'])}]"
+    if x["suffix"]:
+        s += rf" {{\scriptsize {_tex_text(x['suffix'].strip())}}}"
+    return s, below
+
+
+def _tex_head(h: str) -> str:
+    """A metric column's header; one of two words or more and over 8 characters is set on two
+    lines (``All`` over ``answers``), so a header is no wider than its numbers."""
+    words = h.split()
+    if len(words) < 2 or len(h) <= 8:
+        return _tex_text(h)
+    cut = min(range(1, len(words)), key=lambda i: abs(len(" ".join(words[:i])) - len(" ".join(words[i:]))))
+    top, bottom = _tex_text(" ".join(words[:cut])), _tex_text(" ".join(words[cut:]))
+    return rf"\begin{{tabular}}[b]{{@{{}}r@{{}}}}{top}\\{bottom}\end{{tabular}}"
+
+
+def _short_columns(wide: pd.DataFrame, rows, cols, metric_digits: Mapping[str, int] | None) -> list[bool]:
+    """Per column of ``wide['mean']``: whether its figures are scores to print without their
+    leading zero (the metrics ``metric_digits`` names: the .tex's own precision for scores)."""
+    out = []
+    for c in wide["mean"].columns:
+        col_key = dict(zip(cols, c if isinstance(c, tuple) else (c,)))
+        metric = col_key.get("metric")
+        if metric is None and "metric" in rows:  # the metric is a row axis: decided per row, not done here
+            out.append(False)
+            continue
+        out.append(bool(metric_digits) and str(metric) in metric_digits and str(metric).startswith("metric/"))
+    return out
+
+
 def render_latex(wide: pd.DataFrame, rows, cols, digits: int = 3, seed_spread: bool = True,
-                 labels: Mapping[str, str] | None = None, caption_text: str = "", label: str = "tab:results") -> str:
-    """A ``table`` float (``\\centering``, the ``tabular`` with ``\\hline`` rules, ``\\caption``,
-    ``\\label``) that compiles with plain LaTeX: no package needed, every sign written in ASCII."""
-    header, body = _cells(wide, rows, cols, digits, ("\x00B", "\x00E"), seed_spread, labels)
-
-    def cell(s: str) -> str:
-        return _tex_text(s).replace("\x00B", r"\textbf{").replace("\x00E", "}")
-
+                 labels: Mapping[str, str] | None = None, caption_text: str = "", label: str = "tab:results",
+                 *, ci_form: str = "below", note: str = "", metric_digits: Mapping[str, int] | None = None,
+                 caption_is_latex: bool = False) -> str:
+    """A ``table`` float for one column of a paper: booktabs rules (``\\toprule``, ``\\midrule``,
+    ``\\bottomrule``), the paper's table size (``\\small``, 4 pt column gap), scaled down to
+    ``\\columnwidth`` only when it is wider (:data:`TEX_FIT`), ``\\caption`` above it and
+    ``\\label``, and ``note`` (the long explanation) in small type under it. ``ci_form``: a cell's
+    interval on a second line under the means (``below``), as a subscript (``sub``), or as ``±`` half
+    its width (``pm``, the seed spread then left to the CSV); the seed spread in small type beside
+    the mean; a score (a ``metric/*`` key of ``metric_digits``) without its leading zero; a long
+    metric header on two lines. Needs ``booktabs`` and ``graphicx``
+    (the first line says so); every sign is written in ASCII. ``caption_is_latex``: the caption is
+    the user's LaTeX (``--caption``), put in as written."""
+    if ci_form not in TEX_CI_FORMS:
+        raise ValueError(f"--tex-ci {ci_form!r}: one of {', '.join(TEX_CI_FORMS)}")
+    header, grid = _cell_grid(wide, rows, cols, digits, seed_spread, labels, metric_digits=metric_digits)
     spec = "l" * len(rows) + "r" * (len(header) - len(rows))
-    out = [r"\begin{table}[t]", r"\centering", rf"\begin{{tabular}}{{{spec}}}", r"\hline",
-           " & ".join(cell(h) for h in header) + r" \\", r"\hline"]
-    out += [" & ".join(cell(c) for c in r) + r" \\" for r in body]
-    out += [r"\hline", r"\end{tabular}"]
+    heads = [_tex_text(h) for h in header[:len(rows)]] + [_tex_head(h) for h in header[len(rows):]]
+    lines = [" & ".join(heads) + r" \\", r"\midrule"]
+    short = _short_columns(wide, rows, cols, metric_digits)
+    for keys, cells in grid:
+        parts = [_tex_cell(None if x is None else {**x, "short": short[i]}, ci_form) for i, x in enumerate(cells)]
+        lines.append(" & ".join([*(_tex_text(k) for k in keys), *(p[0] for p in parts)]) + r" \\")
+        if any(p[1] for p in parts):
+            lines.append(" & ".join([""] * len(keys) + [p[1] for p in parts]) + r" \\")
+    out = [r"% kgreason tables: needs \usepackage{booktabs} and \usepackage{graphicx}; scaled to the column only "
+           r"when wider than it", r"\begin{table}[t]", r"\centering", TEX_SIZE, TEX_COLSEP]
     if caption_text:
-        out.append(rf"\caption{{{_tex_text(caption_text)}}}")
-    out += [rf"\label{{{label}}}", r"\end{table}"]
+        out.append(rf"\caption{{{caption_text if caption_is_latex else _tex_text(caption_text)}}}")
+    out += [rf"\label{{{label}}}", r"\smallskip"]  # the caption is above the table: a gap before its top rule
+    out += [rf"\sbox0{{\begin{{tabular}}{{{spec}}}", r"\toprule", *lines, r"\bottomrule", r"\end{tabular}}%", TEX_FIT]
+    if note:
+        out.append(rf"\par\smallskip{{\footnotesize\raggedright {_tex_text(note)}\par}}")
+    out.append(r"\end{table}")
     return "\n".join(out) + "\n"
 
 

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kgreason import stats
+from kgreason.paths import shown
 from kgreason.tables.labels import metric_label
 from kgreason.storage.callstore import LLM_STORE
 from kgreason.tables.rows import read_rows
@@ -149,5 +150,5 @@ def run_summary(out_dir: str | Path, metrics: Mapping[str, Any], dataset_metrics
     note = cache_note(hits, calls, cache_cfg, replayed_answers(pred) if hits else None)
     if note:
         lines.append(note)
-    lines.append(f"run dir: {out_dir}")
+    lines.append(f"run dir: {shown(out_dir)}")  # relative under the working dir, as the README shows it
     return "\n".join(lines) + "\n"

@@ -425,14 +425,13 @@ def test_a_trickling_reply_ends_at_the_attempts_deadline():
                                            r"within llm.timeout_s=1.5 s\)"):
             _llm(srv, sleeps, max_retries=1, timeout_s=1.5).generate([ChatRequest.of("q")])
         took = time.monotonic() - t0
-        for _ in range(50):  # the server sees the hang-up at its next write
-            if len(srv.sent) == 2:
-                break
+        deadline = time.monotonic() + 30  # the server's thread sees the hang-up at its next write
+        while len(srv.sent) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
     # each attempt held the server for its 1.5 s deadline (+ the server's next 0.2 s write, which
-    # finds the client gone), not for the server's 25 s; the whole call, set-up included, far less
-    assert srv.n == 2 and len(srv.sent) == 2 and all(d < 1.5 + 1.0 for _, d in srv.sent), srv.sent
-    assert took < 15, took
+    # finds the client gone, and whatever a loaded machine adds), not for the server's 25 s
+    assert srv.n == 2 and len(srv.sent) == 2 and all(d < 1.5 + 6.0 for _, d in srv.sent), srv.sent
+    assert took < 20, took
 
 
 def test_a_compressed_reply_is_unpacked_within_the_ceiling(tmp_path):

@@ -179,8 +179,10 @@ def test_a_well_formed_reply_whose_every_triple_is_ungrounded_says_so():
 
 # ---------------------------------------------------------------------------- on-disk reliability (issue 57)
 class _SlowLLM(FailingLLM):
-    """The first indexer: inside its extraction call it waits until the second indexer has
-    started (and a moment more, so that one reaches the index), then answers."""
+    """The first indexer: inside its extraction call it waits until the second indexer is waiting
+    for the index's lock (its log says so), then answers. It used to wait for the second to start
+    and then one second more, which a loaded machine can outlast before the second reaches the
+    lock (issue 74: a test that reads another process's state waits for it, with a deadline)."""
 
     def __init__(self, flags):
         super().__init__()
@@ -190,10 +192,12 @@ class _SlowLLM(FailingLLM):
         import time
 
         (self.flags / "A_extracting").touch()
-        t0 = time.monotonic()
-        while not (self.flags / "B_started").exists() and time.monotonic() - t0 < 60:
+        log = self.flags / "B.log"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if log.is_file() and "is being built by" in log.read_text(errors="replace"):
+                break
             time.sleep(0.05)
-        time.sleep(1.0)
         return super().generate(requests)
 
 
