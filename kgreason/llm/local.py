@@ -139,6 +139,8 @@ class LocalLLM:
             metadata: 32,768 for Qwen2.5-Coder-1.5B, about 0.9 GB of KV cache at full length).
         prefix_cache_mb: memory for the kept prompt states of the llamacpp route (0 = llama.cpp's own
             reuse of the previous prompt's prefix only); see :class:`LlamaCppChat`.
+        logits_all: llamacpp route: compute the logits of every prompt position, as kgreason did before
+            issue 70 (slower, and its memory grows with ``n_ctx`` × vocabulary); for cost benchmarks only.
         n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
             the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
         model: a name from :data:`kgreason.llm.models.MODELS` (the GGUF is assembled from its
@@ -154,7 +156,8 @@ class LocalLLM:
     def __init__(self, route: str = "transformers", package: str = DEFAULT_PACKAGE, gguf_path: str | None = None,
                  cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int | None = None,
                  n_threads: int | None = None, model: str | None = None, sha256: str | None = None,
-                 dtype: str = "auto", defer_load: bool = False, prefix_cache_mb: float = 1024) -> None:
+                 dtype: str = "auto", defer_load: bool = False, prefix_cache_mb: float = 1024,
+                 logits_all: bool = False) -> None:
         # n_threads also sets torch's CPU threads on the transformers route
         from kgreason.llm.models import MODELS
 
@@ -191,6 +194,7 @@ class LocalLLM:
         self.model = model_name(model or model_stem, route, self.dtype, default_dtype)
         self._load_args = (cache_dir, device, batch_size, n_ctx, n_threads)
         self.prefix_cache_mb = float(prefix_cache_mb or 0)
+        self.logits_all = bool(logits_all)
         # json_schema requests decoded under their grammar: the llama.cpp route only
         self.structured_output = route == "llamacpp"
         # the batcher's batch size, known without loading (llama.cpp takes requests one at a time: none)
@@ -223,7 +227,8 @@ class LocalLLM:
             impl = HFCausalLM(str(self.gguf), device=device, dtype=self.dtype, batch_size=batch_size,
                               model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)
         elif route == "llamacpp":
-            impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads, prefix_cache_mb=self.prefix_cache_mb)
+            impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads, prefix_cache_mb=self.prefix_cache_mb,
+                                logits_all=self.logits_all)
             self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}
         log.info("LocalLLM(%s, route=%s) ready in %.1fs", self.model, route, time.perf_counter() - t0)
         return impl
@@ -375,7 +380,7 @@ class LlamaCppChat:
     structured_output = True  # json_schema requests are decoded under their grammar
 
     def __init__(self, path: Path, n_ctx: int | None = None, n_threads: int | None = None,
-                 prefix_cache_mb: float = 1024) -> None:
+                 prefix_cache_mb: float = 1024, logits_all: bool = False) -> None:
         try:
             import llama_cpp  # noqa: F401
         except ImportError as e:
@@ -386,7 +391,7 @@ class LlamaCppChat:
         llamacpp_compat.apply()  # AMX CPUs: the repacked weights crash the first decode (see there)
         self.np = __import__("numpy")
         self.path, self.n_threads = Path(path), n_threads
-        self.llm = _prefix_llama_class()(model_path=str(path), logits_all=False,
+        self.llm = _prefix_llama_class()(model_path=str(path), logits_all=bool(logits_all),
                                          n_ctx=0 if n_ctx is None else int(n_ctx), verbose=False,
                                          n_threads=n_threads)
         self.n_ctx = int(self.llm.n_ctx())
