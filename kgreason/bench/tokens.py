@@ -186,25 +186,17 @@ def question_stats(row: dict) -> dict[str, PurposeStats]:
 
 
 def _method(run_dir: Path) -> str:
-    for name in ("run.json",):
-        p = run_dir / name
-        if p.is_file():
-            try:
-                rec = json.loads(p.read_text(encoding="utf-8"))
-            except ValueError:
-                break
-            for key in ("reasoner", "method"):
-                v = rec.get(key)
-                if isinstance(v, str):
-                    return v
-                if isinstance(v, dict) and isinstance(v.get("name"), str):
-                    return v["name"]
+    """The run's reasoner: the class its config instantiates (``kgreason.reasoners.sgr.SGR`` → ``sgr``)."""
     cfg = run_dir / "config.yaml"
     if cfg.is_file():
-        m = re.search(r"^reasoner:\s*\n(?:[ \t]+.*\n)*?[ \t]+name:\s*(\S+)", cfg.read_text(encoding="utf-8"), re.M)
-        if m:
-            return m.group(1)
-        m = re.search(r"_target_:\s*kgreason\.reasoners\.(\w+)", cfg.read_text(encoding="utf-8"))
+        import yaml
+
+        try:
+            doc = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError:
+            return "?"
+        target = str(((doc.get("reasoner") or {}) if isinstance(doc, dict) else {}).get("_target_", ""))
+        m = re.match(r"kgreason\.reasoners\.(\w+)", target)
         if m:
             return m.group(1)
     return "?"
@@ -292,6 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--summary", action="store_true", help="one line per run (no per-purpose lines)")
     ap.add_argument("--json", dest="json_out", help="write the table as JSON here")
     ap.add_argument("--markdown", help="write the Markdown table here")
+    ap.add_argument("--write-block", metavar="DOC",
+                    help="replace the generated block of DOC (between '<!-- generated: bench tokens' and "
+                         "'<!-- end generated: bench tokens -->') with the table and the command that made it")
     a = ap.parse_args(list(argv) if argv is not None else None)
     try:
         stats = collect(a.paths)
@@ -305,7 +300,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(a.json_out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     if a.markdown:
         Path(a.markdown).write_text(md, encoding="utf-8")
+    if a.write_block:
+        try:
+            write_block(Path(a.write_block), md, "kgreason bench tokens " + " ".join(a.paths))
+        except ValueError as e:
+            print(f"kgreason bench tokens: error: {e}", file=sys.stderr)
+            return 2
     return 0
+
+
+BEGIN, END = "<!-- generated: bench tokens", "<!-- end generated: bench tokens -->"
+
+
+def write_block(doc: Path, table: str, command: str) -> None:
+    """Put ``table`` between the generated-block markers of ``doc`` (the command in the first marker)."""
+    text = doc.read_text(encoding="utf-8")
+    i, j = text.find(BEGIN), text.find(END)
+    if i < 0 or j < i:
+        raise ValueError(f"{doc}: no generated block (a line starting {BEGIN!r} and one {END!r})")
+    eol = text.index("\n", i)
+    block = f"{BEGIN} ({command}) -->\n{table}"
+    doc.write_text(text[:i] + block + text[j:], encoding="utf-8")
 
 
 if __name__ == "__main__":
