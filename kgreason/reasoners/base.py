@@ -262,6 +262,22 @@ def canonical_triples(kg, triples: np.ndarray) -> np.ndarray:
     return triples[np.asarray(order, dtype=np.int64)]
 
 
+def load_schema(reasoner: str, step: str) -> str | None:
+    """The JSON schema of ``<reasoner>/<step>``'s reply form (``prompts/<reasoner>/<step>.schema.json``),
+    as canonical JSON text for :attr:`~kgreason.types.ChatRequest.json_schema`; None for a prompt
+    whose reply is free text. Sent only with ``llm.structured_output=true`` (docs/llm.md)."""
+    import json
+    from importlib.resources import files
+
+    from kgreason.paths import safe_component
+
+    folder = safe_component(reasoner, "reasoner.prompts_dir")
+    f = files("kgreason.reasoners").joinpath("prompts", folder, f"{safe_component(step, 'prompt step')}.schema.json")
+    if not f.is_file():
+        return None
+    return json.dumps(json.loads(f.read_text()), sort_keys=True, separators=(",", ":"))
+
+
 def load_prompt(reasoner: str, step: str) -> str:
     """Read ``kgreason/reasoners/prompts/<reasoner>/<step>.txt``."""
     from importlib.resources import files

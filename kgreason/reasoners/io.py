@@ -8,7 +8,7 @@ are re-asked at most ``max_reasks`` times (each failure counts in ``llm/parse_fa
 from __future__ import annotations
 
 from kgreason.llm.parsing import parse_list
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, load_schema, render
 from kgreason.types import ChatRequest, Example, Prediction
 
 
@@ -31,6 +31,7 @@ class IO(BaseReasoner):
         self.max_reasks, self.top_k, self.system = int(max_reasks), int(top_k), system
         self.reask = ReaskPolicy(self.max_reasks)
         self.template = load_prompt("io", "answer")
+        self.schema = load_schema("io", "answer")  # sent with llm.structured_output=true only
 
     def answer(self, example: Example) -> Prediction:
         t = Trace()
@@ -39,7 +40,8 @@ class IO(BaseReasoner):
     def ask_io(self, t: Trace, question: str, purpose: str = "answer") -> list[str]:
         """The one IO call for ``question``, recorded on ``t``: its answers, best first."""
         req = ChatRequest.of(render(self.template, question=question), system=self.system,
-                             temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed)
+                             temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed,
+                             json_schema=self.schema)
         res = self.ask(t, purpose, req, parse_list, prompt_id="io/answer")
         return [a for a in (res.value or []) if a][: self.top_k] if res.ok else []
 

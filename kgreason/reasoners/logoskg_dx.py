@@ -55,7 +55,7 @@ from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
 from kgreason.metrics.clinical import normalise_diagnosis
 from kgreason.embed import Embedder
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, entity_ranks, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, entity_ranks, load_prompt, load_schema, render
 from kgreason.reasoners.dx_common import (check_hop_retriever, chunk_by_chars, diagnosis_mask, parse_name_list,
                                           within_k)
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
@@ -190,6 +190,8 @@ class LogosKGDx(BaseReasoner):
         self.reask = ReaskPolicy(int(max_reasks))
         self.time_hops = bool(time_hops)
         self.prompts = {s: load_prompt(prompts_dir, s) for s in ("baseline", "extract", "select")}
+        # the reply form of each (a JSON list of names), sent with llm.structured_output=true only
+        self.schemas = {s: load_schema(prompts_dir, s) for s in self.prompts}
         self._disease_mask = diagnosis_mask(kg, disease_type, "logoskg_dx")
         self.embedder = embedder if embedder is not None else Embedder()
         # link_mentions wants nearest(); the linker embeds the KG labels once, on first use
@@ -197,7 +199,7 @@ class LogosKGDx(BaseReasoner):
 
     # ------------------------------------------------------------------ helpers
     def _ask(self, t: Trace, purpose: str, prompt: str) -> list[str]:
-        req = ChatRequest.of(prompt, max_tokens=self.max_tokens)
+        req = ChatRequest.of(prompt, max_tokens=self.max_tokens, json_schema=self.schemas.get(purpose))
         res = self.ask(t, purpose, req, parse_name_list)
         return list(res.value or []) if res.ok else []
 

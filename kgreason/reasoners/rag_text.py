@@ -23,7 +23,7 @@ from pathlib import Path
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answer_field
 from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, load_schema, render
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -144,6 +144,7 @@ class RagText(BaseReasoner):
         self._pool: list[Passage] | None = None
         self.index = PassageIndex(self.embedder)
         self.prompt = load_prompt("rag_text", "answer")
+        self.schema = load_schema("rag_text", "answer")  # sent with llm.structured_output=true only
 
     def prepare(self, examples, done=()) -> None:
         """``passages=pooled``: the run's one retrieval corpus, embedded once before the first question."""
@@ -176,7 +177,7 @@ class RagText(BaseReasoner):
               pool=len(passages))
         req = ChatRequest.of(render(self.prompt, question=example.question,
                                     passages="\n".join(f"[{i}] {passage_text(p)}" for i, p in enumerate(top))),
-                             max_tokens=self.max_tokens)
+                             max_tokens=self.max_tokens, json_schema=self.schema)
         ans = self.ask(t, "answer", req, parse_answer_field).value
         return t.finish(example, [ans] if ans else [], retrieved_passages=[p[0] for p in top],
                         retrieval_empty=not top, pool_size=len(passages))

@@ -73,7 +73,7 @@ from typing import Any
 
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import ParseResult, parse_answer_field, parse_first_line, parse_list, parse_triple_answer
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, render
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, load_schema, render
 from kgreason.reasoners.rag_text import PassageIndex, dataset_pool, passage_text
 from kgreason.reasoners.subqrag_index import (Triple, guided_extraction_request, guided_triple_parser,
                                               normalise_text, triple_key)
@@ -311,6 +311,8 @@ class SubQRAG(BaseReasoner):
         self._indexed: dict[str, list[Triple]] = {}  # passage id -> its offline extraction (§2.1)
         self.prompts = {s: load_prompt("subqrag", s) for s in
                         ("decompose", "rewrite", "answer_triples", "answer_passages", "final_answer")}
+        # each JSON reply's form, sent with llm.structured_output=true only (rewrite's reply is free text)
+        self.schemas = {s: load_schema("subqrag", s) for s in self.prompts}
 
     # ------------------------------------------------------------------ state
     @property
@@ -380,8 +382,10 @@ class SubQRAG(BaseReasoner):
         return WorkingGraph(res.triples, self.embedder, provenance=res.provenance)
 
     # ------------------------------------------------------------------ LLM steps
-    def _call(self, t: Trace, purpose: str, prompt: str, parser) -> ParseResult:
-        return self.ask(t, purpose, ChatRequest.of(prompt, max_tokens=self.max_tokens), parser)
+    def _call(self, t: Trace, purpose: str, prompt: str, parser, form: str | None = None) -> ParseResult:
+        """One call; ``form``: the prompt whose reply schema the request carries (default ``purpose``)."""
+        schema = self.schemas.get(form or purpose)
+        return self.ask(t, purpose, ChatRequest.of(prompt, max_tokens=self.max_tokens, json_schema=schema), parser)
 
     def decompose(self, t: Trace, question: str) -> list[str]:
         """§2.2.1: ordered sub-questions (the question itself when the reply is unusable)."""

@@ -33,7 +33,7 @@ from kgreason.storage.embedstore import store_lock
 from kgreason.kg.store import KG
 from kgreason.llm.accounting import credit_cached, credit_paid, current_payer
 from kgreason.llm.parsing import ParseResult, parse_json
-from kgreason.reasoners.base import load_prompt, render
+from kgreason.reasoners.base import load_prompt, load_schema, render
 from kgreason.textio import utf8_safe
 from kgreason.types import ChatRequest, Usage, to_jsonable
 
@@ -152,7 +152,7 @@ def grounded(t: Triple, passage: str, title: str = "") -> bool:
 
 def extraction_request(title: str, passage: str, max_tokens: int = 512) -> ChatRequest:
     return ChatRequest.of(render(load_prompt("subqrag", "extract"), title=title, passage=passage),
-                          max_tokens=max_tokens)
+                          max_tokens=max_tokens, json_schema=load_schema("subqrag", "extract"))
 
 
 def triple_parser(title: str, passage: str, *, validate: bool = True):
@@ -188,7 +188,7 @@ def guided_extraction_request(subquestion: str, passages: Sequence[tuple[str, st
     bear on it (prompts/subqrag/update_extract.txt)."""
     listing = "\n".join(f"[{j}] {title}: {text}" for j, (title, text) in enumerate(passages))
     return ChatRequest.of(render(load_prompt("subqrag", "update_extract"), subquestion=subquestion, passages=listing),
-                          max_tokens=max_tokens)
+                          max_tokens=max_tokens, json_schema=load_schema("subqrag", "update_extract"))
 
 
 def guided_triple_parser(passages: Sequence[tuple[str, str, str]], *, validate: bool = True):
@@ -388,8 +388,12 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     model = resolved() if callable(resolved) else getattr(llm, "model", "")
     # the reply cap shapes what is extracted (a list cut at the cap loses its tail), so another cap is
     # another index; the default's key is unchanged, so indexes built before the cap was a setting stay valid
+    # so does decoding under the reply's schema (llm.structured_output): an index keyed apart; off, the key
+    # is the one indexes built before the option existed have
+    structured = bool(getattr(llm, "structured_output", False))
     key = corpus_hash(rows, model, load_prompt("subqrag", "extract") + PARSER_VERSION
-                      + ("" if int(max_tokens) == 512 else f"\nmax_tokens={int(max_tokens)}"))
+                      + ("" if int(max_tokens) == 512 else f"\nmax_tokens={int(max_tokens)}")
+                      + ("\nstructured_output" if structured else ""))
     d = Path(index_dir) / key
     d.mkdir(parents=True, exist_ok=True)
     # one indexer per corpus (a sweep over SubQRAG settings starts several at once): the others
