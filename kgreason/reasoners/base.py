@@ -92,6 +92,7 @@ class BaseReasoner:
     hops: int | None = None
     max_hops: int = 2
     gold_hops: bool = False  # True: hop_budget may read the example's gold hop count (an oracle)
+    funnel: tuple[str, ...] = ()
 
     def answer(self, example: Example) -> Prediction:
         raise NotImplementedError
@@ -137,6 +138,10 @@ class Trace:
 
     def note(self, name: str, **data: Any) -> Step:
         return self.add("note", name, **data)
+
+    def stage(self, name: str, value: bool | str = True) -> None:
+        """Record that this question reached funnel stage ``name`` (bool) or which branch it took (str)."""
+        self.extra.setdefault("funnel", {})[name] = value
 
     def llm(self, purpose: str, request: ChatRequest, completion: Completion, *,
             prompt_id: str | None = None, parsed: Any = None, parse_ok: bool = True,
