@@ -375,7 +375,10 @@ def check_fit(examples: Sequence[Example], kg, reasoner, *, dataset: str, kg_nam
     to the KG. Returns the measured report (logged under ``preflight/``).
 
     A reasoner declares the tasks it serves in a class attribute ``tasks`` (e.g. ``("kgqa",)``);
-    one that does not declare them is not checked. Multi-hop document QA needs no KG link.
+    one that does not declare them is not checked. Multi-hop document QA needs no KG link. A
+    reasoner whose own linking differs from the dataset's topic entities (SGR) gives a
+    ``link_gate_note()`` saying what this rate measures for it and what an unlinked question gets;
+    the stop message carries it.
     """
     if not examples:
         raise PreflightError(f"dataset {dataset!r} has no examples to answer (check dataset.limit, "
@@ -397,11 +400,13 @@ def check_fit(examples: Sequence[Example], kg, reasoner, *, dataset: str, kg_nam
         if rep["example_rate"] < float(min_link_rate):
             fits = KG_FOR_DATASET.get(dataset)
             hint = f"; dataset {dataset!r} is meant for kg={fits}" if fits and not str(fits).startswith(kg_name) else ""
+            note = getattr(reasoner, "link_gate_note", None)  # a reasoner that links on its own says so
+            what = note() if callable(note) else "the run would score unlinked questions as wrong answers"
             raise PreflightError(
                 f"only {rep['examples_linked']} of {rep['examples']} examples of dataset {dataset!r} "
                 f"({rep['example_rate']:.1%}) have a topic entity in kg={kg_name!r}, below "
-                f"preflight.min_link_rate={min_link_rate}: the run would score unlinked questions as "
-                f"wrong answers{hint} (or lower preflight.min_link_rate to run anyway)")
+                f"preflight.min_link_rate={min_link_rate}: {what}{hint} (or lower preflight.min_link_rate "
+                "to run anyway)")
     return report
 
 

@@ -53,6 +53,17 @@ _SGR_SCHEMA = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
      "reply": "```cypher\nMATCH (f:Entity)-[a]->(c:Entity) WHERE f.name = '{0}' AND a.relation = "
               "'film.film.produced_by' RETURN DISTINCT c.name AS answer\n```"},
 ]}
+# sgr_pooled_vote: direct reasoning finds nothing, the stepwise paths say one company and §3.5's paths
+# another; the paper's rule takes Eq. 31's (§3.5 ran), the pooled vote (each family one unit) ties and
+# keeps the stepwise answer, which voted first
+_SGR_POOL = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
+    _SGR_STRUCT,
+    {"pattern": "one step per reply", "reply": '{"triple": 1, "state": "s", "answer": "Alpha Pictures"}'},
+    {"pattern": "one step at a time", "reply": '{"hypothesis": "h", "claims": [], "answer": "Beta Pictures"}'}]}
+# sgr_rq_exact: the Eq. 2 relation phrase names no KG relation; by embedding it maps to produced_by
+_SGR_RQ = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
+    {"pattern": r"Turn the question into a structured query.*Question: Which company produced (.+?)\?",
+     "reply": '{{"entities": ["{0}"], "relations": ["produced"], "constraints": []}}'}]}
 _SUBQRAG = {"subqrag": True}
 _TOG = {"over": ["reasoner=tog"], "rules": []}  # nothing kept: ToG's empty-retrieval path
 # ToG on the first question: the relation-pruning reply lists 4 relations for a width of 3, and the
@@ -123,6 +134,7 @@ CASES: dict[str, dict] = {
     "sgr_no_integration_weights": _SGR, "sgr_no_cypher": _SGR, "sgr_no_refine": _SGR, "sgr_no_schema": _SGR,
     "sgr_no_stepwise": _SGR, "sgr_dataset_topics": _SGR_TOPICS,
     "sgr_schema_either_way_fallback": _SGR_SCHEMA,
+    "sgr_pooled_vote": _SGR_POOL, "sgr_rq_exact": _SGR_RQ,
     "subqrag_memory_answer_named": _SUBQRAG, "subqrag_no_decomposition": _SUBQRAG, "subqrag_no_rewriting": _SUBQRAG,
     "subqrag_no_update": _SUBQRAG_MISSED, "subqrag_require_grounded": _SUBQRAG, "subqrag_topk": _SUBQRAG,
     "subqrag_extract_top2": _SUBQRAG,  # the fallback's extraction call lists 2 of its 3 read passages

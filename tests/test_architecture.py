@@ -137,7 +137,8 @@ def test_the_parser_sees_real_edges():
     """Guards the test itself: known edges (top-level, lazy, relative) are found."""
     assert "kgreason.llm.lazy" in GRAPH["kgreason.run"]
     assert "kgreason.embed" in GRAPH["kgreason.retrieval.dense"]
-    assert "kgreason.kg.cypher" in GRAPH["kgreason.reasoners.sgr"]
+    assert "kgreason.kg.cypher" in GRAPH["kgreason.reasoners.sgr.direct"]
+    assert "kgreason.reasoners.sgr.reasoner" in GRAPH["kgreason.reasoners.sgr"]  # a package's own modules
     assert "kgreason.llm.lazy" in GRAPH["kgreason.reasoners.subqrag_index"]  # inside main()
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
 

@@ -189,7 +189,7 @@ def test_report_pages_read_the_last_row_per_id_and_skip_a_torn_line(tmp_path):
 
 
 def test_sgr_paths_and_subqrag_subquestions_are_read_from_their_trace_steps():
-    """The trace steps SGR (hypothesis calls' parsed claims, sgr.py ``_path``) and SubQRAG
+    """The trace steps SGR (hypothesis calls' parsed claims, sgr/collaborative.py ``reasoning_path``) and SubQRAG
     (``subquestion`` steps, subqrag.py ``_answer``) record become one edge group each."""
     trace = [
         {"kind": "link", "name": "topic_entities", "data": {"linked": [["Paris", 3, "exact"]]}},

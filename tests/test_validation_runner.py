@@ -531,7 +531,7 @@ def test_a_row_measured_on_code_that_has_changed_since_is_marked(tmp_path, monke
     """A row records the blob ids of its method's files when it is measured; the generator marks it
     once any of them differs (issue 56 item 5: by the generator, never by hand)."""
     mod = _runner(tmp_path, monkeypatch, 0)
-    for rel in ("kgreason/reasoners/sgr.py", "conf/reasoner/sgr.yaml", "kgreason/reasoners/prompts/sgr/schema.txt"):
+    for rel in ("kgreason/reasoners/sgr/reasoner.py", "conf/reasoner/sgr.yaml", "kgreason/reasoners/prompts/sgr/schema.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(f"{rel} as measured\n")
     entry = {"metrics": {"hits_at_1": 0.5}, "n_examples": 30, "command": "",

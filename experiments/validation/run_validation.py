@@ -141,7 +141,8 @@ METHOD_FILES = {
     "retrieval_only": ["kgreason/reasoners/retrieval_only.py"],
     "tog": ["kgreason/reasoners/tog.py"],
     "reknos": ["kgreason/reasoners/reknos.py", "kgreason/reasoners/superrel.py"],
-    "sgr": ["kgreason/reasoners/sgr.py"],
+    "sgr": [f"kgreason/reasoners/sgr/{m}.py"  # one module per component of sgr.txt §3 (issue 72)
+            for m in ("__init__", "common", "subgraph", "stepwise", "direct", "collaborative", "reasoner")],
     "subqrag": ["kgreason/reasoners/subqrag.py", "kgreason/reasoners/subqrag_index.py"],
     "logoskg_dx": ["kgreason/reasoners/logoskg_dx.py", "kgreason/reasoners/dx_common.py"],
     "kg_dx": ["kgreason/reasoners/kg_dx.py", "kgreason/reasoners/dx_common.py"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -104,7 +105,7 @@ def test_no_refine_when_first_query_validates(embedded_kg, retriever, db, q2):
     ])
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
     assert set(pred.answers) == set(q2.answers)
-    assert pred.extra["refine_rounds"] == 0 and pred.extra["path"] == "direct"
+    assert pred.extra["refine_rounds"] == 0 and pred.extra["decided_by"] == "direct"
     assert _n_calls(llm, REFINE_P) == 0
     assert not [s for s in pred.trace if s.kind == "refine"]
 
@@ -241,11 +242,15 @@ def _collab_case(world):
     return ex, director, other, replies
 
 
+def _collab_rules(ex, replies):
+    """The Eq. 2 reply naming the film (V_q; no relations), then the hypotheses."""
+    return [_struct(ex.topic_entities[0]), {"pattern": HYP_P, "reply": replies}]
+
+
 def test_collaborative_vote_with_scores(world, retriever):
     ex, director, other, replies = _collab_case(world)
     # P_θ by llm.score, softmax over the distinct answers [director, other]: 0.8 / 0.2
-    llm = ScriptedLLM(rules=[{"pattern": HYP_P, "reply": replies}],
-                      scores={director: math.log(0.8), other: math.log(0.2)})
+    llm = ScriptedLLM(rules=_collab_rules(ex, replies), scores={director: math.log(0.8), other: math.log(0.2)})
     sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, schema=False, collaborate="always",
               num_paths=3, collab_iterations=1, lam=0.5)
     pred = sgr.answer(ex)
@@ -255,20 +260,21 @@ def test_collaborative_vote_with_scores(world, retriever):
     assert v.data["p_theta"] == pytest.approx([0.8, 0.2, 0.2])
     assert v.data["consistency"] == [1.0, 0.0, 0.0]
     assert v.data["beta"] == pytest.approx([0.9, 0.1, 0.1])
-    # weighted: director 0.9 > other 0.2, although the majority says `other` (2 votes to 1)
+    # weighted: director 0.9 > other 0.2, although the majority says `other` (2 votes to 1); nothing
+    # validated the direct choice (no schema, no R_q), so Eq. 31's answer is final
     assert pred.answers[0] == director and pred.extra["p_theta_source"] == "logprobs"
-    llm_m = ScriptedLLM(rules=[{"pattern": HYP_P, "reply": replies}], scores={director: 0.0, other: 0.0})
+    assert pred.extra["decided_by"] == "collaborative" and pred.extra["eq31_answer"] == director
+    llm_m = ScriptedLLM(rules=_collab_rules(ex, replies), scores={director: 0.0, other: 0.0})
     sgr_m = SGR(kg=world.kg, retriever=retriever, llm=llm_m, cypher=False, schema=False, collaborate="always",
                 num_paths=3, collab_iterations=1, vote="majority")
-    # Eq. 31 alone (the `vote` step): the majority says `other`; the final Eq. 14 choice also pools
-    # the direct answer (an E*_q entity under cypher=false), so it is read from the vote step here
-    v_m = next(s for s in sgr_m.answer(ex).trace if s.kind == "vote")
-    assert v_m.data["ranking"][0][0] == other
+    pred_m = sgr_m.answer(ex)
+    v_m = next(s for s in pred_m.trace if s.kind == "vote")
+    assert v_m.data["ranking"][0][0] == other and pred_m.answers[0] == other
 
 
 def test_collaborative_vote_frequency_fallback(world, retriever):
     ex, director, other, replies = _collab_case(world)
-    llm = ScriptedLLM(rules=[{"pattern": HYP_P, "reply": replies}])  # no scores → ScoringUnsupported
+    llm = ScriptedLLM(rules=_collab_rules(ex, replies))  # no scores → ScoringUnsupported
     sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, schema=False, collaborate="always",
               num_paths=3, collab_iterations=1, lam=0.6)
     pred = sgr.answer(ex)
@@ -301,10 +307,11 @@ def test_cypher_false_never_touches_db(world, retriever, q2):
     assert not [s for s in pred.trace if s.kind == "cypher"]
     assert _n_calls(llm, CYPHER_P) == 0
     # Fig. 3 path: no structured retrieval, so the embedding top-k candidates are not filtered by a
-    # schema walk through the KG (today's code validated them, so Hits@1 did not move)
+    # schema walk through the KG (an earlier version validated them, so Hits@1 did not move); Eq. 19
+    # checks only the Eq. 18 choice (issue 72: a choice that fails it sends the question to §3.5)
     cands = next(s for s in pred.trace if s.kind == "candidates")
     assert cands.name == "embedding_topk" and len(cands.data["candidates"]) > len(q2.answers)
-    assert not [s for s in pred.trace if s.kind == "validate"]
+    assert [s.name for s in pred.trace if s.kind == "validate"] == ["eq18_choice"]
 
 
 def test_cypher_false_chooses_among_unvalidated_candidates(world, retriever, q2):
@@ -493,9 +500,10 @@ def test_eq21_chat_choice_without_logprobs(embedded_kg, retriever, db, q2):
 
 def test_without_schema_makes_no_schema_call_and_no_schema_validation(embedded_kg, retriever, db, q2):
     """Table 2 / Fig. 2 "Without Schema" (sgr.txt §4.3: "removing schema-based prompts"): no
-    ``S_q`` is generated (no schema-purpose call), none reaches the Cypher prompt, and no
-    candidate is checked against a schema (Eq. 19-20 have no ``S_q`` to check): the query's
-    answers that lie in the question's k-hop subgraph are kept. Before, ``S_q`` was still
+    Eq. 15 ``S_q`` is generated (no schema-purpose call), none reaches the Cypher prompt, and with
+    no R_q either (the Eq. 2 reply names no relation) Eq. 19 has no ``S_q`` to check: the query's
+    answers in the k-hop subgraph are kept for the choice but validate nothing, so they are the
+    answer only when no path family answers (issue 72). Before issue 41, ``S_q`` was still
     generated and a wrong query (the writer's birthplace) was rejected by it."""
     topic = q2.topic_entities[0]
     wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")
@@ -515,6 +523,7 @@ def test_without_schema_makes_no_schema_call_and_no_schema_validation(embedded_k
     # the writer's birthplace is not rejected by any schema: no Refine, the wrong answer stands
     assert pred.extra["refine_rounds"] == 0 and _n_calls(llm, REFINE_P) == 0
     assert set(pred.answers) <= wrong_answers and pred.extra["schema_ok"] is False
+    assert pred.extra["direct_validated"] is False and pred.extra["decided_by"] == "direct_unvalidated"
     # with the schema (the default) the same query is rejected by S_q and Refine runs
     llm2 = ScriptedLLM(rules=rules)
     full = _sgr(embedded_kg, retriever, llm2, graphdb=db).answer(q2)
@@ -735,8 +744,9 @@ def test_validated_answers_bound_the_final_choice(embedded_kg, retriever, db, q2
         {"pattern": CYPHER_P, "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")},
         {"pattern": STEP_P, "reply": json.dumps({"triple": 1, "state": "s", "answer": wrong})}])
     pred = _sgr(embedded_kg, retriever, llm, graphdb=db).answer(q2)
-    integ = next(s for s in pred.trace if s.kind == "integrate").data
-    assert integ["restricted_to_valid"] is True and integ["ranking"][0][0] == wrong  # the vote alone says `wrong`
+    dec = next(s for s in pred.trace if s.kind == "decide").data
+    assert dec["eq14"][0][0] == wrong and pred.extra["eq14_answer"] == wrong  # Eq. 14 alone says `wrong`
+    assert dec["decided_by"] == "direct" and pred.extra["direct_validated"] is True
     assert pred.answers[0] == gold and wrong not in pred.answers
 
 
@@ -827,3 +837,287 @@ def test_sgr_defaults_run_the_paper(field, paper, ablation, value, cite, tmp_pat
     paper_txt = REPO.parent / "shared" / "papers" / "sgr.txt"
     if paper_txt.exists():
         assert cite in " ".join(paper_txt.read_text(encoding="utf-8").split())
+
+
+# ----------------------------------------------------------------------------- issue 72: Table 2 one factor
+# at a time, each path family weighed as its paper weighs it, SGR's funnel, R_q that maps
+
+
+def _choose(name: str, pick: bool) -> str:
+    """A CHOOSE_P pattern whose group is the number of ``name`` (``pick``) or of the first other
+    candidate (not ``pick``)."""
+    esc = re.escape(name)
+    if pick:
+        return CHOOSE_P + r".*\n(\d+)\. " + esc + r"(?:\n|$)"
+    return CHOOSE_P + r".*?Candidate answers:\n(?:[^\n]*\n)*?(\d+)\. (?!" + esc + r"(?:\n|$))"
+
+
+def test_without_neo4j_reaches_collaborative_reasoning_when_the_eq18_choice_is_not_grounded(world, retriever, q2):
+    """Fig. 3 removes "Neo4j-based retrieval" (§4.3) only: §3.5 stays ("When direct reasoning fails
+    to produce a correct answer, the framework applies collaborative reasoning enhancement"). Without
+    the database, A_q is E*_q's entities and Eq. 18 chooses among them; a choice that does not
+    satisfy S_q in G (Eq. 19, checked on the KG as Eq. 30 checks §3.5's claims) is direct reasoning
+    failing, so §3.5 runs and Eq. 31 answers. Before, that list was never empty, so §3.5 never ran."""
+    topic, gold = q2.topic_entities[0], q2.answers[0]
+    hyp = json.dumps({"hypothesis": "h", "claims": [], "answer": gold})
+
+    def run(pick_gold: bool):
+        llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                                 {"pattern": _choose(gold, pick_gold), "reply": "{0}"}, {"pattern": HYP_P, "reply": hyp}])
+        sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, cypher=False, stepwise=False, hops=2, top_k=10_000,
+                  max_candidate_triples=100_000, num_paths=2, collab_iterations=1, choice_cap=1000, embedder=_emb())
+        assert sgr.collaborate == "fallback"
+        return sgr.answer(q2), llm
+
+    wrong, llm = run(pick_gold=False)
+    chosen = next(s for s in wrong.trace if s.kind == "answer" and s.name == "direct").data["answers"][0]
+    assert chosen != gold and wrong.extra["direct_answer"] == chosen and wrong.extra["direct_validated"] is False
+    assert _n_calls(llm, HYP_P) == 2 and [s for s in wrong.trace if s.kind == "vote"]
+    assert wrong.extra["funnel"]["collaborative_run"] is True and "eq19_validated" not in wrong.extra["funnel"]
+    assert wrong.extra["eq31_answer"] == gold and wrong.extra["decided_by"] == "collaborative"
+    assert wrong.answers[0] == gold
+    right, llm = run(pick_gold=True)
+    assert right.extra["direct_validated"] is True and right.extra["funnel"]["eq19_validated"] is True
+    assert _n_calls(llm, HYP_P) == 0 and right.extra["eq31_answer"] is None
+    assert right.extra["decided_by"] == "direct" and right.answers[0] == gold
+
+
+def test_without_schema_a_wrong_first_cypher_answer_does_not_overrule_paths_that_agree(embedded_kg, retriever, db, q2):
+    """"Without Schema" removes the schema (§3.3: "The model first extracts core entities and
+    relations from the question, and then organizes them into a schema"; §4.3: "removing
+    schema-based prompts"), not the extraction that precedes it: V_q, R_q and C_q still come from
+    the model's Eq. 2 call. Eq. 19 then checks a candidate against that S_q (reached from V_q through
+    R_q in G) instead of the k-hop membership that let almost any answer through. The paper's
+    reading of when a Cypher answer is final is Eq. 21: "If A+_q is non-empty, the final answer is
+    selected from the validated candidate set". So a first Cypher answer that S_q does not admit
+    (the writer's birthplace, reached through written_by, not in R_q) does not overrule three
+    stepwise paths that agree on the director's birthplace; one that S_q admits does, as Eq. 21
+    says, even when the paths agree on another answer. Before, the writer's birthplace lay in the
+    k-hop subgraph, validated, and was final."""
+    topic, gold = q2.topic_entities[0], q2.answers[0]
+    rels = ["film.film.directed_by", "people.person.place_of_birth"]
+    wrong = _chain_query(topic, "film.film.written_by", "people.person.place_of_birth")
+    right = _chain_query(topic, *rels)
+    wrong_answers = {r["answer"] for r in db.run_read(wrong.strip("`").removeprefix("cypher\n"))}
+    assert wrong_answers and not wrong_answers & set(q2.answers)  # else the test cannot tell
+    sub_ents = {embedded_kg.entity_label(i) for i in retriever.retrieve([embedded_kg.find_entity(topic)], 2).entities()}
+    assert wrong_answers <= sub_ents  # k-hop membership alone admits them
+
+    def run(query: str, paths_say: str):
+        llm = ScriptedLLM(rules=[_struct(topic, rels), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                                 {"pattern": CYPHER_P, "reply": query}, {"pattern": REFINE_P, "reply": query},
+                                 {"pattern": STEP_P, "reply": json.dumps({"triple": 1, "state": "s", "answer": paths_say})}])
+        pred = _sgr(embedded_kg, retriever, llm, graphdb=db, schema=False, max_refine_rounds=1).answer(q2)
+        assert _n_calls(llm, SCHEMA_P) == 0 and pred.extra["vq_source"] == "question"
+        return pred
+
+    pred = run(wrong, gold)
+    assert {s.data["rule"] for s in pred.trace if s.kind == "validate"} == {"structure"}
+    assert pred.extra["direct_validated"] is False and pred.extra["refine_rounds"] == 1
+    assert pred.extra["eq14_answer"] == gold and pred.extra["decided_by"] == "stepwise"
+    assert pred.answers[0] == gold and not set(pred.answers) & wrong_answers
+    other = sorted(wrong_answers)[0]
+    pred = run(right, other)  # the paths agree on another answer; the validated query's answer is final
+    assert pred.extra["direct_validated"] is True and pred.extra["eq14_answer"] == other
+    assert pred.extra["decided_by"] == "direct" and pred.answers[0] == gold
+
+
+def _families_case(world, retriever, db, q_prod, **kw):
+    """'Which company produced <film>?': the Cypher step writes nothing (direct reasoning fails),
+    three stepwise paths agree on another company through E*_q's triple 1 (C = 1 each, Eq. 10),
+    §3.5's three paths answer gold, gold and a third company without claims (C = 0, Eq. 30)."""
+    kg, film, gold = world.kg, q_prod.topic_entities[0], q_prod.answers[0]
+    others = [n for n in kg.entity_names if kg.type_of(kg.entity_id(n)) == kg.type_of(kg.entity_id(gold)) and n != gold]
+    x, y = others[0], others[1]
+    hyp = [json.dumps({"hypothesis": "h", "claims": [], "answer": a}) for a in (gold, gold, y)]
+    llm = ScriptedLLM(rules=[_struct(film), {"pattern": STEP_P, "reply": json.dumps({"triple": 1, "state": "s", "answer": x})},
+                             {"pattern": HYP_P, "reply": hyp}])
+    pred = _sgr(world.kg, retriever, llm, graphdb=db, max_refine_rounds=0, collaborate="fallback", collab_iterations=1,
+                **kw).answer(q_prod)
+    return pred, gold, x, y
+
+
+def test_eq14_and_eq31_answers_are_both_recorded_and_eq31_decides_when_section_3_5_ran(world, retriever, db, q_prod):
+    """Eq. 14 (§3.3's paths, α_i with Eq. 10's C) and Eq. 31 (§3.5's paths, β_i with Eq. 30's C)
+    are two aggregations; both answers are in ``extra`` and the ``decide`` trace step. The final
+    answer follows the paper: "When direct reasoning fails to produce a correct answer, the
+    framework applies collaborative reasoning enhancement" and its Eq. 31 "The final answer is
+    selected by aggregating candidate answers from all reasoning paths". Before, one Eq. 14 vote
+    pooled both families, and the stepwise paths' larger C decided. Pooling is the ablation
+    ``sgr_pooled_vote``, with each family's weights summing to 1 (one scale)."""
+    pred, gold, x, y = _families_case(world, retriever, db, q_prod)
+    assert pred.extra["eq14_answer"] == x and pred.extra["eq31_answer"] == gold
+    assert pred.extra["direct_answer"] is None and pred.extra["direct_validated"] is False
+    assert pred.extra["decided_by"] == "collaborative" and pred.answers[0] == gold
+    dec = next(s for s in pred.trace if s.kind == "decide").data
+    assert dec["eq14"][0][0] == x and dec["eq31"][0][0] == gold and dec["decided_by"] == "collaborative"
+    # the ablation: one vote, each family's weights normalised to sum 1. Stepwise: x = 1.
+    # §3.5 (P_θ = frequency: 2/3, 2/3, 1/3; C = 0; λ = 0.5): β = 1/3, 1/3, 1/6 → gold 0.8, y 0.2
+    pooled, *_ = _families_case(world, retriever, db, q_prod, decision="pooled")
+    assert pooled.extra["eq14_answer"] == x and pooled.extra["eq31_answer"] == gold
+    assert pooled.extra["decided_by"] == "pooled" and pooled.answers[0] == x
+    pool = next(s for s in pooled.trace if s.kind == "decide").data["pooled"]
+    assert dict((a, s) for a, s in pool) == pytest.approx({x: 1.0, gold: 0.8, y: 0.2})
+
+
+def test_funnel_counts_of_a_scripted_run_equal_the_stages_its_script_drives(world, retriever, db, q2, q_prod):
+    """SGR's funnel (issue 72 item 3): each question records the stages it reached with
+    ``Trace.stage`` in ``extra['funnel']``; the stage names are ``SGR.funnel``, in pipeline order.
+    Three questions, each script driving known stages: q2 is answered by a validated Cypher query;
+    an unknown film's question links nothing (the IO answer); q_prod maps R_q, its stepwise paths
+    answer, its Cypher answer fails Eq. 19, Refine writes nothing readable and §3.5 answers."""
+    kg = world.kg
+    topic, film, gold = q2.topic_entities[0], q_prod.topic_entities[0], q_prod.answers[0]
+    q_none = type(q2)(id="none", question="Who directed Nobody Atall Xq?", answers=("x",))
+    writer = ("```cypher\nMATCH (f:Entity)-[a]->(d:Entity) WHERE f.name = '" + _q(film) + "' AND "
+              "a.relation = 'film.film.written_by' RETURN DISTINCT d.name AS answer\n```")  # rows, none admitted by S_q
+    llm = ScriptedLLM(rules=[
+        {"pattern": STRUCT_P + ".*Where was the director", "reply": json.dumps({"entities": [topic], "relations": [], "constraints": []})},
+        {"pattern": STRUCT_P + ".*Nobody Atall", "reply": json.dumps({"entities": ["Nobody Atall Xq"], "relations": [], "constraints": []})},
+        {"pattern": STRUCT_P + ".*Which company", "reply": json.dumps({"entities": [film], "relations": ["film.film.produced_by"], "constraints": []})},
+        {"pattern": SCHEMA_P + ".*Where was the director", "reply": _schema_reply(topic)},
+        {"pattern": SCHEMA_P + ".*Which company", "reply": json.dumps({"schema": [[film, "film.film.produced_by", "?a"]], "answer": "?a"})},
+        {"pattern": CYPHER_P + ".*Where was the director", "reply": _chain_query(topic, "film.film.directed_by", "people.person.place_of_birth")},
+        {"pattern": CYPHER_P + ".*Which company", "reply": writer},
+        {"pattern": REFINE_P, "reply": "no query today"},
+        {"pattern": STEP_P + ".*Which company", "reply": json.dumps({"triple": 1, "state": "s", "answer": gold})},
+        {"pattern": HYP_P + ".*Which company", "reply": json.dumps({"hypothesis": "h", "claims": [], "answer": gold})},
+    ])
+    sgr = _sgr(kg, retriever, llm, graphdb=db, collaborate="fallback", max_refine_rounds=1, num_paths=1,
+               collab_iterations=1, max_reasks=0)
+    preds = [sgr.answer(q) for q in (q2, q_none, q_prod)]
+    stages = SGR.funnel
+    assert stages[0] == "s_q_parsed" and stages[-1] == "decided_by" and len(set(stages)) == len(stages)
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", s) for s in stages)
+    for p in preds:
+        assert set(p.extra["funnel"]) <= set(stages)
+    count = {s: sum(p.extra["funnel"].get(s) is True for p in preds) for s in stages if s != "decided_by"}
+    assert count == {"s_q_parsed": 3, "v_q_linked": 2, "r_q_mapped": 1, "e_star_nonempty": 2, "stepwise_parsed": 1,
+                     "cypher_parsed": 2, "rows_returned": 2, "eq19_validated": 1, "refine_used": 1,
+                     "collaborative_run": 1}
+    assert [p.extra["funnel"]["decided_by"] for p in preds] == ["direct", "io", "collaborative"]
+    assert preds[0].answers[0] == q2.answers[0] and preds[2].answers[0] == gold
+
+
+def test_the_eq2_prompt_lists_the_relations_nearest_the_question_when_the_kg_has_more(world, retriever, q_prod):
+    """R_q (Eq. 2) with more KG relations than the prompt lists (the Freebase slice's 237 against
+    ``max_schema_types`` 200): the ``structure_relations`` nearest the question by the embedder
+    that scores E*_q (Eq. 4) are listed. Before, the prompt listed none."""
+    film = q_prod.topic_entities[0]
+    llm = ScriptedLLM(rules=[_struct(film)])
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=llm, **_cheap(max_schema_types=5, structure_relations=4))
+    sgr.answer(q_prod)
+    prompt = llm.calls[0].messages[-1].content
+    listed = [r for r in world.kg.relation_names if re.search(r"^" + re.escape(r) + r"$", prompt, re.M)]
+    sims = sgr.relation_similarity([q_prod.question])[0]
+    nearest = {world.kg.relation_names[i] for i in np.argsort(-sims, kind="stable")[:4]}
+    assert set(listed) == nearest and "film.film.produced_by" in nearest
+    assert f"4 of the knowledge graph's {world.kg.n_relations} relations" in prompt
+
+
+def test_rq_maps_a_phrase_by_name_then_by_embedding_above_the_threshold(world, retriever):
+    """R_q ⊆ R (Eq. 2): a phrase maps by name first (exact, then normalised key), then to the KG
+    relation nearest it by the embedder when the cosine reaches ``rq_threshold``; ``rq_match:
+    exact`` (ablation ``sgr_rq_exact``) keeps name matching only. Before, a phrase that was not a
+    relation's name mapped to nothing."""
+    kg = world.kg
+    sgr = SGR(kg=kg, retriever=retriever, llm=ScriptedLLM(), **_cheap())
+    sims = sgr.relation_similarity(["born in"])[0]
+    assert sims.shape == (kg.n_relations,)
+    full = _emb().similarity(["born in"], [sgr.relation_text(r) for r in kg.relation_names])[0]
+    tail = _emb().similarity(["born in"], [sgr.relation_tail(r) for r in kg.relation_names])[0]
+    assert sims == pytest.approx(np.maximum(full, tail), abs=1e-5)  # the nearer of the name's two readings
+    best = int(np.argmax(sims))
+    assert kg.relation_names[best] == "people.person.place_of_birth"
+    sgr.rq_threshold = float(sims[best]) - 0.01
+    ids, mapped = sgr.map_relations(["film.film.directed_by", "Produced By", "born in"])
+    assert [m[:2] for m in mapped] == [("film.film.directed_by", ["film.film.directed_by"]),
+                                       ("Produced By", ["film.film.produced_by"]),
+                                       ("born in", ["people.person.place_of_birth"])]
+    assert [m[2].split(":")[0] for m in mapped] == ["exact", "name", "embedding"]
+    sgr.rq_threshold = float(sims[best]) + 0.01
+    assert sgr.map_relations(["born in"])[1] == [("born in", [], "none")]
+    exact = SGR(kg=kg, retriever=retriever, llm=ScriptedLLM(), **_cheap(rq_match="exact", rq_threshold=0.0))
+    assert exact.map_relations(["born in"])[1] == [("born in", [], "none")]
+    assert compose_cfg_reasoner(["ablation=sgr_rq_exact"]).rq_match == "exact"
+
+
+def compose_cfg_reasoner(over):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        return compose_cfg(["reasoner=sgr", *over], Path(d)).reasoner
+
+
+def test_the_link_gate_says_what_it_measures_for_sgr_and_what_unlinked_questions_get(world, retriever, q_prod):
+    """The preflight link gate measures the dataset's topic entities; SGR links the entities of its
+    own Eq. 2 call, and a question whose V_q links nothing gets the IO answer (on_empty: answer).
+    Before, the message said unlinked questions would be scored as wrong answers."""
+    from kgreason.preflight import PreflightError, check_fit
+
+    sgr = SGR(kg=world.kg, retriever=retriever, llm=ScriptedLLM(), **_cheap())
+    with pytest.raises(PreflightError) as e:
+        check_fit([q_prod], world.kg, sgr, dataset="embedded", kg_name="embedded", reasoner_name="sgr", min_link_rate=1.01)
+    msg = str(e.value)
+    assert "dataset's topic entities" in msg and "Eq. 2" in msg and "IO answer" in msg and "funnel/v_q_linked" in msg
+    assert "scored as wrong" not in msg and "score unlinked questions as wrong" not in msg
+    abstain = SGR(kg=world.kg, retriever=retriever, llm=ScriptedLLM(), **_cheap(on_empty="abstain"))
+    with pytest.raises(PreflightError) as e:
+        check_fit([q_prod], world.kg, abstain, dataset="embedded", kg_name="embedded", reasoner_name="sgr", min_link_rate=1.01)
+    assert "no answer" in str(e.value)
+
+
+def test_table2_sweep_runs_the_dataset_topics_comparator_and_each_ablation_changes_one_factor(tmp_path):
+    """Table 2 one factor at a time: the sweep runs sgr_dataset_topics beside the paper's three
+    columns; "Without Schema" keeps V_q's source (the model's Eq. 2 entities) and "Without neo4j"
+    keeps §3.5 (collaborate: fallback)."""
+    from omegaconf import OmegaConf
+
+    from conftest import REPO
+
+    preset = OmegaConf.load(REPO / "conf" / "experiment" / "sgr_table2.yaml")
+    assert set(str(preset.hydra.sweeper.params.ablation).split(",")) == {"none", "sgr_no_schema", "sgr_no_cypher",
+                                                                         "sgr_dataset_topics"}
+    for abl, field, value in (("sgr_no_schema", "schema", False), ("sgr_no_cypher", "cypher", False),
+                              ("sgr_dataset_topics", "topics", "dataset")):
+        r = compose_cfg(["reasoner=sgr", f"ablation={abl}"], tmp_path).reasoner
+        full = compose_cfg(["reasoner=sgr"], tmp_path).reasoner
+        assert r[field] == value and {k for k in full if full[k] != r[k]} == {field}
+        assert r.topics == ("dataset" if abl == "sgr_dataset_topics" else "question") and r.collaborate == "fallback"
+
+
+def test_sgr_is_a_package_of_the_papers_components_and_its_pipeline_is_one_short_method():
+    """Issue 72 item 5: kgreason/reasoners/sgr/ holds §3.1 (subgraph), §3.2–3.3 (stepwise),
+    §3.4 (direct), §3.5 (collaborative); ``SGR.answer`` reads as §3's pipeline; the docs'
+    equation table names places that exist."""
+    import importlib
+    import inspect
+
+    from conftest import REPO
+
+    pkg = REPO / "kgreason" / "reasoners" / "sgr"
+    assert pkg.is_dir() and not (REPO / "kgreason" / "reasoners" / "sgr.py").exists()
+    for mod, section in (("subgraph", "§3.1"), ("stepwise", "§3.2"), ("direct", "§3.4"), ("collaborative", "§3.5")):
+        m = importlib.import_module(f"kgreason.reasoners.sgr.{mod}")
+        assert section in (m.__doc__ or "")
+    src = inspect.getsource(SGR.answer)
+    assert len(src.splitlines()) <= 40, len(src.splitlines())
+    doc = (REPO / "docs" / "sgr.md").read_text(encoding="utf-8")
+    table = doc[doc.index("### Every equation of §3"):]
+    table = table[: table.index("\n\n", table.index("| Eq."))]
+    rows = [ln for ln in table.splitlines() if re.match(r"\| \d", ln)]
+    assert len(rows) >= 25
+    checked, missing = 0, []
+    for ln in rows:  # the "where" cell: `<module>.py`: `name`, ... for each module it names
+        where = ln.rstrip(" |").split(" | ")[-1]
+        for chunk in re.split(r"(?=`\w+\.py`)", where):
+            m = re.match(r"`(\w+)\.py`", chunk)
+            if not m:
+                continue
+            src = (pkg / f"{m.group(1)}.py").read_text(encoding="utf-8")
+            for name in re.findall(r"`([A-Za-z_]\w*)`", chunk[m.end():]):
+                checked += 1
+                if not re.search(rf"(def|class) {name}\b|self\.{name}\b|^{name} = ", src, re.M):
+                    missing.append(f"{m.group(1)}.py: {name}")
+    assert checked >= 25 and not missing, missing
