@@ -12,6 +12,11 @@ from importlib.resources import files
 from pathlib import Path
 
 GOLDEN = json.loads((Path(__file__).with_name("prompt_lines.json")).read_text())
+#: prompts whose digest was changed on purpose since 0ce204e, and why
+CHANGED = {
+    "sgr/refine": "issue 70: the graph schema block now opens the prompt (shared with the Cypher prompt's start, so "
+                  "Refine computes it once), so 'the graph schema below' reads 'above'",
+}
 PROMPTS = files("kgreason.reasoners").joinpath("prompts")
 
 
@@ -23,6 +28,7 @@ def line_digest(text: str) -> str:
 def test_every_prompt_keeps_its_lines_whatever_their_order():
     now = {f"{d.name}/{f.name.removesuffix('.txt')}": line_digest(f.read_text())
            for d in PROMPTS.iterdir() if d.is_dir() for f in d.iterdir() if f.name.endswith(".txt")}
+    assert set(CHANGED) <= set(GOLDEN)
     changed = sorted(k for k in GOLDEN if now.get(k) != GOLDEN[k])
     assert not changed, f"prompt content changed (not only reordered): {changed}"
     assert set(now) == set(GOLDEN), sorted(set(now) ^ set(GOLDEN))

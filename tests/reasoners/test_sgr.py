@@ -1121,3 +1121,38 @@ def test_sgr_is_a_package_of_the_papers_components_and_its_pipeline_is_one_short
                 if not re.search(rf"(def|class) {name}\b|self\.{name}\b|^{name} = ", src, re.M):
                     missing.append(f"{m.group(1)}.py: {name}")
     assert checked >= 25 and not missing, missing
+
+
+# ----------------------------------------------------------------------------- issue 70: what a call may cost
+
+
+def test_each_prompt_carries_its_own_reply_cap_and_reply_schema(embedded_kg, retriever, db, q2):
+    """Issue 70 item 3: ``max_tokens`` per prompt (the rest at ``default``), and every JSON prompt's
+    schema on its request (sent to the backend only with ``llm.structured_output=true``); a Refine
+    prompt starts with the Cypher prompt's graph-schema block, so a prefix cache computes it once."""
+    topic = q2.topic_entities[0]
+    llm = ScriptedLLM(rules=[
+        _struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+        {"pattern": CYPHER_P, "reply": "```cypher\nMATCH (a:Entity) RETURN a.name AS answer LIMIT 0\n```"},
+        {"pattern": REFINE_P, "reply": "```cypher\nMATCH (a:Entity) RETURN a.name AS answer LIMIT 0\n```"},
+        {"pattern": STEP_P, "reply": json.dumps({"triple": 1, "state": "s", "answer": "x"})},
+    ])
+    sgr = _sgr(embedded_kg, retriever, llm, graphdb=db, max_refine_rounds=1,
+               max_tokens={"step": 96, "structure": 64, "default": 200})
+    sgr.answer(q2)
+    by = {}
+    for c in llm.calls:
+        text = c.messages[-1].content
+        key = next(k for k, p in (("structure", STRUCT_P), ("step", STEP_P), ("schema", SCHEMA_P),
+                                  ("refine", REFINE_P), ("cypher", CYPHER_P)) if p in text)
+        by.setdefault(key, []).append(c)
+    assert {c.max_tokens for c in by["structure"]} == {64} and {c.max_tokens for c in by["step"]} == {96}
+    assert {c.max_tokens for c in by["cypher"] + by["schema"] + by["refine"]} == {200}
+    assert all(json.loads(c.json_schema)["required"] == ["triple", "state", "answer"] for c in by["step"])
+    assert all(c.json_schema for c in by["structure"] + by["schema"])
+    assert all(c.json_schema is None for c in by["cypher"] + by["refine"])  # free-text code blocks
+    cy, rf = by["cypher"][0].messages[-1].content, by["refine"][0].messages[-1].content
+    head = cy[: cy.index("Translate the question")]
+    assert len(head) > 100 and rf.startswith(head)
+    with pytest.raises(ValueError, match="unknown prompts"):
+        _sgr(embedded_kg, retriever, llm, graphdb=db, max_tokens={"stepp": 10})

@@ -8,6 +8,7 @@ reads (``kg``, ``llm``, ``prompts``, ``max_tokens``) in its constructor.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -18,6 +19,32 @@ from kgreason.llm.base import ScoringUnsupported
 from kgreason.llm.parsing import ParseResult
 from kgreason.reasoners.base import Trace, render
 from kgreason.types import ChatRequest, Example, Message
+
+
+def prompt_form(purpose: str) -> str:
+    """The prompt a call purpose uses: ``step_p1_t0`` → ``step``, ``hypothesis_p2_t1`` →
+    ``hypothesis``; other purposes are their prompt's name."""
+    return re.sub(r"_p\d+_t\d+$", "", purpose)
+
+
+def max_tokens_table(value, prompts: Sequence[str]) -> dict[str, int]:
+    """``max_tokens`` as a table ``{prompt: cap, "default": cap}``: an int is every prompt's cap; a
+    mapping names prompts (``default`` for the rest, 512 when absent). An unknown prompt name or a
+    cap below 1 is refused in one line."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        table = {"default": int(value)}
+    elif hasattr(value, "items"):
+        table = {str(k): int(v) for k, v in value.items()}
+        table.setdefault("default", 512)
+    else:
+        raise ValueError(f"SGR: max_tokens must be a number or a mapping prompt -> number, got {value!r}")
+    unknown = sorted(set(table) - set(prompts) - {"default"})
+    if unknown:
+        raise ValueError(f"SGR: max_tokens names unknown prompts {unknown}; known: {sorted(prompts)} and 'default'")
+    bad = {k: v for k, v in table.items() if v < 1}
+    if bad:
+        raise ValueError(f"SGR: max_tokens must be at least 1, got {bad}")
+    return table
 
 
 def vote(answers: Sequence[str], weights: Sequence[float], mode: str = "confidence") -> list[tuple[str, float]]:
@@ -53,9 +80,16 @@ class SGRKit:
 
     def _ask(self, t: Trace, purpose: str, prompt: str, parser, *, temperature: float = 0.0,
              sample_index: int = 0, seed: int | None = None) -> ParseResult:
+        """One call of prompt ``form(purpose)`` (``step_p1_t0`` → ``step``): its reply cap
+        (``max_tokens``, per prompt) and the schema of its reply form (sent with
+        ``llm.structured_output=true`` only)."""
+        form = prompt_form(purpose)
         req = ChatRequest.of(prompt, temperature=temperature, sample_index=sample_index, seed=seed,
-                             max_tokens=self.max_tokens)
+                             max_tokens=self.max_tokens_of(form), json_schema=self.schemas.get(form))
         return self.ask(t, purpose, req, parser)
+
+    def max_tokens_of(self, form: str) -> int:
+        return int(self.max_tokens.get(form, self.max_tokens["default"]))
 
     def _label(self, i: int) -> str:
         return self.kg.entity_label(int(i))

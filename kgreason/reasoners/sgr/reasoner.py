@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from kgreason.embed import Embedder
 from kgreason.kg.cypher import GraphDB
-from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt
+from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, load_schema
 from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
 from kgreason.reasoners.sgr.collaborative import CollaborativeReasoning
-from kgreason.reasoners.sgr.common import PathVote, vote
+from kgreason.reasoners.sgr.common import PathVote, max_tokens_table, vote
 from kgreason.reasoners.sgr.direct import DirectReasoning, DirectResult
 from kgreason.reasoners.sgr.stepwise import StepwiseReasoning
 from kgreason.reasoners.sgr.subgraph import QuestionGraph, SubgraphConstruction
@@ -163,7 +163,7 @@ class SGR(SubgraphConstruction, StepwiseReasoning, DirectReasoning, Collaborativ
         temperature: float = 0.7,
         seed: int = 0,
         max_reasks: int = 1,
-        max_tokens: int = 512,
+        max_tokens: int | dict = 512,
         max_schema_types: int = 200,
         structure_relations: int = 30,
         rq_match: str = "embedding",
@@ -177,7 +177,7 @@ class SGR(SubgraphConstruction, StepwiseReasoning, DirectReasoning, Collaborativ
         _check_settings(vote, collaborate, lam, schema_direction, topics, decision, rq_match)
         self.on_empty = check_on_empty("SGR", on_empty)
         self.kg, self.retriever, self.llm, self.schema_direction = kg, retriever, llm, schema_direction
-        self.max_tokens = int(max_tokens)
+        self.max_tokens = max_tokens_table(max_tokens, PROMPTS)
         self.use_schema, self.use_cypher, self.decision = bool(schema), bool(cypher), decision
         self.lam, self.num_paths, self.collab_iterations = float(lam), int(num_paths), int(collab_iterations)
         self.tau, self.top_k = tau, int(top_k)
@@ -200,6 +200,9 @@ class SGR(SubgraphConstruction, StepwiseReasoning, DirectReasoning, Collaborativ
         self.max_schema_types, self.choice_cap = int(max_schema_types), int(choice_cap)
         self.db, self.rel_types = self._open_graphdb(graphdb)
         self.prompts = {s: load_prompt("sgr", s) for s in PROMPTS}
+        # each JSON reply's form (S_q, a step, a hypothesis, the schema, the Eq. 18 choice), sent only with
+        # llm.structured_output=true; cypher, refine and answer replies are free text
+        self.schemas = {s: load_schema("sgr", s) for s in PROMPTS}
 
     # ------------------------------------------------------------------ §3: the pipeline
     def answer(self, example: Example) -> Prediction:
