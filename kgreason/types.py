@@ -154,6 +154,9 @@ class Usage:
     # the part of prompt_tokens the backend did not compute because a cached prefix held them
     # (llama.cpp's prefix/state cache, OpenAI's ``cached_tokens``): computed = prompt - reused
     prompt_tokens_reused: int = 0
+    # CPU seconds this process spent on the call (the in-process llama.cpp route measures it; 0 where the
+    # model runs elsewhere): the model's work, which unlike latency_s does not grow when the machine is busy
+    cpu_s: float = 0.0
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)))

@@ -19,7 +19,9 @@ prompt purpose (a trace step's ``prompt_id`` without its path/step indices: ``st
   the reply's parser read (the first JSON value for JSON replies, the parsed text otherwise);
 * ``unparseable``: replies the parser rejected (re-asks included);
 * ``model s`` / question: the backend's reported seconds (call cache hits report their original
-  call's seconds).
+  call's seconds); ``CPU s`` / question: the CPU seconds the in-process model spent (``Usage.cpu_s``:
+  unlike wall seconds they do not grow when the machine is busy; ``–`` for runs that predate it
+  or whose model ran elsewhere).
 
 Scoring calls (``llm.score``) are not trace steps; their calls, tokens and seconds come from the
 row's ``llm_usage`` (``score``): rows written before scoring tokens were counted show 0 tokens.
@@ -112,6 +114,7 @@ class PurposeStats:
     parsed_tokens: float = 0.0
     unparseable: int = 0
     seconds: float = 0.0
+    cpu_s: float = 0.0
 
     def add(self, other: "PurposeStats") -> None:
         for k in self.__dataclass_fields__:
@@ -170,6 +173,7 @@ def question_stats(row: dict) -> dict[str, PurposeStats]:
         if not d.get("parse_ok", True):
             s.unparseable += 1
         s.seconds += float(u.get("latency_s", 0) or 0)
+        s.cpu_s += float(u.get("cpu_s", 0) or 0)
         reply = replies[0] if replies else ""
         previous = _codes(text + reply)
         earlier += [codes, previous]
@@ -182,6 +186,7 @@ def question_stats(row: dict) -> dict[str, PurposeStats]:
             s.reused_tokens += float(score.get("prompt_tokens_reused") or 0)
             s.reused_known += 1
         s.seconds += float(score.get("latency_s", 0) or 0)
+        s.cpu_s += float(score.get("cpu_s", 0) or 0)
     return out
 
 
@@ -256,6 +261,7 @@ def rows(stats: Sequence[RunStats], per_purpose: bool = True) -> list[dict[str, 
                 "parsed": s.parsed_tokens / s.completion_tokens if s.completion_tokens else None,
                 "unparseable": s.unparseable, "unparseable_share": s.unparseable / s.calls if s.calls else None,
                 "model_s_per_q": s.seconds / n,
+                "cpu_s_per_q": s.cpu_s / n if s.cpu_s else None,
             })
     return out
 
@@ -265,7 +271,7 @@ def markdown(table: Sequence[dict[str, Any]]) -> str:
         return "–" if v is None else f"{100 * v:.0f} %"
 
     head = ("| run | purpose | calls / q | prompt tok / q | prefix-reusable | previous-only | reused | "
-            "completion tok / q | parsed | unparseable | model s / q |\n|---|---|---|---|---|---|---|---|---|---|---|")
+            "completion tok / q | parsed | unparseable | model s / q | CPU s / q |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in table:
         bold = r["purpose"] == "all"
@@ -273,7 +279,8 @@ def markdown(table: Sequence[dict[str, Any]]) -> str:
         unp = f"{r['unparseable']} ({pct(r['unparseable_share'])})" if r["unparseable_share"] is not None else "0"
         lines.append(f"| {name} | {r['purpose']} | {r['calls_per_q']:.1f} | {r['prompt_tokens_per_q']:,.0f} | "
                      f"{pct(r['prefix_reusable'])} | {pct(r['previous_only'])} | {pct(r['reused'])} | "
-                     f"{r['completion_tokens_per_q']:,.0f} | {pct(r['parsed'])} | {unp} | {r['model_s_per_q']:.1f} |")
+                     f"{r['completion_tokens_per_q']:,.0f} | {pct(r['parsed'])} | {unp} | {r['model_s_per_q']:.1f} | "
+                     f"{'–' if r['cpu_s_per_q'] is None else format(r['cpu_s_per_q'], '.1f')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -90,14 +90,14 @@ class PriceTable:
 
 
 def call_usage(prompt_tokens: int, completion_tokens: int, latency_s: float, cost_usd: float = 0.0,
-               reasoning_tokens: int = 0, prompt_tokens_reused: int = 0) -> Usage:
+               reasoning_tokens: int = 0, prompt_tokens_reused: int = 0, cpu_s: float = 0.0) -> Usage:
     """Usage of one backend call (``calls=1``). ``reasoning_tokens``: the part of
     ``completion_tokens`` a reasoning model spent reasoning (OpenAI counts and bills them as
     completion tokens, so the cost needs nothing more). ``prompt_tokens_reused``: the part of
     ``prompt_tokens`` a prefix cache held (not computed)."""
     return Usage(calls=1, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
                  latency_s=float(latency_s), cost_usd=float(cost_usd), reasoning_tokens=int(reasoning_tokens),
-                 prompt_tokens_reused=min(int(prompt_tokens_reused), int(prompt_tokens)))
+                 prompt_tokens_reused=min(int(prompt_tokens_reused), int(prompt_tokens)), cpu_s=float(cpu_s))
 
 
 def split_usage(total: Usage, n: int) -> list[Usage]:
@@ -113,7 +113,7 @@ def split_usage(total: Usage, n: int) -> list[Usage]:
                          prompt_tokens=part(total.prompt_tokens), completion_tokens=part(total.completion_tokens),
                          latency_s=total.latency_s / n, cost_usd=total.cost_usd / n,
                          reasoning_tokens=part(total.reasoning_tokens), sampled_calls=part(total.sampled_calls),
-                         prompt_tokens_reused=part(total.prompt_tokens_reused)))
+                         prompt_tokens_reused=part(total.prompt_tokens_reused), cpu_s=total.cpu_s / n))
     return out
 
 
@@ -298,17 +298,17 @@ def mark_score_cached() -> None:
         flag[0] = True
 
 
-def report_score_usage(prompt_tokens: int, prompt_tokens_reused: int = 0) -> None:
+def report_score_usage(prompt_tokens: int, prompt_tokens_reused: int = 0, cpu_s: float = 0.0) -> None:
     """Called by a backend's ``score`` (and by the call cache when it replays a stored one): the
     tokens the scoring call read (its prompt and every candidate's tokens) and how many of them a
     cached prefix held. The metering layer adds them to the call's usage (``llm/score/prompt_tokens``,
     tokens per question); a ``score`` outside a metered call reports into nothing."""
     box = _SCORE_USAGE.get()
     if box is not None:
-        box[0] = (int(prompt_tokens), min(int(prompt_tokens_reused), int(prompt_tokens)))
+        box[0] = (int(prompt_tokens), min(int(prompt_tokens_reused), int(prompt_tokens)), float(cpu_s))
 
 
-def last_score_usage() -> tuple[int, int] | None:
+def last_score_usage() -> tuple[int, int, float] | None:
     """What the innermost :func:`report_score_usage` reported in the current metered ``score``."""
     box = _SCORE_USAGE.get()
     return None if box is None else box[0]
@@ -398,10 +398,10 @@ class MeteredLLM:
         finally:
             _SCORE_HIT.reset(token)
             _SCORE_USAGE.reset(token_u)
-        pt, reused = box[0] if box[0] is not None else (0, 0)
+        pt, reused, cpu = box[0] if box[0] is not None else (0, 0, 0.0)
         usage = (Usage(cache_hits=1, prompt_tokens=pt, prompt_tokens_reused=reused) if flag[0]
                  else Usage(calls=1, latency_s=time.perf_counter() - t0, prompt_tokens=pt,
-                            prompt_tokens_reused=reused))
+                            prompt_tokens_reused=reused, cpu_s=cpu))
         self._record("judge" if self.purpose == "judge" else "score", usage)
         return scores
 
@@ -453,6 +453,7 @@ def ledger_metrics(ledgers: Iterable[Ledger], n_examples: int, outside: Ledger |
         out[f"{prefix}/prompt_tokens"] = u.prompt_tokens
         out[f"{prefix}/prompt_tokens_reused"] = u.prompt_tokens_reused
         out[f"{prefix}/prompt_tokens_computed"] = u.prompt_tokens - u.prompt_tokens_reused
+        out[f"{prefix}/cpu_s"] = round(u.cpu_s, 3)
         out[f"{prefix}/completion_tokens"] = u.completion_tokens
         out[f"{prefix}/reasoning_tokens"] = u.reasoning_tokens
         out[f"{prefix}/cost_usd"] = round(u.cost_usd, 8)

@@ -482,7 +482,7 @@ class LlamaCppChat:
         out = []
         for r in requests:
             texts, lps, pt, ct, reused = [], [], 0, 0, 0
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for k in range(r.n):
                 kw: dict[str, Any] = dict(messages=[{"role": m.role, "content": m.content} for m in r.messages],
                                           temperature=float(r.temperature), top_p=float(r.top_p),
@@ -513,7 +513,8 @@ class LlamaCppChat:
                 ct += int(resp["usage"]["completion_tokens"])
             # n > 1: the prompt is counted once (as before); its reuse is that of the first choice
             out.append(Completion(texts=tuple(texts), usage=call_usage(pt, ct, time.perf_counter() - t0,
-                                                                     prompt_tokens_reused=min(reused, pt)),
+                                                                     prompt_tokens_reused=min(reused, pt),
+                                                                     cpu_s=time.process_time() - c0),
                                   token_logprobs=tuple(lps) if r.logprobs else None))
         return out
 
@@ -548,6 +549,7 @@ class LlamaCppChat:
 
     def score(self, prompt: Sequence[Message], candidates: Sequence[str]) -> list[float]:
         np, llm = self.np, self.llm
+        c0 = time.process_time()
         p_ids = llm.tokenize(self._render(prompt).encode(), add_bos=False, special=True)
         n_p = len(p_ids)
         if n_p >= self.n_ctx:
@@ -579,5 +581,5 @@ class LlamaCppChat:
             logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
             out.append(float(logp[np.arange(len(c_ids)), np.asarray(c_ids)].sum()))
             read += len(c_ids)
-        report_score_usage(read, keep)
+        report_score_usage(read, keep, time.process_time() - c0)
         return out  # the context now holds prompt + the last candidate; the next generate matches its prefix

@@ -295,7 +295,7 @@ class CachedLLM:
             if not claim_paid(key, v.get("paid_by")):
                 mark_score_cached()  # the metering layer counts this call as a cache hit
             u = v.get("usage") if isinstance(v.get("usage"), dict) else {}
-            report_score_usage(int(u.get("prompt_tokens", 0) or 0), int(u.get("prompt_tokens_reused", 0) or 0))
+            report_score_usage(int(u.get("prompt_tokens", 0) or 0), int(u.get("prompt_tokens_reused", 0) or 0))  # no CPU spent
             return [float(x) for x in v["scores"]]
         if self.store.mode == "readonly":
             raise CacheMiss(f"llm_cache.mode=readonly: score call not in {self.store.path} "

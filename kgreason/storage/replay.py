@@ -42,7 +42,7 @@ from kgreason.storage.callstore import LLM_STORE
 #: leaf names that describe what a run spent or how long it took, not what it answered
 SPENT = frozenset({"calls", "cache_hits", "cost_usd", "latency_s", "cached", "seconds",
                    # how much of a prompt a backend's prefix cache held depends on its state then
-                   "prompt_tokens_reused", "prompt_tokens_computed"})
+                   "prompt_tokens_reused", "prompt_tokens_computed", "cpu_s"})
 #: records kgreason added to rows and metrics after bundles were made: a replay of an older bundle
 #: writes them and the bundle lacks them, which says nothing about the answers (issue 72's funnel:
 #: ``extra["funnel"]``, ``funnel/<stage>``, ``funnel/_stages``)
