@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from kgreason import preflight, progress
+from kgreason import preflight, progress, ranking
 from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
@@ -179,10 +179,13 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
 def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
     """Run the reasoner on one example and score it; exceptions become recorded errors.
     Every LLM call made meanwhile (answering, scoring, indexing, judging) is counted in the
-    example's ledger, stored as ``row["llm_usage"]``."""
-    with example_ledger(payer=(c.run_id, ex.id) if c.run_id else None) as ledger:
+    example's ledger, stored as ``row["llm_usage"]``; every ranking by score that fed a prompt
+    (:func:`kgreason.ranking.ranked`) in ``row["rankings"]``, which a replay serves back."""
+    with example_ledger(payer=(c.run_id, ex.id) if c.run_id else None) as ledger, ranking.example(ex.id) as ranks:
         row = _answer_and_score(c, ex)
     row["llm_usage"] = ledger.to_json()
+    if ranks:
+        row["rankings"] = ranks
     return row
 
 
@@ -191,8 +194,10 @@ def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         pred = c.reasoner.answer(ex)
     except Exception as e:  # noqa: BLE001 - recorded per example, counted against max_error_rate
         log.warning("example %s failed: %s", ex.id, e)
-        pred = Prediction(example_id=ex.id, answers=(), error=f"{type(e).__name__}: {e}",
-                          extra={"traceback": traceback.format_exc(limit=8)})
+        extra: dict[str, Any] = {"traceback": traceback.format_exc(limit=8)}
+        if isinstance(getattr(e, "missed_request", None), dict):  # a replay's miss: what the method asks now
+            extra["missed_request"] = e.missed_request
+        pred = Prediction(example_id=ex.id, answers=(), error=f"{type(e).__name__}: {e}", extra=extra)
     pred = _with_dx_links(c, pred, ex)
     scores: dict[str, float | None] = {}
     for m in c.metrics:
