@@ -756,17 +756,21 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
                 signame, got, done, n, kept, go_on_hint(out_dir))
 
 
-def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
+def run(cfg: DictConfig, out_dir: str | Path, *, first: int | None = None) -> RunResult:
     """Evaluate ``cfg`` into ``out_dir``, holding the run dir's lock throughout (a second run on
     the dir raises :class:`~kgreason.runs.RunDirLocked` before touching anything). A run that
     stops on a start-up check or while answering (not on a signal: that writes partial
-    metrics) leaves ``failed.json`` with its one-line reason (:func:`_write_failed`)."""
+    metrics) leaves ``failed.json`` with its one-line reason (:func:`_write_failed`).
+
+    ``first``: answer only the first ``first`` examples of the configured questions, in their
+    order (``kgreason bundle replay --first K``: a bundle's fixed prefix); the reasoner's set-up
+    still sees the whole dataset (a passage pool, SubQRAG's index), as the bundled run's did."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _signals_as_interrupt(), lock_run_dir(out_dir):
         stage = {"name": "startup"}
         try:
-            return _run(cfg, out_dir, stage)
+            return _run(cfg, out_dir, stage, first)
         except Exception as e:
             _write_failed(out_dir, e, stage["name"])
             e.kgreason_stage = stage["name"]  # the caller (app.py) knows failed.json is decided on
@@ -811,13 +815,15 @@ def _write_failed(out_dir: Path, e: BaseException, stage: str) -> None:
         log.error("could not write %s: %s", out_dir / FAILED, err)
 
 
-def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
+def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str], first: int | None = None) -> RunResult:
     protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
     forget_files_read()  # run.json lists the data files this run reads (not an earlier job's)
     uses_llm = _start_checks(cfg)  # bad settings stop here, before any example is paid for
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         examples = list(c.dataset)
+        if first is not None:  # a replay of a bundle's fixed prefix: the first questions, in order
+            examples = examples[: max(int(first), 0)]
         report = _preflight(cfg, c, examples, uses_llm)  # a run that cannot mean anything stops here
         workers = example_workers(cfg)
         if str(cfg.get("example_workers")) == "auto":
@@ -874,6 +880,8 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
             if prepared.stores_built:  # this run dir's builds before its first example, earlier attempts included
                 timing["embedding"]["prepare_builds"] = list(prepared.stores_built)
                 timing["embedding"]["prepare_build_s"] = round(sum(float(b["build_s"]) for b in prepared.stores_built), 3)
+        if c.graphdb is not None and callable(getattr(c.graphdb, "stats", None)) and (g := c.graphdb.stats()):
+            timing["graphdb"] = g  # the graph database a replay exports (bundle manifests name it)
         write_json(out_dir / "timing.json", timing)
         _log_to_tracker(c.tracker, metrics, reports, rows, out_dir,
                         hop_title=f"{getattr(c.dataset, 'name', '?')} on KG {getattr(c.kg, 'name', '?')}")

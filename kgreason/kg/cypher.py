@@ -840,6 +840,16 @@ class LazyGraphDB:
     def opened(self) -> bool:
         return self._db is not None
 
+    def stats(self) -> dict[str, Any] | None:
+        """What timing.json records of the database when the run opened it (None otherwise):
+        the engine, the KG exported, the reads, and the cut reads whose rows followed the storage
+        order (:meth:`GraphDB.run_read`; 0 when every cut was ordered)."""
+        db = self._db
+        if db is None:
+            return None
+        return {"engine": self.engine, "kg": getattr(self.kg, "name", None), "queries_run": db.queries_run,
+                "storage_order_cuts": db.storage_order_cuts}
+
     def open(self) -> GraphDB:
         """The open database, with the KG exported (first call opens; later calls return it)."""
         with self._lock:
