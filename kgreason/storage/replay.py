@@ -324,8 +324,8 @@ def nearest_request(bundled_row: dict[str, Any], missed: dict[str, Any]) -> tupl
     then = _messages_text(best["data"]["messages"])
     label = best.get("name") + (f" (re-ask {best['data']['attempt']})" if best["data"].get("attempt") else "")
     if then == now:
-        return best, (f"the bundle's {label} has the same messages: the request's settings differ "
-                      "(temperature, max_tokens, seed or the model's)")
+        return best, (f"the bundle's {label} has the same messages: the reply is missing from the bundle, or the "
+                      "request's settings differ (max_tokens, seed, the model's settings)")
     for mi, (a, b) in enumerate(zip(then, now)):
         if a != b:
             la, lb = a.splitlines(), b.splitlines()

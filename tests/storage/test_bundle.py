@@ -56,7 +56,7 @@ def sweep(tmp_path_factory, _embed_store_dir):
 
 def _result_lines(stdout: str) -> dict[str, str]:
     """replay's one line per run (``<run>: identical`` ...), among what the runs themselves print."""
-    return {m.group(1): m.group(2) for m in re.finditer(r"(?m)^(\d+): ((?:identical|differs|cache miss|failed).*)$",
+    return {m.group(1): m.group(2) for m in re.finditer(r"(?m)^(\d+): ((?:identical|stale|failed).*)$",
                                                          stdout)}
 
 
@@ -208,4 +208,5 @@ def test_replay_with_a_changed_reply_is_refused_and_a_missing_entry_is_named(swe
     r = _kg(sweep, "bundle", "replay", str(dst))
     assert r.returncode == 1, r.stdout
     line = _result_lines(r.stdout)["0"]
-    assert line.startswith("cache miss: example ") and "purpose answer" in line, r.stdout
+    assert line.startswith("stale: example ") and "purpose answer" in line, r.stdout
+    assert "has the same messages: the reply is missing from the bundle" in line, r.stdout
