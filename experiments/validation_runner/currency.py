@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from validation_runner import places
 
+#: a path inside a replay's temporary folders (a miss's message names the call store there)
+_TMP = re.compile(r"[^\s'\"]*kgreason-(?:bundle|currency)-[^\s'\"]*")
 #: how CI and ``--check-current`` replay a row by default: every question where the whole
 #: replay fits CI's budget, else this fixed prefix of the row's questions, in the run's order
 PREFIX = 5
@@ -34,10 +37,13 @@ def _commit() -> dict:
 
     try:
         head = _git("rev-parse", "HEAD").strip()[:12]
-        dirty = bool(_git("status", "--porcelain", "--untracked-files=no").strip())
+        changed = _git("status", "--porcelain", "--untracked-files=no").splitlines()
     except (OSError, subprocess.CalledProcessError):
         return {"at": None}
-    return {"at": head, **({"dirty": True} if dirty else {})}
+    # the tables themselves (this very record, the generated docs) are no code a replay runs
+    code = [ln[3:] for ln in changed if not ln[3:].startswith(("experiments/validation/validation_", "README.md",
+                                                                "docs/", "experiments/validation/bundles/"))]
+    return {"at": head, **({"dirty": True} if code else {})}
 
 
 def measured_now(entry: dict) -> dict:
@@ -66,6 +72,7 @@ def replay_row(entry: dict, *, first: int | None = PREFIX, rankings: str = "reco
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no verdict"]
         return {"verdict": "failed", "line": f"failed: {tail[0][:300]}", **_commit(), "seconds": seconds}
     v = verdicts[0]
+    v["line"] = _TMP.sub("<the replay's folder>", v["line"])  # the committed record names no path of this machine
     status = {"identical": "current"}.get(v["status"], v["status"])
     what = f"the first {first} questions" if first else "every question"
     return {"verdict": status, "line": v["line"], **_commit(),
