@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?=
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
-.PHONY: setup setup-server qwen clean-models run test test-fast bench notebook clean
+.PHONY: setup setup-server qwen clean-models run test test-fast bench notebook clean replay-all replay-verify
 
 setup: $(VENV)/.installed
 
@@ -102,6 +102,24 @@ test: setup setup-server
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_DEBS)) >/dev/null 2>&1 ; } || \
 	  echo "$(TEST_DEBS): not all installed; the Virtuoso, SLURM and LaTeX tests will skip"
 	$(PY) -m pytest --slow -q $(ARGS)
+
+# Every bundled validation row replayed in full on this code, and each row's verdict (current, or
+# stale with the first example and request that differ) recorded in its JSON with the commit
+# (docs/validation.md, "Currency"). CI (`make test`) replays every bundled held-out row recorded
+# current, SGR's on their first 5 questions; a commit that changes a row's requests or results
+# runs this and re-measures the row or commits its stale verdict. Recorded rankings, no model, no
+# embedding store: about 1 min on 2 cores for the 11 rows other than SGR's, plus SGR's rows,
+# whose candidate triples are embedded on the fly (20-60 s a question the first time; seconds
+# once the embedder's text cache holds them). Needs the shared data (KGREASON_DATA).
+replay-all: setup
+	$(PY) experiments/validation/run_validation.py --check-current $(ARGS)
+
+# As replay-all, with every ranking by embedding similarity recomputed and compared with the
+# bundle's (a float-level difference is reported as such): builds the KG embedding stores the rows
+# used the first time (MetaQA's 129,235 triples: 2,198 s measured where metaqa_sgr was made, 3,290 s
+# on a loaded machine), then minutes.
+replay-verify: setup
+	$(PY) experiments/validation/run_validation.py --check-current --rankings verify $(ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q $(ARGS)

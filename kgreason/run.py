@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from kgreason import preflight, progress
+from kgreason import preflight, progress, ranking
 from kgreason.paths import shown
 from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
@@ -180,10 +180,13 @@ def build(cfg: DictConfig, out_dir: Path | None = None) -> Components:
 def answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
     """Run the reasoner on one example and score it; exceptions become recorded errors.
     Every LLM call made meanwhile (answering, scoring, indexing, judging) is counted in the
-    example's ledger, stored as ``row["llm_usage"]``."""
-    with example_ledger(payer=(c.run_id, ex.id) if c.run_id else None) as ledger:
+    example's ledger, stored as ``row["llm_usage"]``; every ranking by score that fed a prompt
+    (:func:`kgreason.ranking.ranked`) in ``row["rankings"]``, which a replay serves back."""
+    with example_ledger(payer=(c.run_id, ex.id) if c.run_id else None) as ledger, ranking.example(ex.id) as ranks:
         row = _answer_and_score(c, ex)
     row["llm_usage"] = ledger.to_json()
+    if ranks:
+        row["rankings"] = ranks
     return row
 
 
@@ -192,8 +195,10 @@ def _answer_and_score(c: Components, ex: Example) -> dict[str, Any]:
         pred = c.reasoner.answer(ex)
     except Exception as e:  # noqa: BLE001 - recorded per example, counted against max_error_rate
         log.warning("example %s failed: %s", ex.id, e)
-        pred = Prediction(example_id=ex.id, answers=(), error=f"{type(e).__name__}: {e}",
-                          extra={"traceback": traceback.format_exc(limit=8)})
+        extra: dict[str, Any] = {"traceback": traceback.format_exc(limit=8)}
+        if isinstance(getattr(e, "missed_request", None), dict):  # a replay's miss: what the method asks now
+            extra["missed_request"] = e.missed_request
+        pred = Prediction(example_id=ex.id, answers=(), error=f"{type(e).__name__}: {e}", extra=extra)
     pred = _with_dx_links(c, pred, ex)
     scores: dict[str, float | None] = {}
     for m in c.metrics:
@@ -737,17 +742,21 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
                 signame, got, done, n, _job_label(), shown(out_dir), kept, go_on_hint(out_dir))
 
 
-def run(cfg: DictConfig, out_dir: str | Path) -> RunResult:
+def run(cfg: DictConfig, out_dir: str | Path, *, first: int | None = None) -> RunResult:
     """Evaluate ``cfg`` into ``out_dir``, holding the run dir's lock throughout (a second run on
     the dir raises :class:`~kgreason.runs.RunDirLocked` before touching anything). A run that
     stops on a start-up check or while answering (not on a signal: that writes partial
-    metrics) leaves ``failed.json`` with its one-line reason (:func:`_write_failed`)."""
+    metrics) leaves ``failed.json`` with its one-line reason (:func:`_write_failed`).
+
+    ``first``: answer only the first ``first`` examples of the configured questions, in their
+    order (``kgreason bundle replay --first K``: a bundle's fixed prefix); the reasoner's set-up
+    still sees the whole dataset (a passage pool, SubQRAG's index), as the bundled run's did."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _signals_as_interrupt(), lock_run_dir(out_dir):
         stage = {"name": "startup"}
         try:
-            return _run(cfg, out_dir, stage)
+            return _run(cfg, out_dir, stage, first)
         except Exception as e:
             _write_failed(out_dir, e, stage["name"])
             e.kgreason_stage = stage["name"]  # the caller (app.py) knows failed.json is decided on
@@ -787,13 +796,15 @@ def _write_failed(out_dir: Path, e: BaseException, stage: str) -> None:
         log.error("could not write %s: %s", out_dir / FAILED, err)
 
 
-def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
+def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str], first: int | None = None) -> RunResult:
     protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
     forget_files_read()  # run.json lists the data files this run reads (not an earlier job's)
     uses_llm = _start_checks(cfg)  # bad settings stop here, before any example is paid for
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         examples = list(c.dataset)
+        if first is not None:  # a replay of a bundle's fixed prefix: the first questions, in order
+            examples = examples[: max(int(first), 0)]
         report = _preflight(cfg, c, examples, uses_llm)  # a run that cannot mean anything stops here
         workers = example_workers(cfg)
         if str(cfg.get("example_workers")) == "auto":
@@ -850,6 +861,8 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str]) -> RunResult:
             if prepared.stores_built:  # this run dir's builds before its first example, earlier attempts included
                 timing["embedding"]["prepare_builds"] = list(prepared.stores_built)
                 timing["embedding"]["prepare_build_s"] = round(sum(float(b["build_s"]) for b in prepared.stores_built), 3)
+        if c.graphdb is not None and callable(getattr(c.graphdb, "stats", None)) and (g := c.graphdb.stats()):
+            timing["graphdb"] = g  # the graph database a replay exports (bundle manifests name it)
         write_json(out_dir / "timing.json", timing)
         _log_to_tracker(c.tracker, metrics, reports, rows, out_dir,
                         hop_title=f"{getattr(c.dataset, 'name', '?')} on KG {getattr(c.kg, 'name', '?')}")

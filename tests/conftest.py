@@ -27,6 +27,21 @@ def pytest_addoption(parser):
                      help="run tests that load the real Qwen2.5-Coder-1.5B (hours on a 2-core CPU; needs make qwen)")
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """CI's log lists every bundled held-out row the validation tests replayed (issue 71): its
+    verdict, how it was replayed and the time it took (tests/test_validation_bundles.py)."""
+    rows = getattr(config, "validation_replays", None)
+    if not rows:
+        return
+    terminalreporter.section("validation rows replayed on this code (kgreason bundle replay, recorded rankings)")
+    for table, row, status, line, seconds in rows:
+        took = f"{seconds:.1f} s" if seconds is not None else "not replayed"
+        terminalreporter.write_line(f"{table.removeprefix('validation_')}/{row}: {status} ({took}): {line}")
+    spent = sum(s for *_, s in rows if s is not None)
+    terminalreporter.write_line(f"{sum(1 for r in rows if r[2] == 'identical')} of {len(rows)} rows replayed identical "
+                                f"in {spent:.0f} s")
+
+
 def _cuda() -> bool:
     try:
         import torch

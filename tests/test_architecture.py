@@ -24,7 +24,8 @@ PKG = REPO / "kgreason"
 # docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
     ("kgreason", "kgreason.types", "kgreason.embed", "kgreason.runs", "kgreason.textio", "kgreason.secrets",
-     "kgreason.storage", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats"),  # 0 ground floor
+     "kgreason.storage", "kgreason.progress", "kgreason.paths", "kgreason.record", "kgreason.stats",
+     "kgreason.ranking"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
     ("kgreason.llm", "kgreason.storage.llm_cache"),                       # 3 LLM backends, call cache, parsing

@@ -1,25 +1,35 @@
-"""experiments/validation/run_validation.py keeps what it measured: a later sitting that fails or
-is killed never erases a row that has metrics (the table is built over several sittings)."""
+"""The validation runner (experiments/validation/run_validation.py, the package
+experiments/validation_runner/) keeps what it measured: a later sitting that fails or is killed never
+erases a row that has metrics (the table is built over several sittings)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 MACHINE_ROOT = "/" + "work" + "/"  # the development machine's root (spelled apart: `git grep` stays clean)
 RUNNER = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "run_validation.py"
 
 
+def _package():
+    """The runner's package (experiments/validation_runner/), as the entry point imports it."""
+    experiments = str(RUNNER.parents[1])
+    if experiments not in sys.path:
+        sys.path.insert(0, experiments)
+    import validation_runner
+
+    return validation_runner
+
+
 def _runner(tmp_path, monkeypatch, rc: int):
-    spec = importlib.util.spec_from_file_location("run_validation_under_test", RUNNER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "HERE", tmp_path)
-    monkeypatch.setattr(mod, "ROOT", tmp_path)
-    monkeypatch.setattr(mod, "BUNDLES", tmp_path / "bundles")  # a test never writes into the committed bundles/
-    monkeypatch.setattr(mod.subprocess, "call", lambda cmd, cwd=None: rc)  # the row's run: exits rc
+    mod = _package()
+    monkeypatch.setattr(mod.places, "HERE", tmp_path)
+    monkeypatch.setattr(mod.places, "ROOT", tmp_path)
+    monkeypatch.setattr(mod.places, "BUNDLES", tmp_path / "bundles")  # a test never writes into the committed bundles/
+    monkeypatch.setattr(subprocess, "call", lambda cmd, cwd=None: rc)  # the row's run: exits rc
     return mod
 
 
@@ -38,7 +48,7 @@ def test_a_python_without_the_projects_dependencies_runs_no_row_and_writes_nothi
     `.venv/bin/python`), every row's run failed alike and each was written down as a failed
     sitting; it now stops first in one line naming the interpreter and what to run instead."""
     mod = _runner(tmp_path, monkeypatch, rc=1)
-    monkeypatch.setattr(mod, "DEPS", ("hydra", "no_such_module_for_kgreason"))
+    monkeypatch.setattr(mod.sitting, "DEPS", ("hydra", "no_such_module_for_kgreason"))
     assert mod.main(["--n", "7", "--rows", "metaqa_io,metaqa_rag", "--cache", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err
     assert "no_such_module_for_kgreason" in err and ".venv/bin/python" in err
@@ -227,10 +237,7 @@ def test_collect_leaves_a_row_without_metrics_out_of_the_table(tmp_path, monkeyp
 
 
 def _real_runner():
-    spec = importlib.util.spec_from_file_location("run_validation_as_committed", RUNNER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _package()
 
 
 def test_the_generated_doc_tables_agree_with_the_json():
@@ -239,13 +246,21 @@ def test_the_generated_doc_tables_agree_with_the_json():
     assert _real_runner().write_docs(check=True) == []
 
 
-def test_the_method_table_takes_each_method_from_its_held_out_row():
+#: what a committed row holds once its bundle replayed identical on today's code (issue 71)
+CURRENT = {"bundle": {"file": "bundles/t/x.tar.gz", "bytes": 1000, "sha256": "0" * 64},
+           "currency": {"verdict": "current", "at": "abc123def456", "line": "identical"}}
+
+
+def test_the_method_table_takes_each_method_from_its_current_held_out_row():
     mod = _real_runner()
     table = mod.method_table()
-    rows = mod.heldout_rows()
+    rows, every = mod.heldout_rows(current_only=True), mod.heldout_rows()
     for reasoner, _, row, _, metric, label in mod.METHODS:
         line = next(ln for ln in table.splitlines() if ln.startswith(f"| `{reasoner}` |"))
-        assert f"{label} {rows[row]['metrics'][metric]:.2f}" in line, line
+        if row in rows:
+            assert f"{label} {rows[row]['metrics'][metric]:.2f}" in line, line
+        else:
+            assert "| – | no current row (" in line and (row not in every or mod.verdict(every[row]) != "current"), line
 
 
 def test_a_fresh_heldout_draw_files_apart_and_pairs_only_within_itself(tmp_path, monkeypatch):
@@ -337,7 +352,7 @@ def test_a_sitting_stopped_by_hand_is_committed_as_a_partial_row_not_a_failure(t
         return 143
 
     mod = _runner(tmp_path, monkeypatch, rc=143)
-    monkeypatch.setattr(mod.subprocess, "call", stopped)
+    monkeypatch.setattr(subprocess, "call", stopped)
     assert mod.main(["--n", "6", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
     e = json.loads((tmp_path / "validation_heldout_n6.json").read_text())["cwq_sgr"]
     assert e["partial"] is True and e["n_examples"] == 3 and "status" not in e and "last_sitting" not in e
@@ -364,7 +379,7 @@ def test_stop_after_sends_the_row_sigterm_once_its_budget_is_spent(tmp_path, mon
     import time
 
     mod = _real_runner()
-    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    monkeypatch.setattr(mod.places, "ROOT", tmp_path)
     t0 = time.monotonic()
     rc = mod.run_row([sys.executable, "-c", "import time; time.sleep(60)"], stop_after=0.5)
     assert rc == -15 and time.monotonic() - t0 < 30
@@ -388,9 +403,9 @@ def _another_sitting(tmp_path, monkeypatch, row, n, earlier, finish_run, sitting
         return finish_run(runs / row)
 
     mod = _runner(tmp_path, monkeypatch, rc=0)
-    monkeypatch.setattr(mod.subprocess, "call", sitting)
+    monkeypatch.setattr(subprocess, "call", sitting)
     times = iter([1000.0, 1000.0 + sitting_s])
-    monkeypatch.setattr(mod.time, "time", lambda: next(times))
+    monkeypatch.setattr(time, "time", lambda: next(times))
     assert mod.main(["--n", str(n), "--split", "heldout", "--rows", row, "--cache", str(tmp_path / "c")]) == 0
     return mod, json.loads(out.read_text())[row]
 
@@ -429,7 +444,7 @@ def test_the_model_time_per_question_does_not_depend_on_the_call_cache(tmp_path,
         return 143
 
     mod = _runner(tmp_path, monkeypatch, rc=143)
-    monkeypatch.setattr(mod.subprocess, "call", stopped)
+    monkeypatch.setattr(subprocess, "call", stopped)
     assert mod.main(["--n", "4", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
     e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_sgr"]
     assert e["llm_seconds_per_question"] == 550.0 and e["llm_seconds_questions"] == 2
@@ -449,7 +464,7 @@ def test_the_model_time_per_question_does_not_depend_on_the_call_cache(tmp_path,
         (runs / "cwq_sgr" / "metrics.json").write_text(json.dumps({**m, "llm/calls": 0, "llm/cache_hits": 12}))
         return 0
 
-    monkeypatch.setattr(mod.subprocess, "call", replay)
+    monkeypatch.setattr(subprocess, "call", replay)
     assert mod.main(["--n", "4", "--split", "heldout", "--rows", "cwq_sgr", "--cache", str(tmp_path / "c")]) == 0
     e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_sgr"]
     assert e["replayed_from_cache"] is True
@@ -490,9 +505,9 @@ def test_a_sitting_stopped_in_the_set_up_is_noted_as_preparing_and_its_time_coun
         return call
 
     def sitting(mod, call, seconds):
-        monkeypatch.setattr(mod.subprocess, "call", call)
+        monkeypatch.setattr(subprocess, "call", call)
         times = iter([1000.0, 1000.0 + seconds])
-        monkeypatch.setattr(mod.time, "time", lambda: next(times))
+        monkeypatch.setattr(time, "time", lambda: next(times))
         assert mod.main(["--n", "4", "--split", "heldout", "--rows", "twowiki_subqrag", "--cache",
                          str(tmp_path / "c")]) == 0
         return json.loads(out.read_text())["twowiki_subqrag"]
@@ -527,24 +542,60 @@ def test_a_sitting_stopped_in_the_set_up_is_noted_as_preparing_and_its_time_coun
     assert "3 sittings" in e["wall_note"] and "2 of them preparing" in e["wall_note"]
 
 
-def test_a_row_measured_on_code_that_has_changed_since_is_marked(tmp_path, monkeypatch):
-    """A row records the blob ids of its method's files when it is measured; the generator marks it
-    once any of them differs (issue 56 item 5: by the generator, never by hand)."""
+def test_a_row_is_marked_from_its_replay_verdict_not_from_its_files_blob_ids(tmp_path, monkeypatch):
+    """Issue 71: a row records the blob ids of its method's files when it is measured (the record
+    of the code it measured), but the generator marks it from its bundle's replay on today's code
+    (``currency``): a changed file that changes no request leaves the row current, and a stale
+    verdict marks it whatever files changed."""
     mod = _runner(tmp_path, monkeypatch, 0)
     for rel in ("kgreason/reasoners/sgr/reasoner.py", "conf/reasoner/sgr.yaml", "kgreason/reasoners/prompts/sgr/schema.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(f"{rel} as measured\n")
-    entry = {"metrics": {"hits_at_1": 0.5}, "n_examples": 30, "command": "",
-             "code": {"commit": "abc", "files": mod.code_stamp("metaqa_sgr")}}
-    assert mod.code_changed("metaqa_sgr", entry) == []
-    assert not any("earlier code" in n for n in mod.row_notes("metaqa_sgr", entry, {}))
+    bundle = {"file": "bundles/t/metaqa_sgr.tar.gz", "bytes": 1000, "sha256": "0" * 64}
+    entry = {"metrics": {"hits_at_1": 0.5}, "n_examples": 30, "n": 30, "command": "", "unparseable_replies": 0,
+             "llm_calls_per_question": 9.0, "bundle": bundle,
+             "code": {"commit": "abc", "files": mod.code_stamp("metaqa_sgr")},
+             "currency": {"verdict": "current", "line": "identical", "at": "def456789012"}}
     (tmp_path / "kgreason/reasoners/prompts/sgr/schema.txt").write_text("rewritten\n")
-    (tmp_path / "kgreason/reasoners/prompts/sgr/stepwise.txt").write_text("a new prompt\n")
-    assert mod.code_changed("metaqa_sgr", entry) == ["kgreason/reasoners/prompts/sgr/schema.txt",
-                                                     "kgreason/reasoners/prompts/sgr/stepwise.txt"]
-    assert any("measured on earlier code (abc)" in n and "`schema.txt`" in n
-               for n in mod.row_notes("metaqa_sgr", entry, {}))
-    assert mod.code_changed("metaqa_sgr", {"metrics": {}}) is None  # never stamped: said so, not guessed
+    assert mod.code_changed("metaqa_sgr", entry) == ["kgreason/reasoners/prompts/sgr/schema.txt"]  # the record
+    assert mod.row_notes("metaqa_sgr", entry, {}) == []
+    stale = {**entry, "currency": {"verdict": "stale", "at": "def456789012",
+                                   "line": "stale: example q1, request structure (purpose answer): the method now "
+                                           "asks something else"}}
+    (note,) = mod.row_notes("metaqa_sgr", stale, {})
+    assert note.startswith("stale at def456789012: stale: example q1, request structure")
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps({"metaqa_sgr": stale}))
+    line = next(ln for ln in mod.markdown().splitlines() if ln.startswith("| metaqa_sgr |"))
+    assert line.startswith("| metaqa_sgr | 30 ¹ |") and "stale at def456789012 ¹" in line
+    unchecked = {k: v for k, v in entry.items() if k != "currency"}
+    assert mod.row_notes("metaqa_sgr", unchecked, {}) == ["unchecked: its bundle has not been replayed on today's code"]
+
+
+def test_the_readme_shows_only_current_rows_and_history_rows_sit_apart(tmp_path, monkeypatch):
+    """Item 4 of issue 71: the README's method table takes a method's score only from a current
+    row (its bundle replays identical on today's code); a stale row stays in docs/validation.md,
+    marked; a row retired to the history section (``--retire``) leaves the tables for a list that
+    names the code it measured."""
+    mod = _runner(tmp_path, monkeypatch, 0)
+    base = {"n": 30, "n_examples": 30, "command": "", "unparseable_replies": 0, "llm_calls_per_question": 1.0,
+            "bundle": {"file": "bundles/t/x.tar.gz", "bytes": 1000, "sha256": "0" * 64}, "code": {"commit": "c0de"}}
+    io = {**base, "metrics": {"hits_at_1": 0.1}, "currency": {"verdict": "current", "at": "aaa", "line": "identical"}}
+    rag = {**base, "metrics": {"hits_at_1": 0.6}, "currency": {"verdict": "stale", "at": "aaa", "line": "stale: …"}}
+    cot = {**base, "metrics": {"hits_at_1": 0.2}}
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(
+        json.dumps({"metaqa_io": io, "metaqa_rag": rag, "metaqa_cot": cot}))
+    table = mod.method_table().splitlines()
+    assert "Hits@1 0.10" in next(ln for ln in table if ln.startswith("| `io` |"))
+    assert "no current row (stale: docs/validation.md)" in next(ln for ln in table if ln.startswith("| `rag` |"))
+    assert "no current row (unchecked" in next(ln for ln in table if ln.startswith("| `cot` |"))
+    assert mod.retire("heldout_n30_llamacpp", "metaqa_rag", "measured before issue 70's prompts; not re-run") == (
+        "heldout_n30_llamacpp/metaqa_rag: moved to the history section (measured before issue 70's prompts; not re-run)")
+    doc = mod.markdown()
+    tables, history = doc.split("#### History: rows that will not be re-measured")
+    assert "| metaqa_rag |" not in tables and "| metaqa_io |" in tables
+    assert "heldout_n30_llamacpp/metaqa_rag, N 30: hits_at_1 0.600" in history and "measured on c0de" in history
+    assert "no current row (retired to the history section" in next(
+        ln for ln in mod.method_table().splitlines() if ln.startswith("| `rag` |"))
 
 
 def test_stamps_from_git_history_take_the_first_commit_holding_the_rows_metrics(tmp_path, monkeypatch):
@@ -576,23 +627,31 @@ def test_stamps_from_git_history_take_the_first_commit_holding_the_rows_metrics(
     assert mod.stamp_from_history(table) == []  # stamped rows are left as they are
 
 
-def test_the_method_table_marks_ceilings_pools_and_rows_that_cannot_be_compared():
+def test_the_method_table_marks_ceilings_pools_and_rows_that_cannot_be_compared(tmp_path, monkeypatch):
     """Issue 57: the kg_dx row is a structural ceiling, rag_text (N = 100, its pool) and subqrag
-    (N = 30 of another draw, another pool) are not comparable, and the table says how many rows
-    are replayable; all generated from the JSON."""
+    (N = 30 of another draw, another pool) are not comparable; all generated from the JSON."""
     table = _real_runner().method_table()
     line = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| `")}
     assert "structural ceiling, not a method score" in line["`kg_dx`"]
     assert "pool: 4,858 passages, the paragraphs of every question of the dataset's sample" in line["`rag_text`"]
+    assert "Every score shown is current" in table
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    base = {"command": "", "split": "heldout", "metrics": {"em": 0.3}, "unparseable_replies": 0,
+            "llm_calls_per_question": 1.0, **CURRENT}
+    rag_text = {**base, "n": 100, "n_examples": 100, "pool_passages": 4858, "pool_from": "the sample's paragraphs"}
+    subqrag = {**base, "n": 30, "n_examples": 30, "pool_passages": 286, "pool_from": "the 30 questions run",
+               "command": "… questions.heldout_skip=30 …"}
+    (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps({"hotpotqa_rag_text": rag_text}))
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps({"hotpotqa_subqrag": subqrag}))
+    line = {ln.split("|")[1].strip(): ln for ln in mod.method_table().splitlines() if ln.startswith("| `")}
     assert "not comparable with `subqrag` (other questions and another passage pool)" in line["`rag_text`"]
     assert "pool: 286 passages" in line["`subqrag`"] and "not comparable with `rag_text`" in line["`subqrag`"]
-    assert "Replayable from a committed bundle:" in table
 
 
 def test_the_method_table_shows_a_partial_row_as_partial_only_where_no_finished_one_exists(tmp_path, monkeypatch):
     mod = _runner(tmp_path, monkeypatch, rc=0)
     row = {"command": "…", "split": "heldout", "n": 30, "metrics": {"hits_at_1": 0.5}, "unparseable_replies": 0,
-           "llm_calls_per_question": 20.0}
+           "llm_calls_per_question": 20.0, **CURRENT}
     (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(
         {"metaqa_sgr": {**row, "n_examples": 9, "partial": True}}))
     line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `sgr` |"))
@@ -610,7 +669,8 @@ def test_a_row_timed_with_many_cached_replies_says_so_beside_its_seconds(tmp_pat
     mod = _runner(tmp_path, monkeypatch, rc=0)
     row = {"command": "…", "split": "heldout", "n": 100, "n_examples": 100, "metrics": {"hits_at_1": 0.05},
            "unparseable_replies": 0, "llm_calls_per_question": 1.0, "wall_s": 117.6,
-           "cache_hits": 30, "backend_calls": 70, "llm_seconds_per_question": 1.7, "llm_seconds_questions": 70}
+           "cache_hits": 30, "backend_calls": 70, "llm_seconds_per_question": 1.7, "llm_seconds_questions": 70,
+           **CURRENT}
     (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps({"metaqa_io": row}))
     line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `io` |"))
     assert "| 1 |" in line
@@ -628,17 +688,16 @@ def test_a_row_timed_with_many_cached_replies_says_so_beside_its_seconds(tmp_pat
         assert "wall time" not in line
 
 
-def test_the_replayable_line_agrees_with_the_number_of_rows_left(tmp_path, monkeypatch):
+def test_the_method_table_names_the_commits_its_rows_are_current_at(tmp_path, monkeypatch):
     mod = _runner(tmp_path, monkeypatch, rc=0)
     row = {"command": "…", "split": "heldout", "n": 30, "n_examples": 30, "metrics": {"hits_at_1": 0.5},
            "unparseable_replies": 0, "llm_calls_per_question": 1.0}
-    bundled = {**row, "bundle": {"file": "bundles/x.tar.gz"}}
+    other = {**CURRENT, "currency": {**CURRENT["currency"], "at": "fed987"}}
     (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(
-        {"metaqa_io": bundled, "metaqa_cot": bundled, "metaqa_rag": row}))
-    assert "2 of 3 rows (the other row's model replies were kept" in mod.method_table()
-    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(
-        {"metaqa_io": bundled, "metaqa_cot": row, "metaqa_rag": row}))
-    assert "1 of 3 rows (the others' model replies were kept" in mod.method_table()
+        {"metaqa_io": {**row, **CURRENT}, "metaqa_cot": {**row, **other}, "metaqa_rag": row}))
+    table = mod.method_table()
+    assert "replays identical on the code of abc123def456, fed987 (CI replays" in table
+    assert "no current row (unreplayable" in next(ln for ln in table.splitlines() if ln.startswith("| `rag` |"))
 
 
 def test_a_text_row_records_its_pool_from_its_own_run(tmp_path):
@@ -680,7 +739,7 @@ def test_from_bundle_restores_a_rows_run_dir_and_its_replies_so_the_same_command
     shutil.copy(RUNNER.parent / entry["bundle"]["file"], tmp_path / entry["bundle"]["file"])
     (tmp_path / f"validation_{name}.json").write_text(json.dumps({row: entry}))
     ran = []
-    monkeypatch.setattr(mod, "run_row", lambda cmd, stop_after=None: ran.append(cmd) or 1)
+    monkeypatch.setattr(mod.sitting, "run_row", lambda cmd, stop_after=None: ran.append(cmd) or 1)
     cache = tmp_path / "cache"
     argv = ["--split", "heldout", "--n", "100", "--route", "llamacpp", "--rows", row, "--cache", str(cache),
             "--from-bundle", "--no-bundle"]

@@ -42,7 +42,7 @@ the keys of the exported triples; exporting the same KG again is a no-op, export
 adds only the new entities and triples.
 
 Every LLM query passes :func:`~kgreason.kg.cypher_guard.check_read_only` first, then a row limit
-(:func:`~kgreason.kg.cypher_guard.enforce_limit` + a fetch cap) and a timeout.
+(:func:`~kgreason.kg.cypher_guard.set_limit` + a fetch cap; a cut read keeps canonical rows: :meth:`GraphDB.run_read`) and a timeout.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -66,10 +67,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgreason import progress
-from kgreason.kg.cypher_guard import CypherRejected, check_read_only, enforce_limit
+from kgreason.kg.cypher_guard import (CypherRejected, check_read_only, masked_code, order_by_columns, query_limit,
+                                      set_limit)
 from kgreason.kg.store import KG
 from kgreason.paths import inside, safe_component
 from kgreason.paths import resolve as resolve_path
+
+log = logging.getLogger(__name__)
 
 
 class GraphDBUnavailable(RuntimeError):
@@ -166,6 +170,12 @@ def graph_schema_text(rel_types: Mapping[str, str], shown: list[str] | None = No
             "(STRING, the KG relation name) and rid (INT64):\n" + ("\n".join(lines) or "(none)"))
 
 
+def canonical_rows(rows: list[dict]) -> list[dict]:
+    """``rows`` in a canonical order (by their JSON, keys sorted): the same on every database and
+    every export order of the same KG."""
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str, ensure_ascii=False))
+
+
 class GraphDB(ABC):
     """A Cypher graph database holding a KG export.
 
@@ -181,6 +191,7 @@ class GraphDB(ABC):
         self.row_limit = int(row_limit)
         self.timeout_ms = int(timeout_ms)
         self.queries_run = 0  # read queries executed (tests use it to prove the DB was not touched)
+        self.storage_order_cuts = 0  # cut reads that could not be ordered (run_read): their rows follow storage order
         # reads are serialised: concurrent examples (example_workers > 1) share one connection or
         # sandbox process, which none of the engines' clients promises to share between threads
         self._read_lock = threading.RLock()
@@ -265,14 +276,41 @@ class GraphDB(ABC):
         Raises:
             CypherRejected: the guard refused the query (reason in ``.reason``).
             CypherError: the engine failed it (syntax, timeout, read-only violation).
+
+        A read the row limit cuts (the query's own ``LIMIT`` or ``limit``) keeps the same rows
+        whatever order the database stores them in (issue 71: the storage order follows the
+        order the KG was exported in, so the first 100 rows of an unordered ``MATCH`` differed
+        between a compiled KG's export and the loader's, and SGR's evidence with them): the query
+        is run for one row more than it may return; a result that fits is returned whole, sorted
+        (:func:`canonical_rows`); one that does not is run again ordered by every column of its
+        final ``RETURN`` (:func:`~kgreason.kg.cypher_guard.order_by_columns`) and cut there. A
+        query that orders its rows itself keeps its order. Where the ordered query cannot be
+        built or run, the storage order's rows are returned and counted in
+        :attr:`storage_order_cuts`.
         """
         safe = check_read_only(query)
         lim = self.row_limit if limit is None else int(limit)
-        safe = enforce_limit(safe, lim)
+        own = query_limit(safe)
+        cap = lim if own is None else min(own, lim)
+        tmo = self.timeout_ms if timeout_ms is None else int(timeout_ms)
+        params = dict(params or {})
         with self._read_lock:
             self.queries_run += 1
-            return self._execute_read(safe, dict(params or {}), lim,
-                                      self.timeout_ms if timeout_ms is None else int(timeout_ms))
+            rows = self._execute_read(set_limit(safe, cap + 1), params, cap + 1, tmo)
+            if len(rows) <= cap:
+                return canonical_rows(rows)
+            ordered = order_by_columns(set_limit(safe, cap))
+            if ordered is None and re.search(r"\bORDER\s+BY\b", masked_code(safe), re.I):
+                return rows[:cap]  # the query's own order decides its cut
+            try:
+                if ordered is None:
+                    raise CypherError("no final RETURN to order by")
+                return canonical_rows(self._execute_read(check_read_only(ordered), params, cap, tmo))
+            except (CypherError, CypherRejected) as e:
+                self.storage_order_cuts += 1
+                log.warning("a read cut at %d rows could not be ordered (%s): its rows follow the database's "
+                            "storage order", cap, str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+                return rows[:cap]
 
     def checksum(self) -> str:
         """SHA-256 over every node and edge (sorted): proves a query battery changed nothing."""
@@ -801,6 +839,16 @@ class LazyGraphDB:
     @property
     def opened(self) -> bool:
         return self._db is not None
+
+    def stats(self) -> dict[str, Any] | None:
+        """What timing.json records of the database when the run opened it (None otherwise):
+        the engine, the KG exported, the reads, and the cut reads whose rows followed the storage
+        order (:meth:`GraphDB.run_read`; 0 when every cut was ordered)."""
+        db = self._db
+        if db is None:
+            return None
+        return {"engine": self.engine, "kg": getattr(self.kg, "name", None), "queries_run": db.queries_run,
+                "storage_order_cuts": db.storage_order_cuts}
 
     def open(self) -> GraphDB:
         """The open database, with the KG exported (first call opens; later calls return it)."""

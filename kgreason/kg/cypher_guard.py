@@ -241,5 +241,96 @@ def enforce_limit(query: str, limit: int) -> str:
     return f"{query.rstrip()} LIMIT {int(limit)}"
 
 
-__all__ = ["CypherRejected", "check_read_only", "enforce_limit", "WRITE_KEYWORDS", "READ_PROCEDURES",
-           "MAX_QUERY_CHARS", "MAX_NESTING"]
+def query_limit(query: str) -> int | None:
+    """The query's own trailing ``LIMIT n`` (None when it has none or a ``LIMIT $param``)."""
+    m = _LIMIT_TAIL.search(query)
+    return int(m.group(1)) if m and not m.group(1).startswith("$") else None
+
+
+def set_limit(query: str, n: int) -> str:
+    """``query`` with its trailing ``LIMIT`` replaced by (or ended with) ``LIMIT n``."""
+    m = _LIMIT_TAIL.search(query)
+    return (query[: m.start()] if m else query.rstrip() + " ") + f"LIMIT {int(n)}"
+
+
+def masked_code(query: str) -> str:
+    """``query`` with string literals, backtick names and comments blanked (same length), so that
+    keywords and brackets are found only in code."""
+    out, i, n = list(query), 0, len(query)
+    while i < n:
+        c = query[i]
+        if c in "'\"`":
+            j = i + 1
+            while j < n and query[j] != c:
+                j += 2 if query[j] == "\\" and c != "`" else 1
+            for k in range(i, min(j + 1, n)):
+                out[k] = "x"
+            i = j + 1
+        elif query.startswith("//", i):
+            j = query.find("\n", i)
+            j = n if j < 0 else j
+            for k in range(i, j):
+                out[k] = " "
+            i = j
+        elif query.startswith("/*", i):
+            j = query.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            for k in range(i, j):
+                out[k] = " "
+            i = j
+        else:
+            i += 1
+    return "".join(out)
+
+
+_CLAUSE = re.compile(r"\b(RETURN|ORDER\s+BY|SKIP|LIMIT|UNION)\b", re.I)
+
+
+def order_by_columns(query: str) -> str | None:
+    """``query`` (no ``LIMIT`` of its own, or one at its end) with ``ORDER BY`` every column of
+    its final ``RETURN`` (the alias when it has one) inserted before that ``LIMIT``, so a cut
+    keeps the same rows whatever order the database stores them in; None when the query orders
+    its rows itself, is a ``UNION`` or has no final ``RETURN`` to order by."""
+    masked = masked_code(query)
+    depth, top = 0, []
+    for m in _CLAUSE.finditer(masked):
+        depth = masked[: m.start()].count("(") + masked[: m.start()].count("[") + masked[: m.start()].count("{") \
+            - masked[: m.start()].count(")") - masked[: m.start()].count("]") - masked[: m.start()].count("}")
+        if depth == 0:
+            top.append((m.group(1).upper().split()[0], m.start(), m.end()))
+    if any(k == "UNION" for k, *_ in top):
+        return None
+    returns = [x for x in top if x[0] == "RETURN"]
+    if not returns:
+        return None
+    _, _, r_end = returns[-1]
+    after = [x for x in top if x[1] > r_end]
+    if any(k == "ORDER" for k, *_ in after):
+        return None
+    stop = min((x[1] for x in after), default=len(query))
+    items, start, level = [], r_end, 0
+    body = masked[r_end:stop]
+    for i, c in enumerate(body):
+        level += c in "([{"
+        level -= c in ")]}"
+        if c == "," and level == 0:
+            items.append((start, r_end + i))
+            start = r_end + i + 1
+    items.append((start, stop))
+    cols = []
+    for a, b in items:
+        code, text = masked[a:b], query[a:b]
+        code_s = re.sub(r"^\s*DISTINCT\b", "", code, flags=re.I)
+        text = text[len(code) - len(code_s):] if len(code_s) != len(code) else text
+        m = list(re.finditer(r"\bAS\s+", code_s, re.I))
+        col = text[m[-1].end():] if m else text
+        col = col.strip()
+        if not col or col == "*":
+            return None
+        cols.append(col)
+    head, tail = query[:stop].rstrip(), query[stop:]
+    return f"{head} ORDER BY {', '.join(cols)}" + (f" {tail.strip()}" if tail.strip() else "")
+
+
+__all__ = ["CypherRejected", "check_read_only", "enforce_limit", "query_limit", "set_limit", "order_by_columns",
+           "WRITE_KEYWORDS", "READ_PROCEDURES", "MAX_QUERY_CHARS", "MAX_NESTING"]

@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from kgreason.llm.base import CacheMiss
 from kgreason.llm.parsing import REASK_MESSAGE, ParseResult, reask_request
 from kgreason.types import ChatRequest, Completion, Example, Prediction, Step, Subgraph, Usage, to_jsonable
 
@@ -61,17 +62,36 @@ def ask(llm, trace: "Trace", purpose: str, request: ChatRequest, parser: Callabl
         policy: ReaskPolicy = ReaskPolicy(), prompt_id: str | None = None) -> ParseResult:
     """Send ``request``, record the call in ``trace``, parse the reply with ``parser`` and re-ask
     per ``policy`` while it does not parse. Returns the last :class:`ParseResult` (failed when
-    every attempt failed; never raises for an unparseable reply)."""
+    every attempt failed; never raises for an unparseable reply).
+
+    A readonly replay's miss (:class:`~kgreason.llm.base.CacheMiss`) is raised with the request
+    named (``[request <purpose>]``: the trace's name for the call, ``hypothesis_p0_t1``, not only
+    the metering purpose ``answer``) and kept on the exception (``missed_request``: the name, the
+    attempt and the messages), so ``kgreason bundle replay`` can show what the method asks now
+    beside the bundle's nearest request."""
     req = request
     res = ParseResult(False, None, "not asked")
     for attempt in range(int(policy.max_reasks) + 1):
-        comp = llm.generate([req])[0]
+        try:
+            comp = llm.generate([req])[0]
+        except CacheMiss as e:
+            raise missed(e, prompt_id or purpose, attempt, req) from None
         res = parser(comp.text)
         trace.llm(purpose, req, comp, prompt_id=prompt_id, parsed=res.value, parse_ok=res.ok, attempt=attempt)
         if res.ok:
             break
         req = reask_request(req, comp.text, res.error, policy.message)
     return res
+
+
+def missed(e: CacheMiss, name: str, attempt: int, request: ChatRequest) -> CacheMiss:
+    """``e`` with the request named in its message and kept as ``e.missed_request``."""
+    label = name + (f" (re-ask {attempt})" if attempt else "")
+    out = type(e)(f"{e} [request {label}]")
+    out.missed_request = {"name": name, "attempt": int(attempt),  # type: ignore[attr-defined]
+                          "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+                          "temperature": request.temperature, "max_tokens": request.max_tokens}
+    return out
 
 
 class BaseReasoner:

@@ -55,12 +55,16 @@ from kgreason.kg.linking import EmbeddingLinker, link_mentions
 from kgreason.kg.store import normalise_name
 from kgreason.metrics.clinical import normalise_diagnosis
 from kgreason.embed import Embedder
+from kgreason.ranking import ranked
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, entity_ranks, load_prompt, load_schema, render
 from kgreason.reasoners.dx_common import (check_hop_retriever, chunk_by_chars, diagnosis_mask, parse_name_list,
                                           within_k)
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
 
 __all__ = ["LogosKGDx", "NoteEntities", "KHop", "parse_name_list", "match_candidate"]
+
+#: the ranking site of the candidates by similarity (kgreason/ranking.py)
+SITE = "logoskg_dx.candidates"
 
 # how a Round 2 pick is read against the listed candidates (match_candidate)
 ROUND2_MATCH = ("exact", "words")
@@ -282,9 +286,14 @@ class LogosKGDx(BaseReasoner):
         if not len(cands):
             return cands, np.zeros(0, dtype=np.float32)
         if self.rank == "similarity" or self.refine != "none":
+            # canonical order first, then the stable sort by score (kgreason/ranking.py: recorded,
+            # and served to a replay); the same order as ranking by (-score, canonical key)
+            cands = cands[np.argsort(entity_ranks(self.kg, cands), kind="stable")]
             labels = [self.kg.entity_label(int(c)) for c in cands]
-            scores = (self.embedder.similarity(labels, ent.names).max(axis=1) if ent.names
-                      else np.zeros(len(cands)))
+            order, scores = ranked(SITE, labels, lambda: (self.embedder.similarity(labels, ent.names).max(axis=1)
+                                                          if ent.names else np.zeros(len(labels))),
+                                   ident=[str(self.kg.entity_names[int(c)]) for c in cands])
+            return cands[order], np.asarray(scores, dtype=np.float32)
         elif self.rank == "path_support":
             support = np.zeros(self.kg.n_entities, dtype=np.float32)
             for s in ent.seeds.tolist():

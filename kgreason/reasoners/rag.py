@@ -28,13 +28,16 @@ import time
 
 import numpy as np
 
-from kgreason.storage.embedstore import top_k
+from kgreason.ranking import ranked
 from kgreason.kg.linking import LinkResult, link_example
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answers
 from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, canonical_triples, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction, Subgraph
+
+#: the ranking site of Eq. 4-6 (kgreason/ranking.py: recorded in each row, served to a replay)
+SITE = "rag.cosine_filter"
 
 
 class RAG(BaseReasoner):
@@ -109,40 +112,44 @@ class RAG(BaseReasoner):
 
     def rank(self, question: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Eq. 4–6: ``(kept indices into texts, their cosine scores)``, best first; ties keep
-        the lower index."""
+        the lower index (:func:`kgreason.ranking.ranked`: recorded, and served to a replay)."""
         if not texts:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        sims = (self.embedder.encode([question]) @ self.embedder.encode(texts).T)[0]
-        order = np.argsort(-sims, kind="stable")
-        if self.top_k is not None:
-            order = order[: self.top_k]
-        if self.tau is not None:
-            order = order[sims[order] >= self.tau]
-        return order, sims[order]
+        return ranked(SITE, texts, lambda: (self.embedder.encode([question]) @ self.embedder.encode(texts).T)[0],
+                      k=self.top_k, tau=self.tau)
 
     def rank_triples(self, question: str, triples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Eq. 4–6 over ``(m, 3)`` candidate triples: ``(kept indices, cosines)``, best first, ties
         to the lower index. With the KG's triple store, a gather of the candidates' rows and one
         matrix-vector product against the question (the only text embedded); without it, or for
-        a triple the store lacks, or before :meth:`prepare`, :meth:`rank` over the verbalised texts."""
+        a triple the store lacks, or before :meth:`prepare`, the verbalised texts are embedded.
+        The ranking goes through :func:`kgreason.ranking.ranked` (site ``rag.cosine_filter``, the
+        candidates keyed by their verbalised text): recorded in the row, and a replay that serves
+        recorded rankings computes no score at all."""
         t0 = time.perf_counter()
         store = getattr(self, "_store", None)
-        if store is None or len(triples) == 0:
-            order, scores = self.rank(question, [self.kg.verbalise(tr) for tr in triples])
-        else:
+        texts = [self.kg.verbalise(tr) for tr in triples]
+
+        def scores() -> np.ndarray:
+            if store is None or len(triples) == 0:
+                return (self.embedder.encode([question]) @ self.embedder.encode(texts).T)[0]
             rows = store.triple_rows(self.kg, triples)
             q = self.embedder.encode([question])[0]
             miss = rows < 0
             sims = np.empty(len(rows), dtype=np.float32)
             sims[~miss] = store.scores(q, rows[~miss])
             if miss.any():  # not one of the KG's triples: embedded (and text-cached) here
-                sims[miss] = self.embedder.encode([self.kg.verbalise(tr) for tr in triples[miss]]) @ q
-            order = top_k(sims, self.top_k, self.tau)
-            scores = sims[order]
+                sims[miss] = self.embedder.encode([texts[i] for i in np.flatnonzero(miss)]) @ q
+            return sims
+
+        if not texts:
+            order, sims = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        else:
+            order, sims = ranked(SITE, texts, scores, k=self.top_k, tau=self.tau)
         note = getattr(self.embedder, "note_rank", None)
         if note is not None:
             note(time.perf_counter() - t0, len(triples))
-        return order, scores
+        return order, sims
 
     # ------------------------------------------------------------------ answer
     def answer(self, example: Example) -> Prediction:

@@ -20,6 +20,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
+from kgreason import ranking
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import parse_answer_field
 from kgreason.reasoners.io import answer_without_retrieval, check_on_empty
@@ -28,6 +31,8 @@ from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
 Passage = tuple[str, str]
+#: the ranking site of the dense passage retrieval (kgreason/ranking.py)
+SITE = "rag_text.passages"
 
 
 def load_corpus(spec: str | None, world_seed: int = 0) -> list[Passage]:
@@ -150,7 +155,8 @@ class RagText(BaseReasoner):
         """``passages=pooled``: the run's one retrieval corpus, embedded once before the first question."""
         if self.mode == "pooled":
             self._pool, _ = dataset_pool(examples, self._corpus_spec, self._world_seed)
-            self.index.get(self._pool)
+            if not ranking.recorded_only():  # a replay serving recorded rankings embeds no passage
+                self.index.get(self._pool)
 
     def passages_for(self, example: Example) -> list[Passage]:
         if self.mode == "own":
@@ -164,6 +170,15 @@ class RagText(BaseReasoner):
             raise RuntimeError("RagText.prepare(examples) must run first: it builds the pooled corpus")
         return self._pool
 
+    def search(self, question: str, passages: list[Passage]) -> tuple[np.ndarray, np.ndarray]:
+        """The ``top_k`` passages by cosine to the question, best first, ties to the earlier
+        passage: ``(indices, scores)``, through :func:`kgreason.ranking.ranked` (site
+        ``rag_text.passages``, keyed by title, the digest over the passages' texts)."""
+        return ranking.ranked(
+            SITE, [p[0] for p in passages],
+            lambda: (self.embedder.encode([question]) @ self.index.get(passages).matrix.T)[0],
+            k=self.top_k, ident=[passage_text(p) for p in passages])
+
     def answer(self, example: Example) -> Prediction:
         t = Trace()
         passages = self.passages_for(example)
@@ -171,9 +186,9 @@ class RagText(BaseReasoner):
             t.add("retrieve", "dense_passages", titles=[], scores=[], pool=0)
             answers = answer_without_retrieval(self.llm, t, example.question, self.on_empty)
             return t.finish(example, answers, retrieved_passages=[], retrieval_empty=True, pool_size=0)
-        hits = self.index.get(passages).search([example.question], self.top_k)[0]
-        top = [passages[h.id] for h in hits]
-        t.add("retrieve", "dense_passages", titles=[p[0] for p in top], scores=[h.score for h in hits],
+        ids, scores = self.search(example.question, passages)
+        top = [passages[int(i)] for i in ids]
+        t.add("retrieve", "dense_passages", titles=[p[0] for p in top], scores=[float(x) for x in scores],
               pool=len(passages))
         req = ChatRequest.of(render(self.prompt, question=example.question,
                                     passages="\n".join(f"[{i}] {passage_text(p)}" for i, p in enumerate(top))),

@@ -71,12 +71,14 @@ import re
 import traceback
 from typing import Any
 
+from kgreason import ranking
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import ParseResult, parse_answer_field, parse_first_line, parse_list, parse_triple_answer
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, load_prompt, load_schema, render
 from kgreason.reasoners.rag_text import PassageIndex, dataset_pool, passage_text
 from kgreason.reasoners.subqrag_index import (Triple, guided_extraction_request, guided_triple_parser,
                                               normalise_text, triple_key)
+from kgreason.retrieval.base import Hit
 from kgreason.retrieval.dense import DenseTextRetriever
 from kgreason.types import ChatRequest, Example, Prediction
 
@@ -167,16 +169,24 @@ class WorkingGraph:
         return self.keys.get(triple_key(t))
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return [(h.id, h.score) for h in self.index.search([query], k)[0]]
+        """Eq. 3: the ``k`` triples of the graph with the highest cosine to ``query``, best first
+        (ties: the earlier triple), through :func:`kgreason.ranking.ranked` (site ``subqrag.triples``)."""
+        if not self.triples:
+            return []
+        keys = self.index.texts
+        order, scores = ranking.ranked(
+            "subqrag.triples", keys, lambda: (self.index.embedder.encode([query]) @ self.index.matrix.T)[0], k=k)
+        return [(int(i), float(s)) for i, s in zip(order, scores)]
 
     def rank(self, query: str, ids: list[int], k: int) -> list[int]:
         """Eq. 3's score restricted to ``ids``: the ``k`` of them with the highest cosine to
-        ``query``, best first (ties: the earlier in ``ids``)."""
+        ``query``, best first (ties: the earlier in ``ids``; site ``subqrag.memory``)."""
         if not ids or k <= 0:
             return []
-        sims = self.index.embedder.encode([query]) @ self.index.matrix[ids].T
-        order = sorted(range(len(ids)), key=lambda j: (-float(sims[0, j]), j))
-        return [ids[j] for j in order[:k]]
+        keys = [self.index.texts[i] for i in ids]
+        order, _ = ranking.ranked(
+            "subqrag.memory", keys, lambda: (self.index.embedder.encode([query]) @ self.index.matrix[ids].T)[0], k=k)
+        return [ids[int(j)] for j in order]
 
     def add(self, triples: list[Triple], source: str) -> list[int]:
         """Write back new triples (duplicates skipped); returns the ids of those added."""
@@ -437,7 +447,14 @@ class SubQRAG(BaseReasoner):
         triples are de-duplicated against G and the new ones written into G (:meth:`update_graph`).
         ``T_used_i`` are chosen among all these triples by ``fallback_memory``, new to G or not."""
         passages = self._pool or []
-        hits = self.passages.get(passages).search([subq], self.passage_top_k)[0]
+        if passages:
+            order, scores = ranking.ranked(
+                "subqrag.passages", [p[0] for p in passages],
+                lambda: (self.passages.get(passages).embedder.encode([subq]) @ self.passages.get(passages).matrix.T)[0],
+                k=self.passage_top_k, ident=[passage_text(p) for p in passages])
+            hits = [Hit(int(i), passage_text(passages[int(i)]), float(sc)) for i, sc in zip(order, scores)]
+        else:
+            hits = []
         top = [passages[h.id] for h in hits]
         t.add("retrieve", "passages", query=subq, titles=[p[0] for p in top], scores=[h.score for h in hits])
         listing = "\n".join(f"[{j}] {passage_text(p)}" for j, p in enumerate(top))

@@ -106,10 +106,13 @@ import numpy as np
 from kgreason.kg.linking import link_example
 from kgreason.embed import Embedder
 from kgreason.llm.parsing import ParseResult, parse_answers, parse_candidate_scores
+from kgreason.ranking import ranked
 from kgreason.reasoners.base import BaseReasoner, ReaskPolicy, Trace, ask, load_prompt, render
 from kgreason.types import ChatRequest, Example, Prediction
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+#: the ranking sites of the bm25 / embedding pruning (kgreason/ranking.py)
+RELATION_SITE, ENTITY_SITE = "tog.relations", "tog.entities"
 BACKWARD = " (backward)"
 
 
@@ -379,18 +382,21 @@ class ToG(BaseReasoner):
         # "film film" prefix otherwise dominates MiniLM's similarity to the question
         texts = [kg.relation_names[r].rsplit(".", 1)[-1].replace("_", " ") for r, _ in rel_list]
         ctx = f"Topic entity: {kg.entity_label(p.entity)}"
-        sc = self.pruner.scores(q, names, texts, t, "relations", context=ctx, keep=self.width)
-        if sc is None:
-            sc = np.zeros(len(names))
         if self.pruner.backend == "llm":
+            sc = self.pruner.scores(q, names, texts, t, "relations", context=ctx, keep=self.width)
+            if sc is None:
+                sc = np.zeros(len(names))
             # the release keeps every relation the reply lists (clean_relations), however many
             # the prompt asked for; cap_relations=true keeps at most W (ablation tog_relation_cap_w)
             idx = top_w(sc, self.width if self.cap_relations else len(sc))
             idx = idx[sc[idx] > 0]
-        else:  # bm25 / sentence-embedding pruning: the release takes the top W
-            idx = top_w(sc, self.width)
-            sc = sc.copy()
-            sc[idx] = uniform_if_zero(sc[idx])
+        else:  # bm25 / sentence-embedding pruning: the release takes the top W (kgreason/ranking.py:
+            # recorded, and served to a replay)
+            idx, kept = ranked(RELATION_SITE, names, lambda: self.pruner.scores(q, names, texts, t, "relations",
+                                                                                context=ctx, keep=self.width),
+                               k=self.width)
+            sc = np.zeros(len(names))
+            sc[idx] = uniform_if_zero(np.asarray(kept, dtype=np.float64))
         t.add("prune", "relations", depth=d, entity=kg.entity_label(p.entity), candidates=len(names),
               kept=[names[i] for i in idx], scores=[float(sc[i]) for i in idx])
         return [(rel_list[i][0], rel_list[i][1], float(sc[i])) for i in idx]
@@ -432,11 +438,17 @@ class ToG(BaseReasoner):
             rname = kg.relation_names[rel] + (BACKWARD if back else "")
             names = [kg.entity_label(e) for e in nbs]
             texts = [f"{kg.relation_names[rel]} {n}" for n in names]
-            sc = self.pruner.scores(q, names, texts, t, "entities", context=f"Relation: {rname}")
-            sc = np.full(len(nbs), 1.0 / len(nbs)) if sc is None else sc
-            if self.pruner.backend != "llm":  # the release keeps the top W per relation
-                keep = np.sort(top_w(sc, self.width))  # the W best, kept in MID order
-                nbs, tids, sc = [nbs[i] for i in keep], [tids[i] for i in keep], uniform_if_zero(sc[keep])
+            if self.pruner.backend == "llm":
+                sc = self.pruner.scores(q, names, texts, t, "entities", context=f"Relation: {rname}")
+                sc = np.full(len(nbs), 1.0 / len(nbs)) if sc is None else sc
+            else:  # the release keeps the top W per relation (kgreason/ranking.py: recorded, served)
+                idx, kept = ranked(ENTITY_SITE, names, lambda: self.pruner.scores(q, names, texts, t, "entities",
+                                                                                  context=f"Relation: {rname}"),
+                                   k=self.width, ident=[f"{kg.entity_names[e]}|{x}" for e, x in zip(nbs, texts)])
+                by = dict(zip(idx.tolist(), np.asarray(kept, dtype=np.float64).tolist()))
+                keep = sorted(by)  # the W best, kept in MID order
+                nbs, tids = [nbs[i] for i in keep], [tids[i] for i in keep]
+                sc = uniform_if_zero(np.asarray([by[i] for i in keep], dtype=np.float64))
         return [_Path(nb, p.topic, p.chain + ((int(kg.heads[x]), rel, int(kg.tails[x]), back),),
                       float(sc[i]) * rel_score) for i, (nb, x) in enumerate(zip(nbs, tids))]
 

@@ -4,8 +4,10 @@ A bundle is a gzip-compressed tar (``.tar.gz``; never pickles) holding::
 
     manifest.json                   the first entry: format, kgreason version and git commit,
                                     creation time, the SHA-256 and size of every other entry, the
-                                    replies redacted, and per run: its dir, its data files' and
-                                    embedding stores' fingerprints (from run.json)
+                                    replies redacted, and per run: its dir, its data files'
+                                    fingerprints (from run.json) and the stores a replay builds or
+                                    finds (``stores``: KG embedding stores with their keys, the
+                                    graph database; from timing.json, :func:`run_stores`)
     runs/<run>/run.json             the resolved config record (secrets scrubbed)
     runs/<run>/config.yaml          the run's config (secrets scrubbed)
     runs/<run>/predictions.jsonl    every answer with its trace
@@ -214,7 +216,7 @@ def _run_entry(run: Path, rel: str, values: Iterable[str] = ()) -> tuple[dict[st
         files[f"runs/{rel}/{name}"] = data
     record = json.loads(files[f"runs/{rel}/run.json"])
     info = {"dir": rel, "data_files": record.get("data_files") or {}, "overrides": record.get("overrides") or [],
-            "fingerprint": record.get("fingerprint"), "git": record.get("git")}
+            "fingerprint": record.get("fingerprint"), "git": record.get("git"), "stores": run_stores(run)}
     keys: list[str] = []
     if f"runs/{rel}/calls.jsonl" in files:
         seen: dict[str, None] = {}
@@ -225,6 +227,31 @@ def _run_entry(run: Path, rel: str, values: Iterable[str] = ()) -> tuple[dict[st
                 continue
         keys = list(seen)
     return files, info, keys
+
+
+def run_stores(run: Path) -> list[dict[str, Any]]:
+    """The stores a replay of ``run`` builds or finds, from its timing.json (issue 71): each KG
+    embedding store it read (its form, rows, dtype, build arithmetic and key: the fingerprint of
+    the KG's texts, the model and the dtype; and how long its build took where the run built it)
+    and the graph database it opened (the engine and the KG exported)."""
+    try:
+        timing = json.loads((run / "timing.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    out: list[dict[str, Any]] = []
+    builds = {b.get("key"): b.get("build_s") for b in (timing.get("embedding") or {}).get("prepare_builds") or []
+              if isinstance(b, dict)}
+    for st in (timing.get("embedding") or {}).get("stores") or []:
+        if isinstance(st, dict):
+            rec = {"what": "embedding store", **{k: st.get(k) for k in ("form", "rows", "dim", "dtype",
+                                                                        "build_precision", "key")}}
+            if builds.get(st.get("key")):
+                rec["build_s"] = builds[st.get("key")]
+            out.append(rec)
+    g = timing.get("graphdb")
+    if isinstance(g, dict) and g.get("engine"):
+        out.append({"what": "graph database", "engine": g.get("engine"), "kg": g.get("kg")})
+    return out
 
 
 def requests(metrics: dict[str, Any]) -> int:
@@ -316,7 +343,7 @@ def export(dirs: Iterable[str | Path], out: str | Path, cache_dir: str | Path | 
     entries[CALLS] = b"".join(records[k] for k in sorted(records))
     manifest = {"format": FORMAT, "kgreason_version": _version(), "git": _git(), "created": time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs, "entries": {n: sha256(b) for n, b in sorted(entries.items())},
-        "sizes": {n: len(b) for n, b in sorted(entries.items())}, "needs": _needs(runs),
+        "sizes": {n: len(b) for n, b in sorted(entries.items())}, "needs": _needs(runs), "stores": _stores(runs),
         "redacted_replies": redacted}
     manifest = clean(manifest, values)
     entries[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
@@ -344,12 +371,21 @@ def _git() -> dict[str, Any]:
 
 
 def _needs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every data file and embedding store the runs read, with its fingerprint (what a replay needs)."""
+    """Every data file the runs read, with its fingerprint (what a replay needs to be given)."""
     out: dict[str, Any] = {}
     for r in runs:
         for path, fp in (r.get("data_files") or {}).items():
             out.setdefault(path, fp)
     return out
+
+
+def _stores(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every store the runs read, once (what a replay builds or finds: :func:`run_stores`)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        for st in r.get("stores") or []:
+            seen.setdefault(json.dumps({k: v for k, v in st.items() if k != "build_s"}, sort_keys=True), st)
+    return list(seen.values())
 
 
 @dataclass

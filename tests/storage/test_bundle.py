@@ -56,7 +56,7 @@ def sweep(tmp_path_factory, _embed_store_dir):
 
 def _result_lines(stdout: str) -> dict[str, str]:
     """replay's one line per run (``<run>: identical`` ...), among what the runs themselves print."""
-    return {m.group(1): m.group(2) for m in re.finditer(r"(?m)^(\d+): ((?:identical|differs|cache miss|failed).*)$",
+    return {m.group(1): m.group(2) for m in re.finditer(r"(?m)^(\d+): ((?:identical|stale|failed).*)$",
                                                          stdout)}
 
 
@@ -96,6 +96,16 @@ def test_bundle_holds_each_run_its_calls_and_a_manifest(sweep):
     assert all(e is not None for e in entries) and {e["key"] for e in entries} == keys
     with tarfile.open(sweep / "sweep.tar.gz") as t:  # a standard container, nothing but plain files
         assert all(mem.isfile() for mem in t) and not any(n.endswith((".pkl", ".pickle")) for n in t.getnames())
+    # issue 71: the manifest names the stores a replay builds or finds (the rag runs' triple store,
+    # with its key), and each rag row records the ranking that fed its prompt
+    for r in m["runs"]:
+        stores = [(st["what"], st.get("form")) for st in r["stores"]]
+        assert stores == ([("embedding store", "triple")] if "reasoner=rag" in r["overrides"] else []), r
+    assert [(st["form"], len(st["key"]) >= 12, st["rows"] > 0) for st in m["stores"]] == [("triple", True, True)]
+    rag = next(r["dir"] for r in m["runs"] if "reasoner=rag" in r["overrides"])
+    row = json.loads((b.run_dir(rag) / "predictions.jsonl").read_text().splitlines()[0])
+    (rec,) = row["rankings"]
+    assert rec["site"] == "rag.cosine_filter" and len(rec["order"]) == len(rec["scores"]) > 0 and rec["n"] > 0
 
 
 def test_verify_rescores_and_checks_digests(sweep):
@@ -163,6 +173,8 @@ def test_replay_on_a_fresh_cache_is_identical_with_zero_calls_and_tables_read_th
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
     assert _result_lines(r.stdout) == {"0": "identical", "1": "identical", "2": "identical", "3": "identical"}, r.stdout
     assert "4 of 4 runs identical" in r.stdout
+    # the set-up is announced before each run (a store to build or find), rankings recomputed
+    assert "replaying 2: the KG embedding store triple (" in r.stderr and "rankings recomputed and compared" in r.stderr
     for rel in ("0", "1", "2", "3"):
         m = json.loads((out / "runs" / rel / "metrics.json").read_text())
         orig = json.loads((sweep / "sweep" / rel / "metrics.json").read_text())
@@ -179,6 +191,24 @@ def test_replay_on_a_fresh_cache_is_identical_with_zero_calls_and_tables_read_th
         assert (a / f).read_text() == (b / f).read_text(), f
     r = _kg(sweep, "report", str(sweep / "sweep.tar.gz"), "--out", str(sweep / "report"), "--boot", "200")
     assert r.returncode == 0 and (sweep / "report" / "report.md").is_file(), r.stderr[-2000:]
+
+
+def test_a_replay_on_a_store_built_on_another_machine_is_identical(sweep):
+    """Issue 71: the rag runs replayed against a KG embedding store built with another batch size
+    and one torch thread (another machine's float rounding; the store's key does not change):
+    identical, with any float-level difference reported as such, never a miss (their rankings were
+    recorded and are recomputed and compared). About 1-2 min: one store build of the embedded KG."""
+    store = sweep / "store_elsewhere"
+    r = _kg(sweep, "index", "kg", "--forms", "triple", "embedder.build_batch_size=16",
+            KGREASON_EMBED_STORE_DIR=str(store), OMP_NUM_THREADS="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = _kg(sweep, "bundle", "replay", str(sweep / "sweep.tar.gz"), "--out", str(sweep / "replayed_elsewhere"),
+            KGREASON_EMBED_STORE_DIR=str(store), OMP_NUM_THREADS="1")
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+    lines = _result_lines(r.stdout)
+    assert sorted(lines) == ["0", "1", "2", "3"] and all(v.startswith("identical") for v in lines.values()), r.stdout
+    built = json.loads((sweep / "replayed_elsewhere" / "runs" / "2" / "timing.json").read_text())["embedding"]["stores"]
+    assert [(s["form"], s["built_here"]) for s in built] == [("triple", False)]  # it read the store built elsewhere
 
 
 def test_replay_with_a_changed_reply_is_refused_and_a_missing_entry_is_named(sweep):
@@ -208,4 +238,5 @@ def test_replay_with_a_changed_reply_is_refused_and_a_missing_entry_is_named(swe
     r = _kg(sweep, "bundle", "replay", str(dst))
     assert r.returncode == 1, r.stdout
     line = _result_lines(r.stdout)["0"]
-    assert line.startswith("cache miss: example ") and "purpose answer" in line, r.stdout
+    assert line.startswith("stale: example ") and "purpose answer" in line, r.stdout
+    assert "has the same messages: the reply is missing from the bundle" in line, r.stdout

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -136,21 +135,26 @@ def test_a_replay_writes_nowhere_a_bundles_overrides_say(tmp_path, monkeypatch):
     opened = open_bundle(pack(tmp_path / "b.tar.gz", blobs), tmp_path / "opened")
     seen = []
     monkeypatch.setattr(replay, "data_problem", lambda opened, rel: None)
-    monkeypatch.setattr(kgreason.run, "run", lambda cfg, out: seen.append(OmegaConf.to_yaml(cfg, resolve=True)))
+    monkeypatch.setattr(kgreason.run, "run", lambda cfg, out, **kw: seen.append(OmegaConf.to_yaml(cfg, resolve=True)))
     replay.replay_run(opened, ROW, tmp_path / "cache", tmp_path / "out")
     assert seen and str(elsewhere) not in seen[0]
     assert "llm_cache" in seen[0] and str(tmp_path / "cache") in seen[0]  # what the replay sets itself
 
 
 def _runner(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("run_validation_hostile", RUNNER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "HERE", tmp_path)
-    monkeypatch.setattr(mod, "ROOT", tmp_path)
-    monkeypatch.setattr(mod, "BUNDLES", tmp_path / "bundles")
-    monkeypatch.setattr(mod.subprocess, "call", lambda cmd, cwd=None: 0)
-    monkeypatch.setattr(mod, "run_row", lambda cmd, stop_after=None: 0)
+    """The validation runner's package (experiments/validation_runner/) pointed at ``tmp_path``."""
+    import subprocess
+    import sys
+
+    monkeypatch.syspath_prepend(str(RUNNER.parents[1]))
+    import validation_runner as mod
+
+    monkeypatch.setattr(mod.places, "HERE", tmp_path)
+    monkeypatch.setattr(mod.places, "ROOT", tmp_path)
+    monkeypatch.setattr(mod.places, "BUNDLES", tmp_path / "bundles")
+    monkeypatch.setattr(subprocess, "call", lambda cmd, cwd=None: 0)
+    monkeypatch.setattr(mod.sitting, "run_row", lambda cmd, stop_after=None: 0)
+    assert sys.modules["validation_runner"] is mod
     return mod
 
 
@@ -371,7 +375,7 @@ def _edited_reply(blobs: dict[str, bytes]) -> dict[str, bytes]:
 
 def test_a_used_out_dir_never_reads_identical_for_an_edited_bundle_and_no_unpack_is_left(tmp_path):
     """`replay --out D` into a D holding an earlier replay resumed the finished runs there: a bundle
-    with an edited reply read `identical` (in a fresh D, `differs`). Every replay, refusals
+    with an edited reply read `identical` (in a fresh D, `stale`). Every replay, refusals
     included, left its unpacked bundle in $TMPDIR. About 15 s (one scripted run, three replays)."""
     r = _kg(tmp_path, "reasoner=io", "llm=scripted", "dataset.limit=2", "tracking=none",
             f"llm_cache.dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}")
@@ -393,5 +397,5 @@ def test_a_used_out_dir_never_reads_identical_for_an_edited_bundle_and_no_unpack
     _one_line_error(r.stderr, f"--out {d}", "not empty")
     assert snapshot(d) == before and _left_unpacked(tmp_path) == []
     r = _kg(tmp_path, "bundle", "replay", str(tmp_path / "edited.tar.gz"), "--out", str(tmp_path / "fresh"))
-    assert r.returncode == 1 and "run: differs" in r.stdout, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.returncode == 1 and "run: stale: example " in r.stdout, (r.stdout[-2000:], r.stderr[-2000:])
     assert _left_unpacked(tmp_path) == []
