@@ -49,7 +49,7 @@ _SGR_SCHEMA = {"over": ["reasoner=sgr", "reasoner.hops=2"], "rules": [
     _SGR_STRUCT,
     {"pattern": "knowledge graph expert.*?" + _PRODUCED,
      "reply": '{{"schema": [["?answer", "film.film.produced_by", "{0}"]], "answer": "?answer"}}'},
-    {"pattern": "Translate the question.*?" + _PRODUCED,
+    {"pattern": _PRODUCED + ".*?Translate the question",  # the question opens the Cypher prompt (issue 70)
      "reply": "```cypher\nMATCH (f:Entity)-[a]->(c:Entity) WHERE f.name = '{0}' AND a.relation = "
               "'film.film.produced_by' RETURN DISTINCT c.name AS answer\n```"},
 ]}

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from kgreason.llm.parsing import parse_hypothesis
+from kgreason.ranking import ranked
 from kgreason.reasoners.base import Trace, render
 from kgreason.reasoners.sgr.common import PathVote, SGRKit, vote
 from kgreason.reasoners.sgr.subgraph import QuestionGraph
@@ -84,8 +85,10 @@ class CollaborativeReasoning(SGRKit):
         if not self.use_cypher:
             if not pool:
                 return []
-            sims = self.embedder.similarity([hypothesis["hypothesis"] or hypothesis["answer"]], pool)[0]
-            return [pool[i] for i in np.argsort(-sims, kind="stable")[: self.evidence_k]]
+            query = hypothesis["hypothesis"] or hypothesis["answer"]
+            idx, _ = ranked("sgr.evidence", pool, lambda: self.embedder.similarity([query], pool)[0],
+                            k=self.evidence_k, ident=[query, *pool])
+            return [pool[i] for i in idx]
         names = [x for c in hypothesis["claims"] for x in (c[0], c[2])] + [hypothesis["answer"]]
         ids = list(dict.fromkeys(i for i in (kg.find_entity(n) for n in names if n) if i >= 0))
         if not ids:
@@ -99,8 +102,10 @@ class CollaborativeReasoning(SGRKit):
         texts = sorted(texts)  # the database's row order is no tie-break (canonical, as every score tie)
         if not texts:
             return []
-        sims = self.embedder.similarity([hypothesis["hypothesis"] or hypothesis["answer"]], texts)[0]
-        return [texts[i] for i in np.argsort(-sims, kind="stable")[: self.evidence_k]]
+        query = hypothesis["hypothesis"] or hypothesis["answer"]
+        idx, _ = ranked("sgr.evidence", texts, lambda: self.embedder.similarity([query], texts)[0],
+                        k=self.evidence_k, ident=[query, *texts])
+        return [texts[i] for i in idx]
 
     def _claims_in_graph(self, claims: Sequence[tuple[str, str, str]]) -> bool:
         """``I(E_t ⊆ G)`` (Eq. 30): every claimed triple exists in the KG; no claims = not grounded."""

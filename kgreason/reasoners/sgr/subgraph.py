@@ -31,6 +31,7 @@ import numpy as np
 
 from kgreason.kg.linking import LinkResult, link_example, link_mentions
 from kgreason.llm.parsing import ParseResult, parse_json
+from kgreason.ranking import ranked
 from kgreason.reasoners.base import Trace, canonical_triples, render
 from kgreason.reasoners.sgr.common import SGRKit
 from kgreason.types import Example
@@ -122,8 +123,10 @@ class SubgraphConstruction(SGRKit):
         names = list(self.kg.relation_names)
         if len(names) <= self.max_schema_types:
             return "\n".join(names)
-        sims = self.relation_similarity([question])[0]
-        near = [names[i] for i in np.argsort(-sims, kind="stable")[: self.structure_relations]]
+        # a ranking by cosine that feeds a prompt: recorded, and served back to a replay (kgreason/ranking.py)
+        idx, _ = ranked("sgr.relations", names, lambda: self.relation_similarity([question])[0],
+                        k=self.structure_relations)
+        near = [names[i] for i in idx]
         return (f"(the {len(near)} of the knowledge graph's {len(names)} relations nearest the question)\n"
                 + "\n".join(near))
 
@@ -189,12 +192,20 @@ class SubgraphConstruction(SGRKit):
             mapped.append((ph, [kg.relation_names[i] for i in got], how))
             ids += got
         if todo:
-            sims = self.relation_similarity([mapped[j][0] for j in todo])
-            for row, j in zip(sims, todo):
-                best = [int(i) for i in np.argsort(-row, kind="stable")[: self.rq_per_phrase]
-                        if row[i] >= self.rq_threshold]
+            names = list(kg.relation_names)
+            matrix: dict[str, np.ndarray] = {}
+
+            def row(n: int) -> np.ndarray:  # every phrase's cosines, computed once, when a ranking needs them
+                if "m" not in matrix:
+                    matrix["m"] = self.relation_similarity([mapped[jj][0] for jj in todo])
+                return matrix["m"][n]
+
+            for n, j in enumerate(todo):
+                idx, sc = ranked("sgr.rq", names, lambda n=n: row(n), k=self.rq_per_phrase, tau=self.rq_threshold,
+                                 ident=[mapped[j][0], *names])
+                best = [int(i) for i in idx]
                 if best:
-                    how = "embedding:" + ",".join(f"{row[i]:.3f}" for i in best)
+                    how = "embedding:" + ",".join(f"{s:.3f}" for s in sc)
                     mapped[j] = (mapped[j][0], [kg.relation_names[i] for i in best], how)
                     ids += best
         return list(dict.fromkeys(ids)), mapped
@@ -256,13 +267,12 @@ class SubgraphConstruction(SGRKit):
             allt = allt[: self.max_candidate_triples]
         if len(allt) == 0:
             return allt.reshape(0, 3), np.zeros(0, dtype=np.float32), 0
-        sims = self.embedder.similarity([question], self._verbalise(allt))[0]  # Eq. 4
-        order = np.argsort(-sims, kind="stable")
-        if self.tau is not None:
-            order = order[sims[order] >= float(self.tau)]  # Eq. 5: every triple with s >= tau
-        else:
-            order = order[: self.top_k]  # Eq. 6
-        return allt[order], sims[order], len(allt)
+        texts = self._verbalise(allt)
+        # Eq. 4 scores; Eq. 5 (every triple with s >= tau) or Eq. 6 (the top_k best): a ranking that
+        # feeds the prompts, recorded and served back to a replay (kgreason/ranking.py)
+        order, scores = ranked("sgr.estar", texts, lambda: self.embedder.similarity([question], texts)[0],
+                               k=None if self.tau is not None else self.top_k, tau=self.tau)
+        return allt[order], scores, len(allt)
 
     def candidate_subgraph(self, t: Trace, question: str, sub, rq: Sequence[int]) -> tuple[np.ndarray, dict]:
         """§3.1.2 steps 2–3: the candidates (:meth:`candidates`, guided by ``R_q``) and ``E*_q``
@@ -275,7 +285,7 @@ class SubgraphConstruction(SGRKit):
         counts = {"candidates_total": int(len(cands)), "candidates_scored": int(n_scored),
                   "candidates_truncated": bool(len(cands) > n_scored), "rq_fallback": bool(fallback)}
         t.add("subgraph", "E*_q", **counts, kept=len(estar), tau=self.tau, top_k=self.top_k,
-              top=[(self.kg.verbalise(tr), round(float(s), 4)) for tr, s in zip(estar[:10], scores[:10])])
+              top=[(self.kg.verbalise(tr), round(float(s), 4)) for tr, s in zip(estar, scores)])
         if not fallback:
             t.stage("r_q_mapped")
         if len(estar):
