@@ -141,6 +141,9 @@ class LocalLLM:
             reuse of the previous prompt's prefix only); see :class:`LlamaCppChat`.
         logits_all: llamacpp route: compute the logits of every prompt position, as kgreason did before
             issue 70 (slower, and its memory grows with ``n_ctx`` × vocabulary); for cost benchmarks only.
+        prefix_reuse: llamacpp route: False evaluates every prompt from its first token (no state kept,
+            not even llama.cpp's own reuse of the context): the reference that prefix reuse is checked
+            against (docs/llm.md, "Prefix reuse is exact").
         n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
             the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
         model: a name from :data:`kgreason.llm.models.MODELS` (the GGUF is assembled from its
@@ -157,7 +160,7 @@ class LocalLLM:
                  cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int | None = None,
                  n_threads: int | None = None, model: str | None = None, sha256: str | None = None,
                  dtype: str = "auto", defer_load: bool = False, prefix_cache_mb: float = 1024,
-                 logits_all: bool = False) -> None:
+                 logits_all: bool = False, prefix_reuse: bool = True) -> None:
         # n_threads also sets torch's CPU threads on the transformers route
         from kgreason.llm.models import MODELS
 
@@ -194,7 +197,7 @@ class LocalLLM:
         self.model = model_name(model or model_stem, route, self.dtype, default_dtype)
         self._load_args = (cache_dir, device, batch_size, n_ctx, n_threads)
         self.prefix_cache_mb = float(prefix_cache_mb or 0)
-        self.logits_all = bool(logits_all)
+        self.logits_all, self.prefix_reuse = bool(logits_all), bool(prefix_reuse)
         # json_schema requests decoded under their grammar: the llama.cpp route only
         self.structured_output = route == "llamacpp"
         # the batcher's batch size, known without loading (llama.cpp takes requests one at a time: none)
@@ -228,7 +231,7 @@ class LocalLLM:
                               model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)
         elif route == "llamacpp":
             impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads, prefix_cache_mb=self.prefix_cache_mb,
-                                logits_all=self.logits_all)
+                                logits_all=self.logits_all, prefix_reuse=self.prefix_reuse)
             self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}
         log.info("LocalLLM(%s, route=%s) ready in %.1fs", self.model, route, time.perf_counter() - t0)
         return impl
@@ -380,7 +383,7 @@ class LlamaCppChat:
     structured_output = True  # json_schema requests are decoded under their grammar
 
     def __init__(self, path: Path, n_ctx: int | None = None, n_threads: int | None = None,
-                 prefix_cache_mb: float = 1024, logits_all: bool = False) -> None:
+                 prefix_cache_mb: float = 1024, logits_all: bool = False, prefix_reuse: bool = True) -> None:
         try:
             import llama_cpp  # noqa: F401
         except ImportError as e:
@@ -395,7 +398,8 @@ class LlamaCppChat:
                                          n_ctx=0 if n_ctx is None else int(n_ctx), verbose=False,
                                          n_threads=n_threads)
         self.n_ctx = int(self.llm.n_ctx())
-        self.states = PrefixStates(int(float(prefix_cache_mb) * 2**20)) if prefix_cache_mb else None
+        self.reuse = bool(prefix_reuse)
+        self.states = PrefixStates(int(float(prefix_cache_mb) * 2**20)) if prefix_cache_mb and self.reuse else None
         self.llm._kg_before = self._before_prompt
         self._reused = 0
         self._grammars: dict[str, Any] = {}
@@ -407,6 +411,10 @@ class LlamaCppChat:
         longer prefix with them than the context does, and note how many tokens llama.cpp will skip
         (it always evaluates the last prompt token, for the logits it samples from)."""
         llm = self.llm
+        if not self.reuse:  # the reference: every prompt from its first token
+            llm.reset()
+            self._reused = 0
+            return
         cur = _lcp(llm.input_ids[: llm.n_tokens], tokens)
         if self.states is not None:
             sid, n = self.states.best(tokens)
