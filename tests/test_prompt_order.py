@@ -17,6 +17,10 @@ FILES = sorted((REPO / "kgreason" / "reasoners" / "prompts").glob("*/*.txt")) + 
 RUN_CONSTANT = {"keep", "max_diagnoses", "limit", "what"}
 FIELD = re.compile(r"(?<!\{)\{([a-z_]+)\}(?!\})")
 MIN_PREFIX_SHARE = 0.5
+#: prompts whose question block comes first on purpose: a follow-up prompt of the same question opens
+#: with the same block, so its call reuses the whole earlier prompt but the instructions (issue 70:
+#: SGR's Refine, Eq. 22, follows a Cypher call, Eq. 16, of the same question); checked below
+SHARED_QUESTION_BLOCK = {"sgr/cypher.txt": "sgr/refine.txt", "sgr/refine.txt": "sgr/cypher.txt"}
 
 
 def prefix_share(text: str) -> float:
@@ -37,6 +41,22 @@ def test_the_measure_tells_a_question_first_prompt_from_an_instructions_first_on
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(REPO).as_posix().split("prompts/")[-1])
 def test_fixed_text_comes_before_the_question(path):
+    name = path.relative_to(REPO).as_posix().split("prompts/")[-1]
+    if name in SHARED_QUESTION_BLOCK:
+        pytest.skip(f"{name} shares its question block with {SHARED_QUESTION_BLOCK[name]} "
+                    "(test_a_question_first_prompt_shares_its_block)")
     share = prefix_share(path.read_text(encoding="utf-8"))
     assert share >= MIN_PREFIX_SHARE, (f"{path.name}: only {share:.0%} of its fixed text precedes the first "
                                        "per-question field; put instructions and examples first")
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_QUESTION_BLOCK))
+def test_a_question_first_prompt_shares_its_block(name):
+    """The exemption holds only while the two prompts open with the same text through the last
+    per-question field they share (so the second call reuses the first's state)."""
+    root = REPO / "kgreason" / "reasoners" / "prompts"
+    a = (root / name).read_text(encoding="utf-8")
+    b = (root / SHARED_QUESTION_BLOCK[name]).read_text(encoding="utf-8")
+    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    shared = a[:n]
+    assert {m.group(1) for m in FIELD.finditer(shared)} >= {"question", "topics", "constraints", "schema"}, shared

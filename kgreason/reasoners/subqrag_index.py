@@ -360,6 +360,22 @@ def _collect(ids: Sequence[str], done: dict[str, dict]):
     return usage, rejected, list(seen.values()), prov, by_passage
 
 
+def _index_key(rows: Sequence[tuple[str, str, str]], llm, max_tokens: int) -> str:
+    """The index folder's name: the corpus, the model, the prompt and parser, and what shapes a reply."""
+    # the model's resolved name (LazyLLM: the built variant, e.g. …@float32 / …@llamacpp), not
+    # the config's: an index extracted by one variant is never read back by another
+    resolved = getattr(llm, "resolved_model", None)
+    model = resolved() if callable(resolved) else getattr(llm, "model", "")
+    # the reply cap shapes what is extracted (a list cut at the cap loses its tail), so another cap is
+    # another index; the default's key is unchanged, so indexes built before the cap was a setting stay valid
+    # so does decoding under the reply's schema (llm.structured_output): an index keyed apart; off, the key
+    # is the one indexes built before the option existed have
+    structured = bool(getattr(llm, "structured_output", False))
+    return corpus_hash(rows, model, load_prompt("subqrag", "extract") + PARSER_VERSION
+                      + ("" if int(max_tokens) == 512 else f"\nmax_tokens={int(max_tokens)}")
+                      + ("\nstructured_output" if structured else ""))
+
+
 def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm, index_dir: str | Path, *,
                  name: str = "indexed", validate: bool = True, max_tokens: int = 512, batch_size: int = 8,
                  price_per_mtok: tuple[float, float] | None = None) -> IndexResult:
@@ -382,18 +398,7 @@ def index_corpus(passages: Sequence[tuple[str, str] | tuple[str, str, str]], llm
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"index_corpus: passage ids must be unique; {dup!r} repeats")
-    # the model's resolved name (LazyLLM: the built variant, e.g. …@float32 / …@llamacpp), not
-    # the config's: an index extracted by one variant is never read back by another
-    resolved = getattr(llm, "resolved_model", None)
-    model = resolved() if callable(resolved) else getattr(llm, "model", "")
-    # the reply cap shapes what is extracted (a list cut at the cap loses its tail), so another cap is
-    # another index; the default's key is unchanged, so indexes built before the cap was a setting stay valid
-    # so does decoding under the reply's schema (llm.structured_output): an index keyed apart; off, the key
-    # is the one indexes built before the option existed have
-    structured = bool(getattr(llm, "structured_output", False))
-    key = corpus_hash(rows, model, load_prompt("subqrag", "extract") + PARSER_VERSION
-                      + ("" if int(max_tokens) == 512 else f"\nmax_tokens={int(max_tokens)}")
-                      + ("\nstructured_output" if structured else ""))
+    key = _index_key(rows, llm, max_tokens)
     d = Path(index_dir) / key
     d.mkdir(parents=True, exist_ok=True)
     # one indexer per corpus (a sweep over SubQRAG settings starts several at once): the others

@@ -520,7 +520,7 @@ def replay(opened: Opened, out: Path, *, first: int | None = None, rankings: str
             note = setup_note(opened, rel, rankings)
         except Exception:  # noqa: BLE001 - a stranger's manifest: only a message depends on it
             note = "(progress below)"
-        print(f"replaying {rel} ({i} of {len(opened.runs)}): {note}", file=sys.stderr, flush=True)
+        print(f"replaying run {rel} ({i} of {len(opened.runs)}): {note}", file=sys.stderr, flush=True)
         res.append(replay_verdict(opened, rel, cache, out / "runs" / rel, first=first, rankings=rankings))
     return res
 
@@ -552,10 +552,11 @@ def setup_note(opened: Opened, rel: str, rankings: str) -> str:
     return (", ".join(parts) + "; " if parts else "") + mode + " (progress below)"
 
 
-def _show_progress() -> None:
+def _show_progress(undo: list) -> None:
     """The replay's set-up (a store build, the graph database's export) prints its progress: a
     bar on a terminal, a line every ``KGREASON_PROGRESS_INTERVAL`` seconds otherwise (issue 71:
-    a 55-minute store build printed nothing)."""
+    a 55-minute store build printed nothing). What it changes is put back by the ``undo`` calls
+    (the command may run inside another program: a test, a notebook)."""
     import logging
 
     handler = logging.StreamHandler(sys.stderr)
@@ -563,12 +564,24 @@ def _show_progress() -> None:
     for name in ("kgreason.progress", "kgreason.storage.embedstore"):
         lg = logging.getLogger(name)
         if not lg.handlers:
+            level, propagate = lg.level, lg.propagate
             lg.addHandler(handler)
             lg.setLevel(logging.INFO)
             lg.propagate = False
+            undo.append(lambda lg=lg, level=level, propagate=propagate: (
+                lg.removeHandler(handler), lg.setLevel(level), setattr(lg, "propagate", propagate)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    undo: list = []
+    try:
+        return _main(argv, undo)
+    finally:
+        for put_back in undo:
+            put_back()
+
+
+def _main(argv: Sequence[str] | None, undo: list) -> int:
     ap = argparse.ArgumentParser(prog="kgreason bundle", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="action", required=True)
     e = sub.add_parser("export", help="write a bundle of run or sweep dirs")
@@ -608,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise BundleError(problem)
             if a.first is not None and a.first < 1:
                 raise BundleError(f"--first {a.first}: expected a number of questions >= 1")
-            _show_progress()
+            _show_progress(undo)
         tmp = Path(tempfile.mkdtemp(prefix="kgreason-bundle-"))
         try:  # the unpacked bundle is removed however this ends (a refusal, an error, Ctrl-C)
             with progress.stage(f"checking and unpacking {a.bundle}", lazy=True):

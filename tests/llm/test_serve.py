@@ -117,7 +117,7 @@ def test_resolve_model_finds_the_embedded_gguf_like_the_in_process_route():
     except (ImportError, FileNotFoundError) as e:
         pytest.skip(str(e))
     got, name, llm = resolve_model(["llm=local"])
-    assert got == gguf and name == gguf.stem and llm["n_ctx"] == 2048
+    assert got == gguf and name == gguf.stem and llm["n_ctx"] is None  # the model's trained window
     with pytest.raises(ValueError, match="local models"):
         resolve_model(["llm=openai"])
 

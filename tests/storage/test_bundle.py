@@ -174,7 +174,7 @@ def test_replay_on_a_fresh_cache_is_identical_with_zero_calls_and_tables_read_th
     assert _result_lines(r.stdout) == {"0": "identical", "1": "identical", "2": "identical", "3": "identical"}, r.stdout
     assert "4 of 4 runs identical" in r.stdout
     # the set-up is announced before each run (a store to build or find), rankings recomputed
-    assert "replaying 2: the KG embedding store triple (" in r.stderr and "rankings recomputed and compared" in r.stderr
+    assert "replaying run 2 (3 of 4): the KG embedding store triple (" in r.stderr and "rankings recomputed and compared" in r.stderr
     for rel in ("0", "1", "2", "3"):
         m = json.loads((out / "runs" / rel / "metrics.json").read_text())
         orig = json.loads((sweep / "sweep" / rel / "metrics.json").read_text())
