@@ -408,7 +408,8 @@ class LlamaServer:
         host / port: the public address (``port=0``: a free port).
         parallel: server processes (slots), each answering one request at a time.
         threads: CPU threads per slot (``None``: the machine's cores divided by ``parallel``).
-        n_ctx: context window per slot (0: the model's trained window, as ``llm.n_ctx: null``).
+        n_ctx: context window per slot (``llm.n_ctx``; null there: 2,048, since a server keeps
+            ``logits_all``, whose n_ctx x vocabulary floats a model's full window would make 20 GB for Qwen).
         log_dir: where each slot's stdout/stderr go.
         start_timeout_s: how long to wait for each slot's ``/v1/models``.
     """
@@ -554,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="slots: server processes, each answering one request at a time (default 1)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads per slot (default: cores / parallel)")
     ap.add_argument("--n-ctx", type=int, default=None,
-                    help="context window per slot (default: the config's llm.n_ctx; null there: the model's own)")
+                    help="context window per slot (default: the config's llm.n_ctx; null there: 2048)")
     a = ap.parse_args(argv)
     key = a.api_key or os.environ.get(KEY_ENV) or None
     if key:
@@ -578,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kgreason serve: {e}", file=sys.stderr)
         return 2
     srv = LlamaServer(gguf, name, host=a.host, port=a.port, parallel=a.parallel, threads=a.threads,
-                      n_ctx=a.n_ctx or int(llm.get("n_ctx") or 0), api_key=key)
+                      n_ctx=a.n_ctx or int(llm.get("n_ctx") or 2048), api_key=key)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -587,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kgreason serve: {e}", file=sys.stderr)
         return 1
     try:
-        print(f"serving {gguf.name} as {name!r}: {a.parallel} slot(s) x {srv.threads} thread(s), n_ctx {srv.n_ctx or 'of the model'}; "
+        print(f"serving {gguf.name} as {name!r}: {a.parallel} slot(s) x {srv.threads} thread(s), n_ctx {srv.n_ctx}; "
               f"logs in {srv.log_dir}; Ctrl-C stops it. Run with:", flush=True)
         print(srv.override_line(), flush=True)
         while not stop.wait(0.5):
