@@ -37,7 +37,8 @@ from kgreason.data.base import select_split
 from kgreason.judges.base import judge_llm_config, judge_metrics
 from kgreason.llm.accounting import PREPARE_ID, Ledger, MeteredLLM, example_ledger, ledger_metrics
 from kgreason.llm.base import CacheMiss
-from kgreason.storage.llm_cache import CALL_LOG, check_cache
+from kgreason.llm.cache import check_cache
+from kgreason.storage.llm_calls import CALL_LOG
 from kgreason.llm.lazy import LazyLLM
 from kgreason.metrics import METRICS, Metric, clinical, example_value, run_values
 from kgreason.metrics.funnel import funnel_rates

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
      "kgreason.ranking"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
-    ("kgreason.llm", "kgreason.storage.llm_cache"),                       # 3 LLM backends, call cache, parsing
+    ("kgreason.llm",),                                                    # 3 LLM backends, call cache, parsing
     ("kgreason.data", "kgreason.metrics"),                                # 4 datasets, scoring
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
@@ -147,24 +147,26 @@ def test_the_parser_sees_real_edges():
 def test_a_package_init_counts_as_imported():
     """Importing ``kgreason.llm.base`` from outside ``kgreason.llm`` runs ``kgreason/llm/__init__.py``
     first; from inside the package it adds no edge (the package is already being imported)."""
-    assert "kgreason.llm" in GRAPH["kgreason.storage.llm_cache"]  # imports kgreason.llm.base
+    assert "kgreason.llm" in GRAPH["kgreason.reasoners.base"]  # imports kgreason.llm.base
     assert "kgreason.llm" not in GRAPH["kgreason.llm.lazy"]
 
 
-def test_the_call_cache_moved_without_a_cycle():
-    """The LLM call cache lives in storage/ (issue 58, item 7) at the LLM layer; the layering and
-    the cycle check still catch the two ways that move goes wrong."""
-    assert "kgreason.llm.cache" not in MODULES and "kgreason.storage.llm_cache" in MODULES
-    assert layer_of("kgreason.storage.llm_cache") == layer_of("kgreason.llm")
-    assert layer_of("kgreason.storage.callstore") < layer_of("kgreason.storage.llm_cache")
-    # kgreason/llm/__init__.py re-exporting CachedLLM again (even lazily) is a cycle
+def test_the_call_cache_is_on_the_llm_floor_and_its_store_on_the_ground():
+    """Issue 71, item 6: ``CachedLLM`` (an LLM wrapper) is in llm/, the store it writes to in
+    storage/ (before, storage/llm_cache.py held both and sat on the LLM floor); the layering and the
+    cycle check still catch the two ways that split goes wrong."""
+    assert "kgreason.storage.llm_cache" not in MODULES and "kgreason.llm.cache" in MODULES
+    assert layer_of("kgreason.storage.llm_calls") == layer_of("kgreason.storage") == 0
+    assert layer_of("kgreason.llm.cache") == layer_of("kgreason.llm")
+    # the wrapper outside llm/ again, with llm/ importing it back, is a cycle
     naive = {m: set(t) for m, t in GRAPH.items()}
-    naive["kgreason.llm"].add("kgreason.storage.llm_cache")
-    assert frozenset({"kgreason.llm", "kgreason.storage.llm_cache"}) in cycles(naive)
-    # the ground-floor call store importing the LLM layer is an upward import
+    naive["kgreason.llm"].add("kgreason.storage.llm_calls")
+    naive["kgreason.storage.llm_calls"].add("kgreason.llm")
+    assert frozenset({"kgreason.llm", "kgreason.storage.llm_calls"}) in cycles(naive)
+    # the ground-floor store importing the wrapper (or anything of the LLM floor) is an upward import
     naive = {m: set(t) for m, t in GRAPH.items()}
-    naive["kgreason.storage.callstore"].add("kgreason.llm.base")
-    assert upward_imports(naive) == ["kgreason.storage.callstore (layer 0) imports kgreason.llm.base (layer 3)"]
+    naive["kgreason.storage.llm_calls"].add("kgreason.llm.base")
+    assert upward_imports(naive) == ["kgreason.storage.llm_calls (layer 0) imports kgreason.llm.base (layer 3)"]
 
 
 def test_every_module_has_a_layer():
@@ -199,14 +201,16 @@ def test_kg_stays_below(lower, upper):
     assert not bad
 
 
-@pytest.mark.parametrize("first", ["kgreason.storage.llm_cache", "kgreason.llm", "kgreason.llm.lazy", "kgreason.run"])
+@pytest.mark.parametrize("first", ["kgreason.llm.cache", "kgreason.storage.llm_calls", "kgreason.llm",
+                                   "kgreason.llm.lazy", "kgreason.run"])
 def test_the_call_cache_imports_in_any_order(first):
     """A fresh interpreter imports the call cache whichever module comes first (a cycle through
     ``kgreason/llm/__init__.py`` would fail for one of these orders)."""
     import subprocess
     import sys
 
-    code = (f"import {first}; from kgreason.storage.llm_cache import CachedLLM, CallStore, cache_key; "
+    code = (f"import {first}; from kgreason.llm.cache import CachedLLM, cache_key, open_store; "
+            "from kgreason.storage.llm_calls import CallStore; "
             "from kgreason.llm.lazy import build_llm")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -116,7 +116,7 @@ def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> li
     assert calls == len(srv.requests) - len(probes)  # every other server request is accounted to one run
     assert calls + hits == 4 * LIMIT
     assert 2 * LIMIT <= calls  # each distinct call reached the server at least once...
-    from kgreason.storage.llm_cache import CallStore  # ...and is stored once, in one shared store
+    from kgreason.llm.cache import CallStore  # ...and is stored once, in one shared store
 
     assert len(CallStore.open(cache, "readonly")) == 2 * LIMIT
     return ms

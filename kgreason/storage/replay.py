@@ -194,7 +194,7 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
 
 
 def _keys(run: Path) -> list[str]:
-    from kgreason.storage.llm_cache import read_call_log
+    from kgreason.storage.llm_calls import read_call_log
 
     return read_call_log(run / "calls.jsonl")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics, llm_purpose
-from kgreason.storage.llm_cache import CachedLLM, CallStore
+from kgreason.llm.cache import CachedLLM, CallStore
 from kgreason.llm.scripted import ScriptedLLM
 from kgreason.types import ChatRequest
 from tests.conftest import compose_cfg
