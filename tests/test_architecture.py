@@ -32,9 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("kgreason.data", "kgreason.metrics"),                                # 4 datasets, scoring
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
-    ("kgreason.run",),                                                    # 7 the wiring
-    ("kgreason.app", "kgreason.compose", "kgreason.score", "kgreason.report", "kgreason.bench", "kgreason.eval",
-     "kgreason.ask", "kgreason.storage.replay"),  # 8 the app and tools
+    ("kgreason.runner", "kgreason.score"),                                # 7 the run loop and its launch, checks, replay
+    ("kgreason.app", "kgreason.report", "kgreason.bench", "kgreason.eval", "kgreason.ask"),  # 8 the app and tools
     ("kgreason.cli",),                                                    # 9 the command
     ("kgreason.__main__",),                                               # 10 python -m kgreason
 ]
@@ -136,7 +135,7 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_the_parser_sees_real_edges():
     """Guards the test itself: known edges (top-level, lazy, relative) are found."""
-    assert "kgreason.llm.lazy" in GRAPH["kgreason.run"]
+    assert "kgreason.llm.lazy" in GRAPH["kgreason.runner.run"]
     assert "kgreason.embed" in GRAPH["kgreason.retrieval.dense"]
     assert "kgreason.kg.cypher" in GRAPH["kgreason.reasoners.sgr.direct"]
     assert "kgreason.reasoners.sgr.reasoner" in GRAPH["kgreason.reasoners.sgr"]  # a package's own modules
@@ -167,6 +166,34 @@ def test_the_call_cache_is_on_the_llm_floor_and_its_store_on_the_ground():
     naive = {m: set(t) for m, t in GRAPH.items()}
     naive["kgreason.storage.llm_calls"].add("kgreason.llm.base")
     assert upward_imports(naive) == ["kgreason.storage.llm_calls (layer 0) imports kgreason.llm.base (layer 3)"]
+
+
+def test_each_package_is_on_one_floor():
+    """Each file on its floor (issue 71, item 6): no LAYERS entry lifts a module of a package above
+    or below the package's own floor (storage/llm_cache on the LLM floor and storage/replay on the
+    tools' floor were the storage floor's upward imports). The root package ``kgreason`` is the
+    exception: its loose modules each have their own floor."""
+    entries = [(pre, i) for i, prefixes in enumerate(LAYERS) for pre in prefixes]
+    lifted = [f"{pre} (layer {i}) is inside {pkg} (layer {j})" for pre, i in entries for pkg, j in entries
+              if pkg != "kgreason" and pre.startswith(pkg + ".") and i != j]
+    assert not lifted, "a package's module on another floor:\n" + "\n".join(lifted)
+
+
+def test_the_run_loop_is_one_package():
+    """Issue 71, item 6: the run loop's loose root modules and the bundle replay are one package,
+    kgreason/runner/, on one floor; what lower floors import from a run (run-dir I/O, the run
+    record, the start-up checks' error) stays on a floor they may import from."""
+    for m in ("run", "compose", "overrides", "sweepguard", "callbacks", "replay"):
+        assert f"kgreason.runner.{m}" in MODULES and layer_of(f"kgreason.runner.{m}") == layer_of("kgreason.runner")
+    assert "kgreason.storage.replay" not in MODULES and "kgreason.compose" not in MODULES
+    assert layer_of("kgreason.runs") == layer_of("kgreason.record") == layer_of("kgreason.storage") == 0
+    assert layer_of("kgreason.preflight") == layer_of("kgreason.reasoners") < layer_of("kgreason.runner")
+    # the archive format reaching back for the replay, or a method for the run loop, is upward
+    naive = {m: set(t) for m, t in GRAPH.items()}
+    naive["kgreason.storage.bundle"].add("kgreason.runner.replay")
+    naive["kgreason.reasoners.subqrag"].add("kgreason.runner")
+    assert upward_imports(naive) == ["kgreason.reasoners.subqrag (layer 5) imports kgreason.runner (layer 7)",
+                                     "kgreason.storage.bundle (layer 0) imports kgreason.runner.replay (layer 7)"]
 
 
 def test_every_module_has_a_layer():
@@ -202,7 +229,7 @@ def test_kg_stays_below(lower, upper):
 
 
 @pytest.mark.parametrize("first", ["kgreason.llm.cache", "kgreason.storage.llm_calls", "kgreason.llm",
-                                   "kgreason.llm.lazy", "kgreason.run"])
+                                   "kgreason.llm.lazy", "kgreason.runner.run"])
 def test_the_call_cache_imports_in_any_order(first):
     """A fresh interpreter imports the call cache whichever module comes first (a cycle through
     ``kgreason/llm/__init__.py`` would fail for one of these orders)."""

@@ -16,7 +16,7 @@ from conftest import compose_cfg
 
 from kgreason.bench.llm import FakeChatServer
 from kgreason.preflight import PreflightError
-from kgreason.run import LLMUnavailable, run
+from kgreason.runner.run import LLMUnavailable, run
 
 
 def _run(tmp_path: Path, *overrides: str):

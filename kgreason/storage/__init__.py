@@ -17,7 +17,7 @@ The generic stores live here:
 * :mod:`kgreason.storage.textcache` – the embedder's text → vector cache.
 * :mod:`kgreason.storage.bundle` – run bundles: one self-checking archive of what a table needs
   (configs, predictions, metrics, every model call a run made), ``kgreason bundle``
-  (:mod:`kgreason.storage.replay` re-scores and replays them).
+  (:mod:`kgreason.runner.replay` re-scores and replays them).
 
 Every file kgreason writes to a cache, with who writes it and how it is locked and checked.
 ``<cache>`` is ``paths.cache`` (``$KGREASON_CACHE_DIR``, default ``.cache/kgreason`` in a clone),

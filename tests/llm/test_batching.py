@@ -173,7 +173,7 @@ def test_run_lazy_llm_batches_local_backends_only_with_workers(tmp_path):
     from omegaconf import OmegaConf
 
     from kgreason.llm.hf import build_tiny_model
-    from kgreason.run import LazyLLM
+    from kgreason.runner.run import LazyLLM
 
     path = build_tiny_model(tmp_path / "tiny")
     cfg = OmegaConf.create({"_target_": "kgreason.llm.hf.HFCausalLM", "model": path, "device": "cpu"})

@@ -423,7 +423,7 @@ def replay_verdict(opened: Opened, rel: str, cache: Path, out: Path, *, first: i
 
 def _replay_verdict(opened: Opened, rel: str, cache: Path, out: Path, first: int | None, rankings: str) -> Verdict:
     from kgreason import ranking
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     if rankings not in RANKINGS:
         raise ValueError(f"rankings={rankings!r}: expected one of {', '.join(RANKINGS)}")
