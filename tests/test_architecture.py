@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("kgreason.data", "kgreason.metrics"),                                # 4 datasets, scoring
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
-    ("kgreason.runner", "kgreason.score"),                                # 7 the run loop and its launch, checks, replay
+    ("kgreason.runner", "kgreason.score", "kgreason.run"),                # 7 the run loop and its launch, checks, replay
+                                                                          #   (kgreason.run: the old path, re-exported)
     ("kgreason.app", "kgreason.report", "kgreason.bench", "kgreason.eval", "kgreason.ask"),  # 8 the app and tools
     ("kgreason.cli",),                                                    # 9 the command
     ("kgreason.__main__",),                                               # 10 python -m kgreason
@@ -186,6 +187,12 @@ def test_the_run_loop_is_one_package():
     for m in ("run", "compose", "overrides", "sweepguard", "callbacks", "replay"):
         assert f"kgreason.runner.{m}" in MODULES and layer_of(f"kgreason.runner.{m}") == layer_of("kgreason.runner")
     assert "kgreason.storage.replay" not in MODULES and "kgreason.compose" not in MODULES
+    # the one re-export at an old path (README's Python block before the move): the same objects
+    import kgreason.run
+    import kgreason.runner.run
+
+    assert kgreason.run.run is kgreason.runner.run.run and kgreason.run.build is kgreason.runner.run.build
+    assert GRAPH["kgreason.run"] == {"kgreason.runner", "kgreason.runner.run"}
     assert layer_of("kgreason.runs") == layer_of("kgreason.record") == layer_of("kgreason.storage") == 0
     assert layer_of("kgreason.preflight") == layer_of("kgreason.reasoners") < layer_of("kgreason.runner")
     # the archive format reaching back for the replay, or a method for the run loop, is upward
