@@ -1,7 +1,7 @@
 """kgreason: a Hydra-driven framework for studying LLM reasoning over knowledge graphs.
 
 Importing the package imports nothing heavy (OmegaConf, to register the ``${kgreason.path:...}``
-resolver that ``conf/paths/default.yaml`` uses); see ``kgreason/run.py`` for the wiring.
+resolver that ``conf/paths/default.yaml`` uses); see ``kgreason/runner/run.py`` for the wiring.
 """
 
 from kgreason.paths import register_resolvers as _register_resolvers

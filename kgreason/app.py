@@ -22,8 +22,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from kgreason.callbacks import forget_hydra_record, made_by_this_launch, restore_hydra_record
-from kgreason.compose import check_run, failed_marker, fetch_hint, refused_marker
+from kgreason.runner.callbacks import forget_hydra_record, made_by_this_launch, restore_hydra_record
+from kgreason.runner.compose import check_run, failed_marker, fetch_hint, refused_marker
 from kgreason.paths import config_dir, explain_missing, inside
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -72,7 +72,7 @@ def is_user_error(e: BaseException) -> bool:
     from kgreason.kg.sparql import SparqlError
     from kgreason.preflight import PreflightError
     from kgreason.record import ResumeConfigMismatch
-    from kgreason.run import LLMUnavailable, RunFailed
+    from kgreason.runner.run import LLMUnavailable, RunFailed
     from kgreason.textio import InputFileError
 
     user = (PreflightError, InputFileError, DataError, ResumeConfigMismatch, StoreCorrupt, RunFailed,
@@ -151,7 +151,7 @@ def _refuse_resume_without_run(task_overrides: Sequence[str], out_dir: Path) -> 
 
 
 #: what Hydra and the tracker put in a run dir before the first example (nothing of value), and
-#: the failure marker of a run that stopped there (kgreason/run.py; dropped with the dir)
+#: the failure marker of a run that stopped there (kgreason/runner/run.py; dropped with the dir)
 _START_ONLY = {".hydra", "run.log", "wandb", "failed.json"}
 
 
@@ -210,7 +210,7 @@ def _cache_cfg(cfg: DictConfig) -> dict | None:
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     set_hub_mode(cfg)
-    from kgreason.run import RunInterrupted, run
+    from kgreason.runner.run import RunInterrupted, run
     from kgreason.runs import RunDirLocked
     from kgreason.secrets import scrub_std_streams
 
@@ -229,7 +229,7 @@ def main(cfg: DictConfig) -> float | None:
         inside(hc.sweep.dir, out_dir, f"hydra.sweep.subdir (here {hc.sweep.subdir!r}, made from the overrides)")
     try:
         _refuse_resume_without_run(hc.overrides.task, out_dir)
-        check_run(cfg)  # an ablation a sweep axis or override would cancel: refused (kgreason/compose.py)
+        check_run(cfg)  # an ablation a sweep axis or override would cancel: refused (kgreason/runner/compose.py)
         result = run(cfg, out_dir)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: run() logged the one line (what was done, how to go on)
         if debug():
@@ -264,7 +264,7 @@ def main(cfg: DictConfig) -> float | None:
             # a sweep's job that could not run: marked failed (failed.json, read by tables/report); the
             # sweep goes on with its other jobs and ends with exit status 2 (compose.SweepCheck)
             from kgreason.preflight import PreflightError
-            from kgreason.run import complete_run_in
+            from kgreason.runner.run import complete_run_in
 
             reason = " ".join(_unwrap(e).split())
             if getattr(e, "kgreason_stage", None) is None and not complete_run_in(out_dir):

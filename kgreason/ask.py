@@ -2,8 +2,8 @@
 
 The configuration is composed as the main entry composes it (the same ``conf/``, the same
 overrides, the same typo check and start-up checks); the components are built by
-:func:`kgreason.run.build`, the reasoner's run-level set-up runs (SubQRAG's corpus index), and the
-question is answered and scored by :func:`kgreason.run.answer_and_score`, the code a run uses
+:func:`kgreason.runner.run.build`, the reasoner's run-level set-up runs (SubQRAG's corpus index), and the
+question is answered and scored by :func:`kgreason.runner.run.answer_and_score`, the code a run uses
 for every example. The row is written as JSON and as the HTML page of
 :mod:`kgreason.tables.question` (answer, every model call with its prompt and reply, the
 subgraph the method used).
@@ -139,7 +139,7 @@ def ask(question: str, overrides: Sequence[str] = (), *, example_id: str | None 
     from omegaconf import OmegaConf
 
     from kgreason.app import quiet_logs, set_hub_mode
-    from kgreason.run import _open_embedding_stores, _start_checks, answer_and_score, build
+    from kgreason.runner.run import _open_embedding_stores, _start_checks, answer_and_score, build
     from kgreason.runs import scrub_secrets
     from kgreason.tables.question import question_page
     from kgreason.textio import utf8_safe
@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kgreason ask: error: {bad[0]!r} is not an override (group=option or key=value); quote the question "
               "as one argument", file=sys.stderr)
         return 2
-    from kgreason.overrides import check
+    from kgreason.runner.overrides import check
 
     typo = check(args.overrides)
     if typo:

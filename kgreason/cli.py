@@ -160,7 +160,7 @@ TOOLS: dict[str, Tool] = {
     "bundle": Tool("export, verify or replay a run bundle (runs + every model call they made, one .tar.gz)",
                    "kgreason bundle export outputs/multirun/2026-01-31/12-00-00 -o sweep.tar.gz     |     "
                    "kgreason bundle verify sweep.tar.gz     |     kgreason bundle replay sweep.tar.gz",
-                   _module_main("kgreason.storage.replay")),
+                   _module_main("kgreason.runner.replay")),
 }
 
 
@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int | None:
     if any(a in ("-h", "--help") for a in args):
         print(help_text())
         return _exit(0, argv)
-    from kgreason.overrides import check
+    from kgreason.runner.overrides import check
 
     typo = check(args)  # a mistyped option or key: one line with the closest name, not Hydra's message
     if typo:

@@ -52,7 +52,7 @@ def _tag() -> str:
 def stopped_at() -> dict[str, Any] | None:
     """The last bar an exception ended in this process: ``{"what", "done", "total", "unit"}``
     (``SubQRAG indexing``, 812 of 6256 ``passage``), or ``None``. A run stopped before its first
-    example says with it how far its set-up got (kgreason/run.py)."""
+    example says with it how far its set-up got (kgreason/runner/run.py)."""
     return dict(_stopped) if _stopped else None
 
 

@@ -176,7 +176,7 @@ def _run_subqrag(case: dict, ablation: str, out: Path, emb: Path, corpus) -> dic
 
 def _run(case: dict, ablation: str, out: Path, emb: Path, monkeypatch) -> dict:
     from kgreason.llm.scripted import ScriptedLLM
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     made: list[ScriptedLLM] = []
     init = ScriptedLLM.__init__

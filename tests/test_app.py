@@ -6,7 +6,7 @@ import json
 
 from conftest import compose_cfg
 
-from kgreason.run import run
+from kgreason.runner.run import run
 
 
 def _cfg(tmp_path, *extra):
@@ -50,7 +50,7 @@ def test_errors_are_recorded_and_threshold_fails(tmp_path, monkeypatch):
     import pytest
 
     from kgreason.reasoners import retrieval_only
-    from kgreason.run import RunFailed
+    from kgreason.runner.run import RunFailed
 
     orig = retrieval_only.RetrievalOnly.answer
 

@@ -28,13 +28,13 @@ LAYERS: list[tuple[str, ...]] = [
      "kgreason.ranking"),  # 0 ground floor
     ("kgreason.kg",),                                                     # 1 the graph
     ("kgreason.retrieval",),                                              # 2 k-hop + dense search
-    ("kgreason.llm", "kgreason.storage.llm_cache"),                       # 3 LLM backends, call cache, parsing
+    ("kgreason.llm",),                                                    # 3 LLM backends, call cache, parsing
     ("kgreason.data", "kgreason.metrics"),                                # 4 datasets, scoring
     ("kgreason.judges", "kgreason.reasoners", "kgreason.preflight"),      # 5 methods (+ start-up checks)
     ("kgreason.tracking", "kgreason.tables"),                             # 6 reporting
-    ("kgreason.run",),                                                    # 7 the wiring
-    ("kgreason.app", "kgreason.compose", "kgreason.score", "kgreason.report", "kgreason.bench", "kgreason.eval",
-     "kgreason.ask", "kgreason.storage.replay"),  # 8 the app and tools
+    ("kgreason.runner", "kgreason.score", "kgreason.run"),                # 7 the run loop and its launch, checks, replay
+                                                                          #   (kgreason.run: the old path, re-exported)
+    ("kgreason.app", "kgreason.report", "kgreason.bench", "kgreason.eval", "kgreason.ask"),  # 8 the app and tools
     ("kgreason.cli",),                                                    # 9 the command
     ("kgreason.__main__",),                                               # 10 python -m kgreason
 ]
@@ -136,7 +136,7 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_the_parser_sees_real_edges():
     """Guards the test itself: known edges (top-level, lazy, relative) are found."""
-    assert "kgreason.llm.lazy" in GRAPH["kgreason.run"]
+    assert "kgreason.llm.lazy" in GRAPH["kgreason.runner.run"]
     assert "kgreason.embed" in GRAPH["kgreason.retrieval.dense"]
     assert "kgreason.kg.cypher" in GRAPH["kgreason.reasoners.sgr.direct"]
     assert "kgreason.reasoners.sgr.reasoner" in GRAPH["kgreason.reasoners.sgr"]  # a package's own modules
@@ -147,24 +147,60 @@ def test_the_parser_sees_real_edges():
 def test_a_package_init_counts_as_imported():
     """Importing ``kgreason.llm.base`` from outside ``kgreason.llm`` runs ``kgreason/llm/__init__.py``
     first; from inside the package it adds no edge (the package is already being imported)."""
-    assert "kgreason.llm" in GRAPH["kgreason.storage.llm_cache"]  # imports kgreason.llm.base
+    assert "kgreason.llm" in GRAPH["kgreason.reasoners.base"]  # imports kgreason.llm.base
     assert "kgreason.llm" not in GRAPH["kgreason.llm.lazy"]
 
 
-def test_the_call_cache_moved_without_a_cycle():
-    """The LLM call cache lives in storage/ (issue 58, item 7) at the LLM layer; the layering and
-    the cycle check still catch the two ways that move goes wrong."""
-    assert "kgreason.llm.cache" not in MODULES and "kgreason.storage.llm_cache" in MODULES
-    assert layer_of("kgreason.storage.llm_cache") == layer_of("kgreason.llm")
-    assert layer_of("kgreason.storage.callstore") < layer_of("kgreason.storage.llm_cache")
-    # kgreason/llm/__init__.py re-exporting CachedLLM again (even lazily) is a cycle
+def test_the_call_cache_is_on_the_llm_floor_and_its_store_on_the_ground():
+    """Issue 71, item 6: ``CachedLLM`` (an LLM wrapper) is in llm/, the store it writes to in
+    storage/ (before, storage/llm_cache.py held both and sat on the LLM floor); the layering and the
+    cycle check still catch the two ways that split goes wrong."""
+    assert "kgreason.storage.llm_cache" not in MODULES and "kgreason.llm.cache" in MODULES
+    assert layer_of("kgreason.storage.llm_calls") == layer_of("kgreason.storage") == 0
+    assert layer_of("kgreason.llm.cache") == layer_of("kgreason.llm")
+    # the wrapper outside llm/ again, with llm/ importing it back, is a cycle
     naive = {m: set(t) for m, t in GRAPH.items()}
-    naive["kgreason.llm"].add("kgreason.storage.llm_cache")
-    assert frozenset({"kgreason.llm", "kgreason.storage.llm_cache"}) in cycles(naive)
-    # the ground-floor call store importing the LLM layer is an upward import
+    naive["kgreason.llm"].add("kgreason.storage.llm_calls")
+    naive["kgreason.storage.llm_calls"].add("kgreason.llm")
+    assert frozenset({"kgreason.llm", "kgreason.storage.llm_calls"}) in cycles(naive)
+    # the ground-floor store importing the wrapper (or anything of the LLM floor) is an upward import
     naive = {m: set(t) for m, t in GRAPH.items()}
-    naive["kgreason.storage.callstore"].add("kgreason.llm.base")
-    assert upward_imports(naive) == ["kgreason.storage.callstore (layer 0) imports kgreason.llm.base (layer 3)"]
+    naive["kgreason.storage.llm_calls"].add("kgreason.llm.base")
+    assert upward_imports(naive) == ["kgreason.storage.llm_calls (layer 0) imports kgreason.llm.base (layer 3)"]
+
+
+def test_each_package_is_on_one_floor():
+    """Each file on its floor (issue 71, item 6): no LAYERS entry lifts a module of a package above
+    or below the package's own floor (storage/llm_cache on the LLM floor and storage/replay on the
+    tools' floor were the storage floor's upward imports). The root package ``kgreason`` is the
+    exception: its loose modules each have their own floor."""
+    entries = [(pre, i) for i, prefixes in enumerate(LAYERS) for pre in prefixes]
+    lifted = [f"{pre} (layer {i}) is inside {pkg} (layer {j})" for pre, i in entries for pkg, j in entries
+              if pkg != "kgreason" and pre.startswith(pkg + ".") and i != j]
+    assert not lifted, "a package's module on another floor:\n" + "\n".join(lifted)
+
+
+def test_the_run_loop_is_one_package():
+    """Issue 71, item 6: the run loop's loose root modules and the bundle replay are one package,
+    kgreason/runner/, on one floor; what lower floors import from a run (run-dir I/O, the run
+    record, the start-up checks' error) stays on a floor they may import from."""
+    for m in ("run", "compose", "overrides", "sweepguard", "callbacks", "replay"):
+        assert f"kgreason.runner.{m}" in MODULES and layer_of(f"kgreason.runner.{m}") == layer_of("kgreason.runner")
+    assert "kgreason.storage.replay" not in MODULES and "kgreason.compose" not in MODULES
+    # the one re-export at an old path (README's Python block before the move): the same objects
+    import kgreason.run
+    import kgreason.runner.run
+
+    assert kgreason.run.run is kgreason.runner.run.run and kgreason.run.build is kgreason.runner.run.build
+    assert GRAPH["kgreason.run"] == {"kgreason.runner", "kgreason.runner.run"}
+    assert layer_of("kgreason.runs") == layer_of("kgreason.record") == layer_of("kgreason.storage") == 0
+    assert layer_of("kgreason.preflight") == layer_of("kgreason.reasoners") < layer_of("kgreason.runner")
+    # the archive format reaching back for the replay, or a method for the run loop, is upward
+    naive = {m: set(t) for m, t in GRAPH.items()}
+    naive["kgreason.storage.bundle"].add("kgreason.runner.replay")
+    naive["kgreason.reasoners.subqrag"].add("kgreason.runner")
+    assert upward_imports(naive) == ["kgreason.reasoners.subqrag (layer 5) imports kgreason.runner (layer 7)",
+                                     "kgreason.storage.bundle (layer 0) imports kgreason.runner.replay (layer 7)"]
 
 
 def test_every_module_has_a_layer():
@@ -199,14 +235,16 @@ def test_kg_stays_below(lower, upper):
     assert not bad
 
 
-@pytest.mark.parametrize("first", ["kgreason.storage.llm_cache", "kgreason.llm", "kgreason.llm.lazy", "kgreason.run"])
+@pytest.mark.parametrize("first", ["kgreason.llm.cache", "kgreason.storage.llm_calls", "kgreason.llm",
+                                   "kgreason.llm.lazy", "kgreason.runner.run"])
 def test_the_call_cache_imports_in_any_order(first):
     """A fresh interpreter imports the call cache whichever module comes first (a cycle through
     ``kgreason/llm/__init__.py`` would fail for one of these orders)."""
     import subprocess
     import sys
 
-    code = (f"import {first}; from kgreason.storage.llm_cache import CachedLLM, CallStore, cache_key; "
+    code = (f"import {first}; from kgreason.llm.cache import CachedLLM, cache_key, open_store; "
+            "from kgreason.storage.llm_calls import CallStore; "
             "from kgreason.llm.lazy import build_llm")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

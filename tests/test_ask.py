@@ -118,7 +118,7 @@ def test_ask_on_the_embedded_world_writes_a_page_with_the_drawn_subgraph(tmp_pat
 
 
 def test_show_on_a_finished_tog_run_draws_the_beam_per_depth_and_every_call(tmp_path, monkeypatch):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     run_dir = tmp_path / "run"
     cfg = compose_cfg(["reasoner=tog", "llm=scripted", "dataset.limit=2", "tracking=none",
@@ -293,7 +293,7 @@ def test_the_readmes_python_entry_point_runs_as_written(tmp_path):
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    code = next(b for b in blocks if "from kgreason.run import run" in b)
+    code = next(b for b in blocks if "from kgreason.runner.run import run" in b)
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "KGREASON_PROGRESS": "off", "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stderr
@@ -307,7 +307,7 @@ def test_show_and_report_draw_the_funnel_in_stage_order(tmp_path, monkeypatch):
     order (``metrics.json`` ``funnel/_stages``) and marks the first it did not reach; ``kgreason
     report`` has a funnel section with a column per stage."""
     from kgreason.report import main as report_main
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     run_dir = tmp_path / "run"
     cfg = compose_cfg(["reasoner=tog", "llm=scripted", "dataset.limit=2", "tracking=none", "reasoner.depth=2",

@@ -1,6 +1,6 @@
 """Composition you can trust (issue 41 item 2, item 7): every preset × ablation pair, each of
 the preset's sweep jobs included, either runs with the ablation's values in force or is refused
-before the first example with one line naming the key (kgreason/compose.py); a sweep that
+before the first example with one line naming the key (kgreason/runner/compose.py); a sweep that
 cannot start stops before creating anything, with one or two lines and exit status 2.
 
 The pairs come from conf/ (every file of conf/experiment × conf/ablation), not from a list.
@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO
 
-from kgreason.compose import ablation_problems, ablation_settings, sweep_jobs
+from kgreason.runner.compose import ablation_problems, ablation_settings, sweep_jobs
 
 CONF = REPO / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))

@@ -88,7 +88,7 @@ def test_default_run_is_the_documented_one(tmp_path):
     from kgreason.reasoners.retrieval_only import RetrievalOnly
     from kgreason.retrieval.prefetch import PrefetchingRetriever
     from kgreason.retrieval.scipy_engine import ScipyRetriever
-    from kgreason.run import build
+    from kgreason.runner.run import build
 
     cfg = compose_cfg(["tracking=none"], tmp_path)
     assert cfg.dataset._target_ == "kgreason.data.embedded.load_embedded" and cfg.dataset.task == "kgqa"
@@ -147,7 +147,7 @@ def test_build_injects_the_shared_resources(option, tmp_path):
     """run.build gives every reasoner the run's kg, retriever, llm, embedder and graph database
     (the constructor contract, docs/architecture.md); nothing heavy is loaded at build, except
     the graph DB that SGR opens up front; closing the components closes them."""
-    from kgreason.run import build
+    from kgreason.runner.run import build
 
     cfg = compose_cfg([f"reasoner={option}", "llm=scripted", "tracking=none"], tmp_path)
     c = build(cfg, tmp_path)
@@ -172,7 +172,7 @@ def test_build_injects_the_shared_resources(option, tmp_path):
 
 
 def test_sgr_without_a_graph_database_fails_at_build(tmp_path):
-    from kgreason.run import build
+    from kgreason.runner.run import build
 
     cfg = compose_cfg(["reasoner=sgr", "graphdb=none", "llm=scripted", "tracking=none"], tmp_path)
     with pytest.raises(Exception, match="graphdb=kuzu"):

@@ -96,7 +96,7 @@ def produced(tmp_path_factory) -> set[str]:
 
     from kgreason.llm.accounting import PURPOSES, Ledger, ledger_metrics
     from kgreason.metrics import METRICS
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     keys = {f"metric/{m}" for m in METRICS} | set(ONLY_ON_FAILURE)
     base = tmp_path_factory.mktemp("default")
@@ -116,7 +116,7 @@ def produced(tmp_path_factory) -> set[str]:
     keys |= set(run(cfg, dx / "run").metrics)
     keys |= set(ledger_metrics([Ledger.from_json({p: {"calls": 1} for p in PURPOSES})], 1))
     # text-QA figures (rag_text / SubQRAG rows carry pool_size; the runs above are KGQA and Dx)
-    from kgreason.run import retrieval_figures
+    from kgreason.runner.run import retrieval_figures
 
     keys |= set(retrieval_figures([{"extra": {"pool_size": 3}}]))
     assert "metric/dx_round2_f1" in keys and "judge/round1/accurate" in keys and "llm/answer/calls" in keys

@@ -215,13 +215,13 @@ ROG_RAG = ["reasoner=rag", "dataset=webqsp", "kg=rog_subgraphs", f"kg.path={REPO
 
 @pytest.mark.slow
 def test_second_run_of_rag_builds_nothing_and_embeds_only_its_questions(tmp_path):
-    """Two rag runs (kgreason.run) on one machine: the first builds the KG's triple store before
+    """Two rag runs (kgreason.runner.run) on one machine: the first builds the KG's triple store before
     its first example; the second (another run dir and text cache) opens it and embeds only its
     questions (timing.json ``embedding``). Measured on the loaded 2-core machine: 11-12 s (453 s
     at the same load when it built the embedded world's store; 63 s idle)."""
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     stores = tmp_path / "stores"
     timings = []
@@ -254,7 +254,7 @@ def test_a_run_killed_after_its_store_build_still_counts_the_build_on_resume(tmp
     from conftest import compose_cfg
 
     from kgreason.reasoners.rag import RAG
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     out = tmp_path / "run"
     cfg = compose_cfg([*ROG_RAG, f"embedder.cache_dir={tmp_path / 'emb'}", f"embedder.store_dir={tmp_path / 'stores'}"],

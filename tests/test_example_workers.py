@@ -11,7 +11,7 @@ import pytest
 from conftest import compose_cfg
 from kgreason.bench.llm import FakeChatServer
 from kgreason.preflight import check_settings
-from kgreason.run import AUTO_HTTP_WORKERS, example_workers, run
+from kgreason.runner.run import AUTO_HTTP_WORKERS, example_workers, run
 
 
 @pytest.mark.parametrize("overrides,expected", [

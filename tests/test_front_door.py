@@ -164,7 +164,7 @@ def test_a_typo_gets_one_line_with_the_closest_name_and_no_run_dir(tmp_path, ove
 
 
 def test_valid_overrides_pass_the_typo_check():
-    from kgreason.overrides import check
+    from kgreason.runner.overrides import check
 
     for args in (["dataset.limit=5"], ["reasoner=rag,tog", "seed=0,1"], ["reasoner=rag", "reasoner.top_k=3"],
                  ["+brand_new=1"], ["llm=qwen_coder_1_5b", "llm.route=llamacpp"], ["hydra.sweep.dir=x"],

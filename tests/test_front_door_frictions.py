@@ -48,7 +48,7 @@ def test_the_end_of_a_run_names_its_dir_as_the_readme_does(tmp_path, monkeypatch
 
 
 def test_the_end_of_a_sweep_names_its_dir_as_the_readme_does(tmp_path, monkeypatch):
-    from kgreason.callbacks import next_steps
+    from kgreason.runner.callbacks import next_steps
 
     monkeypatch.chdir(tmp_path)
     lines = next_steps(str(tmp_path / "outputs" / "multirun" / "2026-12-06" / "10-00-00")).splitlines()

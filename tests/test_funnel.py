@@ -12,7 +12,7 @@ from conftest import compose_cfg
 
 from kgreason.metrics.funnel import funnel_columns, funnel_rates, question_funnel
 from kgreason.reasoners.base import BaseReasoner, Trace
-from kgreason.run import run, summarise
+from kgreason.runner.run import run, summarise
 from kgreason.types import Example
 
 

@@ -205,7 +205,7 @@ def test_bundle_replay_prints_each_runs_progress(bundle, tmp_path):
 
 
 def test_bundle_verify_prints_progress_while_it_works(bundle, monkeypatch, caplog, capsys):
-    from kgreason.storage import replay
+    from kgreason.runner import replay
 
     real = replay.verify
 

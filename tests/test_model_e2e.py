@@ -71,7 +71,7 @@ def _llm_calls(trace: list) -> list[dict]:
 @pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(reason=KNOWN_UNPARSEABLE[r], strict=True))
                                  if r in KNOWN_UNPARSEABLE else r for r in ROWS])
 def test_every_reply_of_the_real_model_parses(row, shared_data, tmp_path):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     data, reasoner = ROWS[row]
     cache = os.environ.get("KGREASON_MODEL_TEST_CACHE", str(Path.home() / ".cache" / "kgreason" / "validation"))

@@ -96,7 +96,7 @@ def test_the_sweep_guard_reads_a_presets_own_sweeper_params(tmp_path):
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict, read_write
 
-    from kgreason.sweepguard import SweepRefused, check_sweep
+    from kgreason.runner.sweepguard import SweepRefused, check_sweep
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):

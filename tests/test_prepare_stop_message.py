@@ -11,8 +11,9 @@ import signal
 
 import pytest
 
-from kgreason import progress, run
-from kgreason.run import RunInterrupted
+from kgreason import progress
+from kgreason.runner import run
+from kgreason.runner.run import RunInterrupted
 
 
 @pytest.mark.parametrize("what,unit,kept", [

@@ -34,7 +34,7 @@ def _progress_records(caplog):
 
 
 def test_llm_run_reports_progress_before_it_ends(tmp_path, monkeypatch, caplog):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     monkeypatch.setenv("KGREASON_PROGRESS", "log")          # what CI (no TTY) gets
     monkeypatch.setenv("KGREASON_PROGRESS_INTERVAL", "0.1")

@@ -23,7 +23,7 @@ from conftest import REPO, compose_cfg
 
 from kgreason.bench.llm import FakeChatServer
 from kgreason.record import ResumeConfigMismatch
-from kgreason.run import run
+from kgreason.runner.run import run
 
 N = 40
 

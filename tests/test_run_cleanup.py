@@ -43,7 +43,7 @@ def _overrides(cache: Path, limit: int) -> list[str]:
 
 
 def test_run_that_raises_half_way_closes_everything(tmp_path, monkeypatch):
-    import kgreason.run as run_mod
+    import kgreason.runner.run as run_mod
 
     cache = Path(os.environ["KGREASON_CACHE_DIR"])  # per test (conftest)
     built = {}

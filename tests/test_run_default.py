@@ -22,7 +22,7 @@ def test_readme_states_the_pinned_figures():
 
 
 def test_default_run_reproduces_the_readme_figures(tmp_path):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     res = run(compose_cfg(["tracking=none"], tmp_path), tmp_path)
     m = res.metrics

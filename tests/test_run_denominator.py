@@ -14,7 +14,7 @@ from conftest import compose_cfg
 
 from kgreason.metrics import METRICS
 from kgreason.metrics.qa import normalize_answer
-from kgreason.run import run, summarise
+from kgreason.runner.run import run, summarise
 
 
 def _flaky(monkeypatch, module, cls: str, every: str = "3"):

@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, compose_cfg
 from test_resume import _sigterm_once
 
-from kgreason.run import run
+from kgreason.runner.run import run
 from kgreason.runs import RunDirLocked, lock_run_dir
 
 BASE = ["reasoner=io", "llm=scripted", "tracking=none", "reports.hop_distribution=false"]

@@ -16,7 +16,7 @@ from conftest import compose_cfg
 
 from kgreason.bench.llm import FakeChatServer
 from kgreason.preflight import PreflightError
-from kgreason.run import LLMUnavailable, run
+from kgreason.runner.run import LLMUnavailable, run
 
 
 def _run(tmp_path: Path, *overrides: str):
@@ -332,7 +332,7 @@ def test_bad_graphdb_engine_stops_before_the_call_cache_is_created(tmp_path):
 
 
 def test_a_fresh_call_cache_is_not_created_by_the_start_up_check(tmp_path):
-    from kgreason.storage.llm_cache import check_cache
+    from kgreason.llm.cache import check_cache
 
     check_cache({"dir": str(tmp_path / "c"), "mode": "readwrite"})
     assert not (tmp_path / "c").exists()

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REPO, compose_cfg
 
-from kgreason.run import RunFailed, run
+from kgreason.runner.run import RunFailed, run
 from kgreason.runs import LOCK_NAME, PredictionStore, RunDirLocked, damaged_path, lock_run_dir
 
 N = 40
@@ -313,7 +313,7 @@ def test_an_interruption_or_a_crash_after_a_set_aside_keeps_every_row_and_the_re
                                                                                               stop):
     """The partial path with the lock and the side file: a dir with a damaged line is resumed,
     stopped half-way (Ctrl-C / an error that escapes the example loop), and resumed again."""
-    import kgreason.run as run_module
+    import kgreason.runner.run as run_module
 
     d, lines, reference = finished
     (d / "predictions.jsonl").write_text("".join(lines[:5]) + "garbage\n" + "".join(lines[6:20]))
@@ -351,7 +351,7 @@ def test_an_interruption_or_a_crash_after_a_set_aside_keeps_every_row_and_the_re
 def test_a_kept_hydra_record_is_this_launchs_only(tmp_path):
     """``.hydra/`` kept before a launch is put back once, and never one an earlier launch in the
     same process kept for a dir that has since been removed (``callbacks.KeepHydraRecord``)."""
-    from kgreason.callbacks import keep_hydra_record, restore_hydra_record
+    from kgreason.runner.callbacks import keep_hydra_record, restore_hydra_record
 
     d = tmp_path / "run"
     (d / ".hydra").mkdir(parents=True)

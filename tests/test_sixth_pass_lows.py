@@ -89,8 +89,9 @@ def test_a_stop_before_an_embedding_stores_first_bar_says_the_store_restarts(tmp
     """A stop early in an embedding-store build (loading the model, before its progress bar) said
     "what the set-up finished is kept (SubQRAG's index…) and a resume goes on from there", while the
     store is discarded and rebuilt."""
-    from kgreason import progress, run
-    from kgreason.run import RunInterrupted
+    from kgreason import progress
+    from kgreason.runner import run
+    from kgreason.runner.run import RunInterrupted
 
     def stopped(c):
         raise RunInterrupted(signal.SIGTERM)

@@ -111,12 +111,12 @@ def _check_first_sweep(srv: FakeChatServer, jobs: list[Path], cache: Path) -> li
     hits = sum(m["llm/cache_hits"] for m in ms)
     probes = [r for r in srv.requests if r["messages"][-1]["content"] == "ping" and r.get("max_tokens") == 1]
     # one preflight probe per job, and one per endpoint when the sweep is checked before its first job
-    # (kgreason/compose.py); probes are never cached, never counted as a call
+    # (kgreason/runner/compose.py); probes are never cached, never counted as a call
     assert len(probes) == 4 + 1
     assert calls == len(srv.requests) - len(probes)  # every other server request is accounted to one run
     assert calls + hits == 4 * LIMIT
     assert 2 * LIMIT <= calls  # each distinct call reached the server at least once...
-    from kgreason.storage.llm_cache import CallStore  # ...and is stored once, in one shared store
+    from kgreason.llm.cache import CallStore  # ...and is stored once, in one shared store
 
     assert len(CallStore.open(cache, "readonly")) == 2 * LIMIT
     return ms

@@ -155,7 +155,7 @@ def test_go_on_picks_only_an_unfinished_sweep_of_the_same_overrides(tmp_path):
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from kgreason.callbacks import unfinished_sweep
+    from kgreason.runner.callbacks import unfinished_sweep
     from kgreason.runs import lock_run_dir
 
     out = tmp_path / "outputs"

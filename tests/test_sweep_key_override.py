@@ -7,7 +7,7 @@ user would). Now one line says why and what to write (``++reasoner.temperature=0
 
 from __future__ import annotations
 
-from kgreason.overrides import check
+from kgreason.runner.overrides import check
 
 
 def test_a_key_only_the_swept_options_have_gets_one_line_naming_the_default_and_the_fix():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kgreason.storage.bundle import BundleError, open_bundle
-from kgreason.storage.replay import compare_run, replay_verdict, verify
+from kgreason.runner.replay import compare_run, replay_verdict, verify
 
 RUNNER = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "run_validation.py"
 
@@ -171,8 +171,8 @@ def test_a_replay_without_the_data_says_which_file_in_one_line(tmp_path, monkeyp
 def test_a_partial_run_replays_only_the_examples_its_bundle_holds(tmp_path):
     """A row stopped before its N is bundled with the examples it answered; the replay answers the
     whole config (the rest miss the call store, as they must), and only the bundled examples are
-    compared and re-scored (kgreason/storage/replay.py ``compare_partial``)."""
-    from kgreason.storage.replay import compare_partial
+    compared and re-scored (kgreason/runner/replay.py ``compare_partial``)."""
+    from kgreason.runner.replay import compare_partial
 
     _table, _row, e = next(x for x in _bundled_rows() if x[1] == "metaqa_io")
     opened = open_bundle(RUNNER.parent / e["bundle"]["file"], tmp_path / "b")

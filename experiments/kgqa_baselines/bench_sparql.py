@@ -43,7 +43,7 @@ def compose(overrides: list[str]):
 
 
 def one_pass(overrides: list[str], out: Path) -> dict:
-    from kgreason.run import build
+    from kgreason.runner.run import build
 
     t0 = time.perf_counter()
     c = build(compose(overrides), out)

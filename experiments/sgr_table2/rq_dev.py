@@ -26,7 +26,7 @@ import numpy as np
 def main(argv=None) -> int:
     from kgreason.ask import compose
     from kgreason.reasoners.base import Trace
-    from kgreason.run import build
+    from kgreason.runner.run import build
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10, help="dev questions (the first N of the dev split, N <= 20)")

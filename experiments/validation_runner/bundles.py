@@ -51,7 +51,7 @@ def restore_from_bundle(row: str, entry: dict, run_dir: Path, cache: str) -> str
     already holds answers. Returns what it restored."""
     from kgreason.storage.bundle import CALLS, BundleError, open_bundle
     from kgreason.storage.callstore import LLM_STORE, decode_line
-    from kgreason.storage.llm_cache import read_call_log
+    from kgreason.storage.llm_calls import read_call_log
 
     rec = entry.get("bundle") or {}
     if not rec.get("file"):

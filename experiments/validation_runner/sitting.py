@@ -44,7 +44,7 @@ def stopped_by_hand(rc: int, metrics: Path, since: float) -> bool:
 
 def stopped_preparing(rc: int, run_dir: Path, since: float) -> dict | None:
     """A sitting ended by Ctrl-C or SIGTERM while the row's run still prepared (SubQRAG's index):
-    the ``prepare_stopped.json`` its run wrote during this sitting (kgreason/run.py), else ``None``."""
+    the ``prepare_stopped.json`` its run wrote during this sitting (kgreason/runner/run.py), else ``None``."""
     marker = run_dir / "prepare_stopped.json"
     if rc not in (130, 143, -2, -15) or not marker.exists() or marker.stat().st_mtime < since:
         return None

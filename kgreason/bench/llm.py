@@ -19,7 +19,7 @@
 * ``harness``: whole runs (``reasoner=io`` on the embedded world, ``llm=openai``) against
   :class:`FakeChatServer` with 0.5 s per request, at ``example_workers`` 16, 64 and 256: the share
   of ideal (the waiting a harness without overhead would do / what the run waited), issue 60.
-* ``workers``: a whole run (``kgreason.run.run``, ``reasoner=io`` on MetaQA 2-hop, call cache
+* ``workers``: a whole run (``kgreason.runner.run.run``, ``reasoner=io`` on MetaQA 2-hop, call cache
   off) with ``example_workers=1`` and ``=8`` on the same questions → examples per minute and
   the ratio (8 workers → the local model's requests are merged by
   :class:`~kgreason.llm.batching.BatchingLLM`).
@@ -400,7 +400,7 @@ def bench_workers(llm_overrides: tuple[str, ...] = ("llm=qwen_coder_1_5b",), n: 
 
     from hydra import compose, initialize_config_dir
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     conf = str(Path(__file__).resolve().parents[2] / "conf")
     out: dict[str, Any] = {"backend": f"run reasoner=io metaqa {' '.join(llm_overrides)}", "n": n,
@@ -443,7 +443,7 @@ def bench_harness(concurrency: tuple[int, ...] = (16, 64, 256), n: int = 300, la
 
     from hydra import compose, initialize_config_dir
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     conf = str(Path(__file__).resolve().parents[2] / "conf")
     out: dict[str, Any] = {"backend": f"run reasoner={reasoner} llm=openai (fake server)", "n": n,
@@ -476,7 +476,7 @@ def bench_harness(concurrency: tuple[int, ...] = (16, 64, 256), n: int = 300, la
 def bench_server(llm_overrides: tuple[str, ...] = ("llm=local",), reasoners: tuple[str, ...] = ("io", "tog"),
                  workers: tuple[int, ...] = (1, 4, 8), n: int = 8, parallel: int = 2, threads: int | None = None,
                  max_tokens: int = 32, n_ctx: int = 4096, data: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Whole runs (``kgreason.run.run``, call cache off) with ``llm=openai`` against a llama.cpp
+    """Whole runs (``kgreason.runner.run.run``, call cache off) with ``llm=openai`` against a llama.cpp
     server (``kgreason.llm.serve.LlamaServer``, ``parallel`` slots) serving a local model: for
     each reasoner and each ``example_workers`` the examples per minute, the tokens the server
     reported, the share of time its slots were busy, and what its own logs say (decode and
@@ -491,7 +491,7 @@ def bench_server(llm_overrides: tuple[str, ...] = ("llm=local",), reasoners: tup
 
     from kgreason.llm.openai_http import OpenAIChat
     from kgreason.llm.serve import LlamaServer, resolve_model
-    from kgreason.run import run
+    from kgreason.runner.run import run
     from kgreason.types import ChatRequest
 
     gguf, name, _ = resolve_model(llm_overrides)

@@ -78,14 +78,14 @@ def retriever_conf(name: str) -> DictConfig:
 
 def build_retriever(name: str, kg, **overrides):
     """``instantiate(conf/retriever/<name>.yaml + overrides, kg=kg)``: how every bench (retrieval,
-    scale, dx_offline) builds an engine, the same way ``kgreason.run`` builds ``retriever=<name>``."""
+    scale, dx_offline) builds an engine, the same way ``kgreason.runner.run`` builds ``retriever=<name>``."""
     node = OmegaConf.merge(retriever_conf(name), OmegaConf.create(dict(overrides)))
     return instantiate(node, kg=kg)
 
 
 def make_retriever(name: str, kg, cfg: DictConfig, batch: int | None = None, **kw):
     """Build engine ``name`` from ``conf/retriever/<name>.yaml`` with ``hydra.utils.instantiate``
-    (as ``kgreason.run`` does), the bench's common settings ``kw`` overriding the file's.
+    (as ``kgreason.runner.run`` does), the bench's common settings ``kw`` overriding the file's.
 
     ``batch``: seed sets per batched product of the torch engines (default ``cfg.batch``);
     ``cfg.partitioned`` sets ``n_partitions`` / ``cache_size`` of the partitioned engine.

@@ -12,9 +12,10 @@
 * ``parsing`` – JSON repair, lists, scores, yes/no, bounded re-ask.
 
 Only light modules are imported here; torch/transformers/vllm/openai load inside the backends.
-The call cache (``CachedLLM``, ``CallStore``, ``cache_key``) is :mod:`kgreason.storage.llm_cache`,
-with everything else kgreason writes to a cache; it is not re-exported here, because it imports
-this package (``base``, ``accounting``) and a re-export would make the two import each other.
+The call cache (``CachedLLM``, ``cache_key``) is :mod:`kgreason.llm.cache`, and the store it keeps
+its replies in (``CallStore``) is :mod:`kgreason.storage.llm_calls`, with everything else kgreason
+writes to a cache. Neither is re-exported here: this package imports only light modules, and a
+run that never calls a model opens no store.
 """
 
 from kgreason.llm.base import LLM, CacheMiss, LLMError, ScoringUnsupported, complete

@@ -75,7 +75,7 @@ class BatchingLLM:
     def cache_identity(self) -> dict[str, Any]:
         """The wrapped model's reply-shaping settings: the call cache keys a batched run exactly
         like an unbatched one (batching does not change what a request asks for)."""
-        from kgreason.storage.llm_cache import backend_settings
+        from kgreason.llm.cache import backend_settings
 
         return backend_settings(self.inner)
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from hydra.utils import instantiate
 
 from kgreason import progress
-from kgreason.storage.llm_cache import CachedLLM, CallStore
+from kgreason.llm.cache import CachedLLM, open_store
 
 #: the ``llm`` config key that turns structured output on (docs/llm.md, "Structured output"); it is
 #: read here and never passed to the backend's constructor
@@ -77,14 +77,14 @@ def build_llm(cfg: Mapping[str, Any], cache_cfg: Mapping[str, Any] | None, examp
         llm = maybe_batching(instantiate(cfg), int(example_workers or 1))
     if cache_cfg is None or str(cache_cfg.get("mode", "off")) == "off":
         return llm
-    return CachedLLM(llm, CallStore.open(cache_cfg["dir"], mode=str(cache_cfg["mode"])),
+    return CachedLLM(llm, open_store(cache_cfg["dir"], mode=str(cache_cfg["mode"])),
                      legacy_batched_keys=bool(cache_cfg.get("legacy_batched_keys", False)), call_log=call_log)
 
 
 class DeferredHF:
     """An ``llm=hf`` backend for a readonly replay: it keys its calls exactly as
     :class:`~kgreason.llm.hf.HFCausalLM` does (backend ``hf``, the configured name, the
-    ``max_input_tokens`` it truncates to; :func:`~kgreason.storage.llm_cache.backend_settings`)
+    ``max_input_tokens`` it truncates to; :func:`~kgreason.llm.cache.backend_settings`)
     and loads the weights only for a call, which a readonly store never lets through (a miss fails
     first). So a replay of an hf bundle needs no checkpoint."""
 

@@ -346,7 +346,7 @@ class OpenAIChat:
 
     # ------------------------------------------------------------------ generate
     def cache_identity(self) -> dict[str, Any]:
-        """Reply-shaping settings beyond the common ones (:func:`kgreason.storage.llm_cache.backend_settings`):
+        """Reply-shaping settings beyond the common ones (:func:`kgreason.llm.cache.backend_settings`):
         a reasoning model's request form, effort and reasoning budget. Empty for other models, so
         their cache keys are those of earlier versions."""
         if not self.reasoning:

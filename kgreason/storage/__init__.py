@@ -6,9 +6,10 @@ The generic stores live here:
 * :mod:`kgreason.storage.callstore` – the key → JSON store of LLM and SPARQL calls: a directory
   of append-only, checksummed shards, one per writing process, safe on a shared filesystem;
   ``kgreason cache stats|merge DIR`` (:mod:`kgreason.storage.cache_command`).
-* :mod:`kgreason.storage.llm_cache` – the LLM call cache on top of the call store:
-  ``CachedLLM``, its keys, and a run's ``calls.jsonl``. It sits in the LLM layer
-  (docs/architecture.md): it reads the metering in ``kgreason.llm.accounting``.
+* :mod:`kgreason.storage.llm_calls` – the LLM call store on top of the call store: ``CallStore``
+  (``<llm_cache.dir>/llm_calls/``) and the reader of a run's ``calls.jsonl``. The LLM wrapper
+  that fills it (``CachedLLM``, its keys, the call log's writer) is :mod:`kgreason.llm.cache`, on
+  the LLM floor (docs/architecture.md): it reads the metering in ``kgreason.llm.accounting``.
 * :mod:`kgreason.storage.embedstore` – the KG embedding stores, and the helpers every builder of a
   cached directory uses: ``store_lock`` (one builder per machine, the others wait and read what it
   wrote), ``clean_stale_tmp`` (temporary dirs a killed build left), ``reserved_npy`` and
@@ -16,15 +17,15 @@ The generic stores live here:
 * :mod:`kgreason.storage.textcache` – the embedder's text → vector cache.
 * :mod:`kgreason.storage.bundle` – run bundles: one self-checking archive of what a table needs
   (configs, predictions, metrics, every model call a run made), ``kgreason bundle``
-  (:mod:`kgreason.storage.replay` re-scores and replays them).
+  (:mod:`kgreason.runner.replay` re-scores and replays them).
 
 Every file kgreason writes to a cache, with who writes it and how it is locked and checked.
 ``<cache>`` is ``paths.cache`` (``$KGREASON_CACHE_DIR``, default ``.cache/kgreason`` in a clone),
 ``<models>`` is ``$KGREASON_MODEL_DIR`` (default ``~/.cache/kgreason/models``):
 
 * ``<cache>/llm_calls/<host>-<pid>-<random>.jsonl`` – LLM replies (``llm_cache.dir``).
-  Opened by :mod:`kgreason.llm.lazy`, written by :mod:`kgreason.storage.llm_cache` through
-  :mod:`kgreason.storage.callstore`. No lock: each process appends to its own shard. Each line
+  Opened by :mod:`kgreason.llm.lazy`, written by :mod:`kgreason.llm.cache` through
+  :mod:`kgreason.storage.llm_calls` and :mod:`kgreason.storage.callstore`. No lock: each process appends to its own shard. Each line
   carries the SHA-256 of its record; a torn or damaged line is skipped (with a warning), never
   used. ``kgreason cache merge`` takes an exclusive ``flock`` on ``llm_calls/.merge.lock``, sets
   shards aside as ``merging-<token>-<n>.jsonl`` (still read as shards), writes
@@ -32,7 +33,7 @@ Every file kgreason writes to a cache, with who writes it and how it is locked a
   shards; a killed merge's ``.tmp`` is removed by the next merge. An older ``<cache>/llm_calls.sqlite`` is migrated once into ``legacy-sqlite.jsonl``
   (written to a temporary name, then renamed).
 * ``<run dir>/calls.jsonl`` – the cache keys one run served or stored (``CallLog`` in
-  :mod:`kgreason.storage.llm_cache`; a thread lock, one line per key; damaged lines are skipped
+  :mod:`kgreason.llm.cache`, read by ``read_call_log`` in :mod:`kgreason.storage.llm_calls`; a thread lock, one line per key; damaged lines are skipped
   when read). Not a cache, but what ``kgreason bundle export`` packs from the call store.
 * ``<cache>/sparql/sparql_calls/`` – SPARQL responses (``kg.cache_dir``), written by
   :mod:`kgreason.kg.sparql` into a :mod:`kgreason.storage.callstore` store: as above.

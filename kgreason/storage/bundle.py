@@ -30,7 +30,7 @@ inside the bundle), then only the entries it lists, each within its listed size 
 (:func:`ceilings`), streamed through SHA-256 by our own tar reader (:class:`_TarStream`: no
 header is read whole before its size is checked, and only plain files are taken).
 :class:`BundleError` names the first entry that is edited, missing, extra, too big or misplaced,
-and what was unpacked is removed. Re-scoring and replaying are in :mod:`kgreason.storage.replay`.
+and what was unpacked is removed. Re-scoring and replaying are in :mod:`kgreason.runner.replay`.
 
 Ground floor: imports nothing from kgreason above :mod:`kgreason.storage.callstore`,
 :mod:`kgreason.secrets` and :mod:`kgreason.record`.

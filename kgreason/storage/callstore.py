@@ -1,5 +1,5 @@
 """A persistent key → JSON store that many processes on many hosts can share: the LLM call cache
-(``kgreason.storage.llm_cache``) and the SPARQL response cache (``kgreason.kg.sparql``) keep their entries
+(``kgreason.storage.llm_calls``, used by ``kgreason.llm.cache``) and the SPARQL response cache (``kgreason.kg.sparql``) keep their entries
 in one.
 
 **Layout.** A store is a directory of append-only *shard* files, one per writing process
@@ -190,13 +190,16 @@ class KeyValueStore:
     Args:
         path: the shard directory.
         legacy: an old SQLite store file to migrate (readwrite) or read in place (readonly).
-        record_keys: an optional callable ``(key, method)`` told of every key this store returned
-            a value for or stored (a run's call log, :mod:`kgreason.storage.llm_cache`).
+        missing_error: what a ``readonly`` store with nothing to read raises (default: the class's
+            :attr:`missing_error`; the LLM cache names its own, :func:`kgreason.llm.cache.open_store`).
     """
 
     missing_error: type[Exception] = StoreMissing
 
-    def __init__(self, path: str | Path | None, mode: str = "readwrite", legacy: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None, mode: str = "readwrite", legacy: str | Path | None = None,
+                 missing_error: type[Exception] | None = None) -> None:
+        if missing_error is not None:
+            self.missing_error = missing_error
         if mode not in MODES:
             raise ValueError(f"cache mode must be one of {MODES}, got {mode!r}")
         self.mode, self.path = mode, (Path(path) if path is not None else None)

@@ -260,7 +260,7 @@ def _failure_reason(job: Path, rows: RunRows | None = None) -> str:
         if isinstance(doc, dict) and doc.get("reason"):
             return f"failed ({doc.get('stage') or '?'}): {str(doc['reason'])[:300]}"
         return f"{job.name}/failed.json: a failure marker without a reason"
-    stopped = job / "prepare_stopped.json"  # Ctrl-C / SIGTERM in the run's set-up (kgreason/run.py)
+    stopped = job / "prepare_stopped.json"  # Ctrl-C / SIGTERM in the run's set-up (kgreason/runner/run.py)
     if stopped.is_file():
         try:
             doc = json.loads(stopped.read_text(encoding="utf-8"))

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import compose_cfg
 
-from kgreason.run import run
+from kgreason.runner.run import run
 
 
 def test_metaqa_run(tmp_path, shared_data, monkeypatch):

@@ -28,7 +28,7 @@ def _cfg(tmp_path, *extra):
 
 
 def test_judge_uses_its_own_model_and_is_counted(tmp_path):
-    from kgreason.run import build, run
+    from kgreason.runner.run import build, run
 
     c = build(_cfg(tmp_path))
     assert c.judge.llm.model == "judge-model" and c.llm.model == "scripted"
@@ -43,7 +43,7 @@ def test_judge_uses_its_own_model_and_is_counted(tmp_path):
 
 
 def test_self_judging_fails_at_start_up(tmp_path):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = _cfg(tmp_path, "judge.llm.model=scripted")  # the judge is the judged model
     with pytest.raises(ValueError, match="allow_self_judging"):
@@ -60,7 +60,7 @@ def test_default_judge_is_gpt5_mini_not_the_run_llm(tmp_path):
 
 
 def test_a_judge_that_cannot_start_stops_the_run_before_the_first_example(tmp_path, monkeypatch):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = compose_cfg(["reasoner=io", "llm=scripted", "judge=pdsqi", "dataset.limit=2", "tracking=none",

@@ -115,7 +115,7 @@ def test_repeated_sampling_mean_and_std():
 
 
 def test_per_round_scores_and_summarise_aggregation():
-    from kgreason.run import summarise
+    from kgreason.runner.run import summarise
 
     # the judge scores 'succinct' by the number of diagnoses: 1 item → 5, 2 → 4, 3+ → 2
     llm = ScriptedLLM(rules=[

@@ -58,7 +58,7 @@ def shared_cache(tmp_path_factory):
 
 
 def _run(overrides, out, monkeypatch, url=None, cache=None):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     if url:
         monkeypatch.setenv("FREEBASE_SPARQL_URL", url)

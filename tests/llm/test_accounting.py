@@ -31,7 +31,7 @@ def test_every_call_is_counted_by_purpose(tmp_path):
     """Answer, log-prob scoring (hits included), indexing and judge calls all land in the
     example's ledger, whatever the caller records itself (issue 16)."""
     from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics, llm_purpose
-    from kgreason.storage.llm_cache import CachedLLM, CallStore
+    from kgreason.llm.cache import CachedLLM, CallStore
     from kgreason.llm.scripted import ScriptedLLM
     from kgreason.types import ChatRequest, Message
 
@@ -61,7 +61,7 @@ def test_reasoning_tokens_are_counted_and_kept_by_cache_hits(tmp_path):
     """Reasoning tokens travel with the usage: split over a batch, summed per purpose, kept
     by a cache hit (as its other token counts are) and logged as llm/ and judge/reasoning_tokens."""
     from kgreason.llm.accounting import Ledger, call_usage, ledger_metrics
-    from kgreason.storage.llm_cache import CachedLLM, CallStore
+    from kgreason.llm.cache import CachedLLM, CallStore
     from kgreason.types import ChatRequest, Completion
 
     u = call_usage(10, 50, 0.1, 0.0, reasoning_tokens=40)

@@ -173,7 +173,7 @@ def test_run_lazy_llm_batches_local_backends_only_with_workers(tmp_path):
     from omegaconf import OmegaConf
 
     from kgreason.llm.hf import build_tiny_model
-    from kgreason.run import LazyLLM
+    from kgreason.runner.run import LazyLLM
 
     path = build_tiny_model(tmp_path / "tiny")
     cfg = OmegaConf.create({"_target_": "kgreason.llm.hf.HFCausalLM", "model": path, "device": "cpu"})
@@ -196,7 +196,7 @@ def test_batched_and_unbatched_runs_share_cache_entries_and_the_route_stays_in_t
     run keyed the same request differently: the model tests (1 worker) paid again for every call
     the validation table (8 workers) had cached. Now both key alike, and a different route still
     gets its own entry."""
-    from kgreason.storage.llm_cache import CachedLLM, CallStore, backend_settings
+    from kgreason.llm.cache import CachedLLM, CallStore, backend_settings
 
     class Routed(RecordingLLM):
         def __init__(self, route):
@@ -221,7 +221,7 @@ def test_legacy_batched_keys_reads_entries_written_before_the_fix_only_when_aske
     """``llm_cache.legacy_batched_keys``: a cache that batched runs filled before the fix (keyed with
     no settings) is read, and each hit is copied to the right key; off by default, because those
     entries do not tell routes apart."""
-    from kgreason.storage.llm_cache import CachedLLM, CallStore, cache_key, request_json
+    from kgreason.llm.cache import CachedLLM, CallStore, cache_key, request_json
 
     class Routed(RecordingLLM):
         def __init__(self):

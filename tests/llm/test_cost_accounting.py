@@ -10,7 +10,7 @@ import pytest
 
 from kgreason.llm.accounting import Ledger, MeteredLLM, PriceTable, example_ledger, ledger_metrics
 from kgreason.llm.scripted import ScriptedLLM
-from kgreason.storage.llm_cache import CachedLLM, CallStore, cache_key, request_json
+from kgreason.llm.cache import CachedLLM, CallStore, cache_key, request_json
 from kgreason.types import ChatRequest, Message, Usage
 
 

@@ -76,7 +76,7 @@ def test_a_deferred_replay_backend_keys_calls_as_the_loaded_model_does(tiny):
     """A readonly replay's stand-in (kgreason/llm/lazy.py ``DeferredHF``) gives the same cache key
     parts as the loaded model: backend, model name and reply-shaping settings."""
     from kgreason.llm.lazy import DeferredHF
-    from kgreason.storage.llm_cache import backend_settings
+    from kgreason.llm.cache import backend_settings
 
     stand_in = DeferredHF({"_target_": "kgreason.llm.hf.HFCausalLM", "model": tiny.model, "batch_size": 3})
     assert (stand_in.backend, stand_in.model, backend_settings(stand_in)) == \

@@ -11,7 +11,7 @@ import pytest
 
 from kgreason.llm.base import CacheMiss
 from kgreason.llm.lazy import build_llm
-from kgreason.storage.llm_cache import CallStore, cache_key, request_json
+from kgreason.llm.cache import CallStore, cache_key, request_json
 from kgreason.types import ChatRequest
 
 

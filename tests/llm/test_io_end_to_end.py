@@ -9,7 +9,7 @@ import pytest
 from conftest import compose_cfg
 
 from kgreason.bench.llm import FakeChatServer
-from kgreason.run import run
+from kgreason.runner.run import run
 
 KEY_ENV = "KGREASON_TEST_FAKE_KEY"
 KEY = "sk-e2e-SECRET-ZZZ-987654321"

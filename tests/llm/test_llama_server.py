@@ -175,7 +175,7 @@ def test_sgr_p_theta_follows_the_backends_decision(llama_server):
 
 
 def _run(srv, tmp_path, *overrides):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = compose_cfg(["llm=openai", f"llm.base_url={srv.base_url}", f"llm.model={NAME}", "llm.api_key_env=null",
                        "tracking=none", "dataset.limit=1", "llm_cache.mode=off", *overrides], tmp_path)

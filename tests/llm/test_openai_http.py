@@ -278,7 +278,7 @@ def test_stop_is_applied_to_a_reasoning_models_reply():
 
 
 def test_non_reasoning_models_keep_their_request_and_cache_key():
-    from kgreason.storage.llm_cache import backend_settings
+    from kgreason.llm.cache import backend_settings
 
     with FakeChatServer(openai_rules=True) as srv:
         llm = _reasoner(srv, model="gpt-4o-mini")

@@ -21,7 +21,7 @@ import pytest
 from kgreason.storage.callstore import KeyValueStore
 from kgreason.llm.accounting import Ledger, ledger_metrics
 from kgreason.llm.base import LLMError
-from kgreason.storage.llm_cache import CachedLLM
+from kgreason.llm.cache import CachedLLM
 from kgreason.llm.openai_http import OpenAIChat, parse_retry_after
 from kgreason.types import ChatRequest
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kgreason.llm.accounting import Ledger, MeteredLLM, example_ledger, ledger_metrics, llm_purpose
-from kgreason.storage.llm_cache import CachedLLM, CallStore
+from kgreason.llm.cache import CachedLLM, CallStore
 from kgreason.llm.scripted import ScriptedLLM
 from kgreason.types import ChatRequest
 from tests.conftest import compose_cfg
@@ -102,7 +102,7 @@ def test_a_seed_changes_the_cache_key_of_sampled_requests_only(tmp_path):
 
 # ----------------------------------------------------------------------------- whole runs
 def _run(tmp_path: Path, name: str, *overrides: str):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     out = tmp_path / name
     cfg = compose_cfg(["reasoner=tog", "llm=scripted", f"llm.default='{TOG_REPLY}'", "tracking=none",
@@ -126,7 +126,7 @@ def test_seed_is_sent_in_the_http_body_of_sampled_requests_only(tmp_path):
     """ToG against an OpenAI-compatible server: the exploration requests (temperature 0.4) carry
     ``seed``, which differs between run seeds; the reasoning requests (temperature 0) carry none."""
     from kgreason.bench.llm import FakeChatServer
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     sent: dict[int, list[dict]] = {}
     for seed in (0, 1):

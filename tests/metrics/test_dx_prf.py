@@ -157,7 +157,7 @@ def test_run_scores_kg_alias_matches_and_score_cli_reproduces_them(tmp_path):
     in the row, so re-scoring predictions.jsonl offline gives the run's values."""
     import json
 
-    from kgreason.run import Components, _answer_and_score
+    from kgreason.runner.run import Components, _answer_and_score
     from kgreason.score import parse_line, score
 
     names = ["dx_precision", "dx_recall", "dx_f1", *[f"dx_{r}_{s}" for r in ("baseline", "round1", "round2")

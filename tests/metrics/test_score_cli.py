@@ -93,7 +93,7 @@ def test_score_of_a_run_equals_its_metrics_json(tmp_path, overrides):
     the CLI gives exactly metrics.json for every metric (issue 16: answer groups were missing)."""
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = compose_cfg(["tracking=jsonl", "dataset.limit=25", "reports.hop_distribution=false", *overrides], tmp_path)
     res = run(cfg, tmp_path / "run")
@@ -117,7 +117,7 @@ def test_score_of_a_dx_run_equals_its_metrics_json_with_kg_alias_matches(tmp_pat
     from omegaconf import open_dict
 
     from conftest import compose_cfg
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     golds = [d for p in world.patients[:3] for d in p.diagnoses]
     cfg = compose_cfg(["reasoner=logoskg_dx", "dataset=embedded_clinical", "llm=scripted", "dataset.limit=3",

@@ -81,7 +81,7 @@ def test_cwq_on_the_freebase_slice_rag_calls_once_on_every_question(tmp_path, sh
     """issue 43: on CWQ with the Freebase slice about half the topics do not link; rag used to
     make no call and predict "" there. Now every question gets one call and a non-empty answer,
     and the questions with nothing linked carry retrieval_empty (scripted model)."""
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     monkeypatch.setenv("KGREASON_DATA", str(shared_data))
     cfg = compose_cfg(["dataset=cwq", "kg=freebase_slice", "reasoner=rag", "llm=scripted",

@@ -76,7 +76,7 @@ def test_e2e_kg_dx_run_on_embedded_clinical(tmp_path):
 
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = compose_cfg(["reasoner=kg_dx", "dataset=embedded", "dataset.task=clinical", "dataset.limit=10",
                        "dataset.metrics=[answer_coverage,dx_f1,dx_round1_f1]",
@@ -136,7 +136,7 @@ def test_ddxplus_run_uses_pathology_type(tmp_path, shared_data):
     """`kg=ddxplus` names its diagnoses `pathology`: the default type list picks it up."""
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     if not (shared_data / "ddxplus" / "release_conditions.json").exists():
         pytest.skip("shared ddxplus data missing")

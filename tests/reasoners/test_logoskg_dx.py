@@ -269,7 +269,7 @@ def _scripted_cfg(tmp_path, *extra):
 
 
 def test_e2e_run_with_pdsqi_judge(tmp_path):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     res = run(_scripted_cfg(tmp_path, "reasoner.rank=path_support"), tmp_path)
     m = res.metrics
@@ -297,7 +297,7 @@ def test_e2e_run_with_pdsqi_judge(tmp_path):
 
 @pytest.mark.slow
 def test_e2e_run_similarity_rank_minilm(tmp_path):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     res = run(_scripted_cfg(tmp_path, "reasoner.refine=top_n", "reasoner.top_n=10"), tmp_path)
     assert res.metrics["run/error_rate"] == 0.0

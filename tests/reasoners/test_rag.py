@@ -103,7 +103,7 @@ REASONERS = ["cot", "rag", "tog", "reknos"]
 def test_run_end_to_end_scripted(tmp_path, reasoner):
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = compose_cfg([f"reasoner={reasoner}", "llm=scripted", "dataset.limit=3", "tracking=none"], tmp_path)
     res = run(cfg, tmp_path)

@@ -77,7 +77,7 @@ def test_twowiki_pool_is_the_hipporag_corpus_plus_the_questions_paragraphs(share
     from hydra.utils import instantiate
 
     from kgreason.kg.embedded import make_world
-    from kgreason.run import _without
+    from kgreason.runner.run import _without
 
     cfg = compose_cfg(["dataset=twowiki", f"paths.data={shared_data}"], tmp_path)
     assert cfg.dataset.corpus.endswith("2wikimultihopqa/hipporag_2wikimultihopqa_corpus.json")
@@ -93,7 +93,7 @@ def test_twowiki_pool_is_the_hipporag_corpus_plus_the_questions_paragraphs(share
 def test_every_text_qa_row_reports_its_pool_size_and_the_run_its_mean(emb_dir, tmp_path):
     """issue 57: the pool a question retrieved from is stated beside every text-QA row:
     ``extra["pool_size"]`` per row, ``retrieval/pool_size`` in metrics.json."""
-    from kgreason.run import retrieval_figures
+    from kgreason.runner.run import retrieval_figures
     from kgreason.types import to_jsonable
 
     es = ExampleSet("docs", [Example(id="a", question="q?", answers=("x",), corpus=(EVEREST,)),

@@ -277,7 +277,7 @@ def test_cluster_superrelations_partition(embedded_kg):
 def test_run_end_to_end_with_ablations(tmp_path):
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     for abl in ("reknos_forward_only", "reknos_random_superrel", "reknos_no_fewshot"):
         out = tmp_path / abl

@@ -374,7 +374,7 @@ STRUCT_RULE = {"pattern": STRUCT_P + r".*Question: (?:Which company produced|Whe
 def test_end_to_end_scripted(tmp_path):
     from omegaconf import open_dict
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = compose_cfg(["reasoner=sgr", "llm=scripted", "dataset.limit=3", "tracking=none"], tmp_path)
     with open_dict(cfg):
@@ -421,7 +421,7 @@ def test_ablation_bundles_compose(tmp_path, ablation):
 
 @pytest.mark.slow
 def test_end_to_end_local_llm(tmp_path):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = compose_cfg(["reasoner=sgr", "llm=local", "dataset.limit=3", "tracking=none", "reasoner.max_tokens=96",
                        "reasoner.num_paths=2", "reasoner.collab_iterations=1", "reasoner.max_refine_rounds=1"], tmp_path)

@@ -163,7 +163,7 @@ def test_no_decomposition_single_subquestion(small, emb_dir):
 
 @pytest.mark.slow
 def test_end_to_end_scripted(tmp_path, emb_dir):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=scripted",
                        "dataset.limit=3", "tracking=none",
@@ -174,7 +174,7 @@ def test_end_to_end_scripted(tmp_path, emb_dir):
 
 @pytest.mark.slow
 def test_end_to_end_local(tmp_path, emb_dir):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     import json as _json
 

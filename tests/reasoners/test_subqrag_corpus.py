@@ -157,7 +157,7 @@ INJECTED = ["reasoner.kg_source=injected", "kg=rog_subgraphs", f"kg.path={REPO /
 
 
 def _hotpot_run(tmp_path, emb_dir, *overrides, rules=None):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     data = tmp_path / "hotpot.jsonl"
     recs = [{"_id": ex.id, "question": ex.question, "answer": ex.answers[0], "supporting_facts": [],

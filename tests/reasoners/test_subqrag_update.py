@@ -184,7 +184,7 @@ def test_an_unknown_update_scope_is_refused():
 
 
 def test_triples_written_per_question_and_their_total_are_metrics(tmp_path, emb_dir):
-    from kgreason.run import summarise
+    from kgreason.runner.run import summarise
 
     r, _ = _reasoner(tmp_path, emb_dir, update_scope="question")
     preds = [r.answer(EX0), r.answer(EX1), r.answer(EX1)]

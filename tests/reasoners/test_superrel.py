@@ -68,7 +68,7 @@ def test_freebase_slice_grouping(fb15k237):
 def test_the_run_reports_the_group_histogram(tmp_path):
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     out = tmp_path / "reknos"
     cfg = compose_cfg(["reasoner=reknos", "llm=scripted", "dataset.limit=1", "tracking=none"], out)

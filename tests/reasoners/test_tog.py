@@ -191,7 +191,7 @@ def test_bad_backend_is_rejected(world):
 def test_run_end_to_end_with_ablations(tmp_path):
     from conftest import compose_cfg
 
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     for abl in ("none", "tog_bm25", "tog_embedding"):
         out = tmp_path / abl

@@ -9,7 +9,7 @@ import pytest
 from conftest import compose_cfg
 
 from kgreason.retrieval.prefetch import PrefetchingRetriever
-from kgreason.run import build, run
+from kgreason.runner.run import build, run
 
 
 def _rows(d):
@@ -50,7 +50,7 @@ def test_prefetch_uses_one_retrieve_many_per_chunk(tmp_path):
 
     inner.retrieve_many = spy
     inner.retrieve = lambda *a, **k: pytest.fail("single-query retrieve called despite prefetch")
-    from kgreason.run import _chunks
+    from kgreason.runner.run import _chunks
 
     examples = list(c.dataset)
     for chunk in _chunks(examples, c.retriever, c.reasoner):

@@ -124,8 +124,8 @@ def test_a_replay_writes_nowhere_a_bundles_overrides_say(tmp_path, monkeypatch):
     cache, a store, an index, the path roots) is a path of someone else's machine, and is left out."""
     from omegaconf import OmegaConf
 
-    import kgreason.run
-    from kgreason.storage import replay
+    import kgreason.runner.run
+    from kgreason.runner import replay
 
     blobs = blobs_of(BASE)
     rec = json.loads(blobs[f"runs/{ROW}/run.json"])
@@ -135,7 +135,7 @@ def test_a_replay_writes_nowhere_a_bundles_overrides_say(tmp_path, monkeypatch):
     opened = open_bundle(pack(tmp_path / "b.tar.gz", blobs), tmp_path / "opened")
     seen = []
     monkeypatch.setattr(replay, "data_problem", lambda opened, rel: None)
-    monkeypatch.setattr(kgreason.run, "run", lambda cfg, out, **kw: seen.append(OmegaConf.to_yaml(cfg, resolve=True)))
+    monkeypatch.setattr(kgreason.runner.run, "run", lambda cfg, out, **kw: seen.append(OmegaConf.to_yaml(cfg, resolve=True)))
     replay.replay_run(opened, ROW, tmp_path / "cache", tmp_path / "out")
     assert seen and str(elsewhere) not in seen[0]
     assert "llm_cache" in seen[0] and str(tmp_path / "cache") in seen[0]  # what the replay sets itself
@@ -304,7 +304,7 @@ def test_a_malformed_bundle_is_one_line_naming_what_is_wrong(tmp_path, capsys, m
     """Seven malformed bundles ended in tracebacks (`verify`, `replay`, `tables` alike)."""
     import tempfile
 
-    from kgreason.storage import replay
+    from kgreason.runner import replay
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "T"))
     (tmp_path / "T").mkdir()
@@ -329,7 +329,7 @@ def _with_unused_record(tmp: Path) -> tuple[Path, str]:
 
 
 def test_verify_fails_a_cache_entry_no_run_used(tmp_path):
-    from kgreason.storage.replay import verify
+    from kgreason.runner.replay import verify
 
     bad, key = _with_unused_record(tmp_path)
     lines = verify(open_bundle(bad, tmp_path / "o"))

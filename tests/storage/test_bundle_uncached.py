@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kgreason.storage.bundle import BundleError, export, open_bundle
-from kgreason.storage.replay import verify
+from kgreason.runner.replay import verify
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -144,7 +144,7 @@ def _old_sqlite(path: Path, rows: dict) -> None:
 
 
 def test_an_older_sqlite_cache_is_read_in_place_readonly_and_migrated_readwrite(tmp_path):
-    from kgreason.storage.llm_cache import CallStore
+    from kgreason.storage.llm_calls import CallStore
 
     _old_sqlite(tmp_path / "llm_calls.sqlite", {"k1": {"texts": ["one"]}, "k2": {"texts": ["two"]}})
     ro = CallStore.open(tmp_path, "readonly")

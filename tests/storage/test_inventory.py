@@ -75,8 +75,7 @@ def test_the_checker_finds_a_missing_entry():
 
 @pytest.mark.parametrize("module,name", [
     ("kgreason.storage.callstore", "KeyValueStore"),
-    ("kgreason.storage.llm_cache", "CallStore"),
-    ("kgreason.storage.llm_cache", "CachedLLM"),
+    ("kgreason.storage.llm_calls", "CallStore"),
     ("kgreason.storage.textcache", "TextCache"),
     ("kgreason.storage.embedstore", "KGStore"),
     ("kgreason.storage.embedstore", "store_lock"),

@@ -1,5 +1,5 @@
 """What ``kgreason bundle replay`` counts as a difference between a bundled run and its replay
-(kgreason/storage/replay.py ``first_difference``); no run is made here."""
+(kgreason/runner/replay.py ``first_difference``); no run is made here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ def test_a_replay_that_adds_only_a_funnel_an_older_bundle_lacks_is_identical():
     """Issue 72: a run now records its funnel (``extra.funnel``, ``funnel/*`` in metrics.json). A
     bundle made before holds neither; its replay adds them, and that alone is no difference. A
     funnel the bundle does hold is compared like any field, and any other new field still differs."""
-    from kgreason.storage.replay import first_difference
+    from kgreason.runner.replay import first_difference
 
     bundled_row = {"id": "q", "predictions": ["a"], "extra": {"end": "yes"}}
     replayed = {"id": "q", "predictions": ["a"], "extra": {"end": "yes", "funnel": {"topics_linked": True}}}

@@ -111,7 +111,7 @@ def test_tracker_offline_records(tmp_path):
 
 
 def test_run_with_wandb_tracking(tmp_path, monkeypatch):
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     monkeypatch.setenv("KGREASON_WANDB_GROUP", "e2e-group")
     cfg = compose_cfg(["tracking=wandb", "dataset.limit=12"], tmp_path)

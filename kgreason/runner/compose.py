@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from kgreason.callbacks import REFUSED  # <sweep dir>/refused_jobs.jsonl, read by KeepHydraRecord too
+from kgreason.runner.callbacks import REFUSED  # <sweep dir>/refused_jobs.jsonl, read by KeepHydraRecord too
 
 _MISSING = object()
 
@@ -229,14 +229,14 @@ def _leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
 
 def job_problems(cfg: DictConfig, job: Sequence[str], sources: Mapping[str, str] | None = None) -> list[str]:
     """Why one composed job of a sweep cannot start: the ablation rule, the single run's settings
-    checks (kgreason.run._start_checks), and missing input files."""
+    checks (kgreason.runner.run._start_checks), and missing input files."""
     from kgreason.storage.callstore import StoreCorrupt
     from kgreason.preflight import PreflightError
 
     ch = cfg.hydra.runtime.choices
     problems = ablation_problems(cfg, ch.get("ablation"), ch.get("reasoner"), job, sources)
     problems += missing_inputs(cfg)  # before the settings: a clone without its data says that first
-    from kgreason.run import _start_checks
+    from kgreason.runner.run import _start_checks
 
     try:
         _start_checks(cfg)
@@ -280,7 +280,7 @@ def _probe_endpoints(composed: Sequence[DictConfig]) -> dict[str, list[int]]:
     start-up makes, ``preflight.probe_llm``), so a dead endpoint stops the sweep before its first job."""
     from kgreason.llm.lazy import LazyLLM
     from kgreason.preflight import PreflightError, probe_llm
-    from kgreason.run import _reasoner_class
+    from kgreason.runner.run import _reasoner_class
 
     seen: dict[str, list[int]] = {}
     cfgs: dict[str, DictConfig] = {}

@@ -8,7 +8,9 @@ import multiprocessing as mp
 import pytest
 
 from kgreason.llm.base import CacheMiss, LLM
-from kgreason.storage.llm_cache import CachedLLM, CallStore, cache_key, request_json
+from kgreason.llm.cache import CachedLLM, cache_key, open_store, request_json
+from kgreason.storage.callstore import StoreMissing
+from kgreason.storage.llm_calls import CallStore
 from kgreason.types import ChatRequest, Completion, Message, Usage
 
 
@@ -74,7 +76,9 @@ def test_hits_are_free_and_rerun_makes_zero_calls(tmp_path):
 
 
 def test_readonly_and_off_modes(tmp_path):
-    with pytest.raises(CacheMiss, match="no cache file"):
+    with pytest.raises(CacheMiss, match="no cache file"):  # the LLM cache's store: a miss of the replay
+        open_store(tmp_path / "none", "readonly")
+    with pytest.raises(StoreMissing, match="no cache file"):  # the bare store knows nothing of LLMs
         CallStore.open(tmp_path / "none", "readonly")
     CachedLLM(CountingLLM(), CallStore.open(tmp_path, "readwrite")).generate([ChatRequest.of("a")])
     inner = CountingLLM()
@@ -183,7 +187,7 @@ def test_a_file_that_is_not_a_cache_is_named_once_at_start_up(tmp_path):
     from omegaconf import OmegaConf
 
     from kgreason.storage.callstore import StoreCorrupt
-    from kgreason.storage.llm_cache import check_cache
+    from kgreason.llm.cache import check_cache
 
     (tmp_path / "llm_calls.sqlite").write_bytes(b"this is not sqlite" * 100)  # an older cache, damaged
     with pytest.raises(StoreCorrupt, match=r"llm_calls\.sqlite: not a usable cache file"):

@@ -1,5 +1,8 @@
-"""Persistent LLM call cache: :class:`CallStore` (a directory of append-only shards,
-:mod:`kgreason.storage.callstore`) + :class:`CachedLLM`.
+"""Persistent LLM call cache: :class:`CachedLLM`, an LLM wrapper that keeps every reply in a
+:class:`~kgreason.storage.llm_calls.CallStore` (a directory of append-only shards,
+:mod:`kgreason.storage.callstore`), with its keys, its accounting of hits, a run's call log and
+the start-up check of the store. The store itself is on the ground floor (``kgreason/storage/``);
+this wrapper is on the LLM floor (docs/architecture.md).
 
 * **Key** – ``sha256`` of canonical JSON (``sort_keys=True``, compact separators) of
   ``{backend, model, settings, method, request}``: everything that shapes a reply.
@@ -20,8 +23,9 @@
   sweep draws new samples and shares its greedy calls (docs/llm.md, "Seeds and sampled calls").
   Each stored reply records its ``sampling`` settings (temperature, seed, sample_index), so a
   cache can be audited per seed.
-* **Modes** – ``readwrite`` (default), ``readonly`` (replay: a miss raises
-  :class:`~kgreason.llm.base.CacheMiss`), ``off`` (no file is opened).
+* **Modes** – ``readwrite`` (default), ``readonly`` (replay: a miss, or a store with nothing to
+  read opened by :func:`open_store`, raises :class:`~kgreason.llm.base.CacheMiss`), ``off`` (no
+  file is opened).
 * **Concurrency** – ``<llm_cache.dir>/llm_calls/`` holds one append-only shard per writing
   process (host, pid): processes on one host or on many (a shared filesystem) share the
   directory without locks; a lookup that misses reads what the other shards gained since
@@ -58,13 +62,11 @@ from kgreason.llm.accounting import (claim_paid, current_payer, last_score_usage
                                      report_score_usage)
 from kgreason.llm.base import CacheMiss
 from kgreason.secrets import strip_url_credentials
-from kgreason.storage.callstore import LEGACY_SHARD, LLM_LEGACY, LLM_STORE, KeyValueStore, StoreCorrupt
+from kgreason.storage.callstore import LEGACY_SHARD
+from kgreason.storage.llm_calls import DB_NAME, SHARD_DIR, CallStore
 from kgreason.types import ChatRequest, Completion, Message, Usage, to_jsonable
 
 MODES = ("readwrite", "readonly", "off")
-DB_NAME = LLM_LEGACY  # llm_calls.sqlite: the SQLite file of older versions (migrated, see CallStore.open)
-SHARD_DIR = LLM_STORE  # llm_calls/
-CALL_LOG = "calls.jsonl"
 
 
 #: request fields added after caches were written: left out of the key at their default, so the
@@ -110,19 +112,10 @@ def cache_key(backend: str, model: str, method: str, request: Any, settings: Any
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class CallStore(KeyValueStore):
-    """Key → JSON value in ``<dir>/llm_calls/`` (one shard per writing process, safe for several
-    processes and hosts); a ``readonly`` store with nothing to read raises
-    :class:`~kgreason.llm.base.CacheMiss`."""
-
-    missing_error = CacheMiss
-
-    @classmethod
-    def open(cls, dir: str | Path, mode: str = "readwrite") -> "CallStore":
-        """The shard directory ``<dir>/llm_calls/`` (``dir`` = ``llm_cache.dir``); an older
-        ``<dir>/llm_calls.sqlite`` is migrated into it (readwrite) or read in place (readonly)."""
-        root = Path(os.path.expanduser(str(dir)))
-        return cls(root / SHARD_DIR, mode=mode, legacy=root / DB_NAME)
+def open_store(dir: str | Path, mode: str = "readwrite") -> CallStore:
+    """The run's call store (:meth:`CallStore.open`); a ``readonly`` store with nothing to read
+    raises :class:`~kgreason.llm.base.CacheMiss` (a replay with no replies is an LLM cache miss)."""
+    return CallStore.open(dir, mode=mode, missing_error=CacheMiss)
 
 
 class CallLog:
@@ -146,22 +139,6 @@ class CallLog:
                 f.write(line)
 
 
-def read_call_log(path: str | Path) -> list[str]:
-    """The distinct keys of a ``calls.jsonl`` (first-seen order); damaged lines are skipped."""
-    out: dict[str, None] = {}
-    p = Path(path)
-    if not p.is_file():
-        return []
-    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            k = json.loads(line)["key"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(k, str):
-            out[k] = None
-    return list(out)
-
-
 def _is_generate_entry(v: Any) -> bool:
     """A stored ``generate`` reply has a list of strings under ``texts`` (and optional usage)."""
     return (isinstance(v, dict) and isinstance(v.get("texts"), list) and all(isinstance(x, str) for x in v["texts"])
@@ -180,7 +157,7 @@ def check_cache(cache_cfg: Any) -> None:
         # nothing to check (shards cannot be damaged as a whole: a damaged line is skipped), and
         # nothing is written before the run is known to start
         return
-    store = CallStore.open(cache_cfg.get("dir"), mode=str(cache_cfg.get("mode")))
+    store = open_store(cache_cfg.get("dir"), mode=str(cache_cfg.get("mode")))
     store.close()
 
 

@@ -194,7 +194,7 @@ def verify(opened: Opened) -> list[tuple[str, bool, str]]:
 
 
 def _keys(run: Path) -> list[str]:
-    from kgreason.storage.llm_cache import read_call_log
+    from kgreason.storage.llm_calls import read_call_log
 
     return read_call_log(run / "calls.jsonl")
 
@@ -423,7 +423,7 @@ def replay_verdict(opened: Opened, rel: str, cache: Path, out: Path, *, first: i
 
 def _replay_verdict(opened: Opened, rel: str, cache: Path, out: Path, first: int | None, rankings: str) -> Verdict:
     from kgreason import ranking
-    from kgreason.run import run
+    from kgreason.runner.run import run
 
     if rankings not in RANKINGS:
         raise ValueError(f"rankings={rankings!r}: expected one of {', '.join(RANKINGS)}")

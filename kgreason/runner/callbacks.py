@@ -161,7 +161,7 @@ class KeepHydraRecord(Callback):
 
     A single run: kept here, put back by ``app.main`` when the launch does not run. A sweep's
     jobs may run in other processes (the joblib launcher), so each refused job is named in
-    ``<sweep dir>/refused_jobs.jsonl`` (kgreason/compose.py) and put back here at the sweep's end;
+    ``<sweep dir>/refused_jobs.jsonl`` (kgreason/runner/compose.py) and put back here at the sweep's end;
     registered after ``SweepCheck``, this runs before its exit status is decided."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -344,7 +344,7 @@ def unfinished_sweep(config: DictConfig) -> tuple[Path, int] | None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from kgreason.sweepguard import sweep_layout
+    from kgreason.runner.sweepguard import sweep_layout
 
     given = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)]
     if any(o.lstrip("+~").split("=", 1)[0] == "hydra.sweep.dir" for o in given):
