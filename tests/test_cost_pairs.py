@@ -22,10 +22,24 @@ def test_the_docs_table_is_the_json_rendered():
     assert mod.BEGIN + "\n" + mod.table(pairs) + "\n" + mod.END in doc
 
 
-def test_a_pair_reads_only_complete_runs(tmp_path):
-    import pytest
-
+def test_a_pair_is_read_on_the_questions_both_runs_answered(tmp_path):
     mod = _pairs()
-    (tmp_path / "metrics.json").write_text(json.dumps({"run/status": "partial", "llm/cpu_s": 1.0}))
-    with pytest.raises(SystemExit, match="partial"):
-        mod.side(tmp_path)
+
+    def run(name, rows):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return d
+
+    def row(i, cpu, hit, error=None):
+        return {"id": i, "error": error, "metrics": {"hits_at_1": hit},
+                "usage": {"cpu_s": cpu, "calls": 2, "prompt_tokens": 100, "prompt_tokens_reused": 40,
+                          "completion_tokens": 10, "parse_failures": 0}}
+
+    before = run("b", [row("q1", 30, 1), row("q2", 50, 0), row("q3", 70, 1)])
+    after = run("a", [row("q1", 10, 1), row("q2", 5, 1, error="boom")])  # stopped after q2, which failed
+    p = mod.pair(before, after, "")
+    assert p["questions"] == ["q1"]
+    assert p["before"]["sums"]["cpu_s"] == 30 and p["after"]["sums"]["cpu_s"] == 10
+    assert p["after"]["sums"]["prompt_tokens_computed"] == 60
+    assert "| `x` | 1 | 30.0 → 10.0 | 3.00× |" in mod.table({"x": p})

@@ -6,9 +6,11 @@ docs/llm.md.
     python experiments/cost_issue70/pairs.py add NAME BEFORE_RUN_DIR AFTER_RUN_DIR --note "..."
     python experiments/cost_issue70/pairs.py --write-docs
 
-A pair's figures come from the two runs' ``metrics.json`` (``llm/cpu_s``: the CPU seconds the
-llama.cpp route spent in calls, which a busy machine does not inflate as it does wall seconds;
-``llm/prompt_tokens_computed``; ``llm/completion_tokens``; ``llm/parse_failures``), nothing else.
+A pair's figures are the two runs' per-question ``usage`` and ``metrics`` (``predictions.jsonl``),
+summed over the questions both answered: ``cpu_s`` (the CPU seconds the llama.cpp route spent in
+calls, which a busy machine does not inflate as it does wall seconds), prompt tokens less those a
+prefix cache reused, completion tokens, unparseable replies, Hits@1. A run stopped part-way counts
+the questions it finished.
 """
 
 from __future__ import annotations
@@ -23,20 +25,41 @@ PAIRS = HERE / "pairs.json"
 DOC = HERE.parents[1] / "docs" / "llm.md"
 BEGIN = "<!-- generated: cost pairs (python experiments/cost_issue70/pairs.py --write-docs) -->"
 END = "<!-- end generated: cost pairs -->"
-KEYS = ("llm/cpu_s", "llm/calls", "llm/prompt_tokens", "llm/prompt_tokens_computed", "llm/prompt_tokens_reused",
-        "llm/completion_tokens", "llm/parse_failures", "metric/hits_at_1", "run/n_examples")
 
 
-def side(run_dir: Path) -> dict:
-    """The figures of one run dir (its metrics.json and the overrides it ran with)."""
-    m = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    if m.get("run/status", "complete") != "complete":
-        raise SystemExit(f"{run_dir}/metrics.json: run/status {m.get('run/status')!r}; expected a complete run")
+USAGE = ("cpu_s", "calls", "prompt_tokens", "prompt_tokens_reused", "completion_tokens", "parse_failures")
+
+
+def rows(run_dir: Path) -> dict[str, dict]:
+    """A run dir's answered questions by id (``predictions.jsonl``: a stopped run's rows count too)."""
+    out = {}
+    for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if not r.get("error"):
+            out[str(r["id"])] = r
+    return out
+
+
+def side(run_dir: Path, ids: list[str]) -> dict:
+    """One run's figures summed over ``ids`` (each row's ``usage`` and ``metrics``) and its overrides."""
     import yaml
 
+    got = rows(run_dir)
+    usage = {k: sum(float(got[i]["usage"].get(k) or 0) for i in ids) for k in USAGE}
+    usage["prompt_tokens_computed"] = usage["prompt_tokens"] - usage["prompt_tokens_reused"]
+    usage["hits_at_1"] = sum(float(got[i]["metrics"].get("hits_at_1") or 0) for i in ids) / max(len(ids), 1)
     overrides = run_dir / ".hydra" / "overrides.yaml"
-    return {"metrics": {k: m.get(k) for k in KEYS},
+    return {"sums": usage,
             "overrides": yaml.safe_load(overrides.read_text(encoding="utf-8")) if overrides.is_file() else []}
+
+
+def pair(before: Path, after: Path, note: str) -> dict:
+    """Both runs on the questions both answered without an error (in the dataset's order)."""
+    b, a = rows(before), rows(after)
+    ids = [i for i in b if i in a]
+    if not ids:
+        raise SystemExit(f"{before} and {after}: no question answered by both")
+    return {"questions": ids, "before": side(before, ids), "after": side(after, ids), "note": note}
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -48,15 +71,15 @@ def table(pairs: dict) -> str:
              "| completion tokens / q | unparseable replies (of calls) | Hits@1 before → after |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, p in pairs.items():
-        b, a = p["before"]["metrics"], p["after"]["metrics"]
-        n = a["run/n_examples"] or 1
+        b, a = p["before"]["sums"], p["after"]["sums"]
+        n = len(p["questions"])
         lines.append(
-            f"| `{name}` | {n} | {b['llm/cpu_s'] / n:.1f} → {a['llm/cpu_s'] / n:.1f} | {ratio(b['llm/cpu_s'], a['llm/cpu_s'])} "
-            f"| {b['llm/prompt_tokens_computed'] / n:,.0f} → {a['llm/prompt_tokens_computed'] / n:,.0f} "
-            f"| {ratio(b['llm/prompt_tokens_computed'], a['llm/prompt_tokens_computed'])} "
-            f"| {b['llm/completion_tokens'] / n:,.0f} → {a['llm/completion_tokens'] / n:,.0f} "
-            f"| {b['llm/parse_failures']} of {b['llm/calls']} → {a['llm/parse_failures']} of {a['llm/calls']} "
-            f"| {b['metric/hits_at_1']:.2f} → {a['metric/hits_at_1']:.2f} |")
+            f"| `{name}` | {n} | {b['cpu_s'] / n:.1f} → {a['cpu_s'] / n:.1f} | {ratio(b['cpu_s'], a['cpu_s'])} "
+            f"| {b['prompt_tokens_computed'] / n:,.0f} → {a['prompt_tokens_computed'] / n:,.0f} "
+            f"| {ratio(b['prompt_tokens_computed'], a['prompt_tokens_computed'])} "
+            f"| {b['completion_tokens'] / n:,.0f} → {a['completion_tokens'] / n:,.0f} "
+            f"| {b['parse_failures']:.0f} of {b['calls']:.0f} → {a['parse_failures']:.0f} of {a['calls']:.0f} "
+            f"| {b['hits_at_1']:.2f} → {a['hits_at_1']:.2f} |")
     notes = [f"* `{name}`: {p['note']}" for name, p in pairs.items() if p.get("note")]
     return "\n".join(lines + [""] + notes)
 
@@ -83,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.action == "add":
         pairs = json.loads(PAIRS.read_text(encoding="utf-8")) if PAIRS.is_file() else {}
-        pairs[a.name] = {"before": side(a.before), "after": side(a.after), "note": a.note}
+        pairs[a.name] = pair(a.before, a.after, a.note)
         PAIRS.write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if a.write_docs:
         write_docs()
