@@ -193,8 +193,9 @@ FAST = {
 SLOW = {  # rag_text retrieves from a pool of the question's passages and one other (_small_pool): the
     # embedded world's whole pool took 2-4 min of MiniLM encoding on 2 cores, none of it the server's
     "rag_text": ["reasoner=rag_text", "dataset=embedded", "dataset.task=multihop", "reasoner.max_tokens=24"],
-    "tog": ["reasoner=tog", "reasoner.max_tokens=32"],
-    "reknos": ["reasoner=reknos", "reasoner.max_tokens=32"],
+    # ToG and ReKnoS: one step of width 1 (plumbing; a deeper search is the same calls again)
+    "tog": ["reasoner=tog", "reasoner.max_tokens=32", "reasoner.depth=1", "reasoner.width=1"],
+    "reknos": ["reasoner=reknos", "reasoner.max_tokens=32", "reasoner.depth=1", "reasoner.width=1"],
     "sgr": ["reasoner=sgr", "reasoner.max_tokens=48"],
 }
 
@@ -258,7 +259,8 @@ def test_subqrag_runs_through_the_server(llama_server, tmp_path):
     average ~8): 650 s before, 422 s now (20 SmolLM2 calls through the server, 3 of them indexing)."""
     corpus = _small_pool(tmp_path)
     res, _ = _run(llama_server, tmp_path, "reasoner=subqrag", "dataset=embedded", "dataset.task=multihop",
-                  "reasoner.max_tokens=24", f"reasoner.corpus={corpus}", f"reasoner.index_dir={tmp_path / 'idx'}",
+                  "reasoner.max_tokens=24", "reasoner.index_max_tokens=64", f"reasoner.corpus={corpus}",
+                  f"reasoner.index_dir={tmp_path / 'idx'}",
                   "reasoner.kg_source=index")
     assert res.metrics["run/error_rate"] == 0.0 and res.metrics["llm/calls"] > 0
     assert res.metrics["llm/index/calls"] == 3  # one extraction per pool passage, through the server

@@ -114,11 +114,11 @@ def test_run_end_to_end_scripted(tmp_path, reasoner):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("llm", ["scripted", "local"])
-@pytest.mark.parametrize("reasoner", REASONERS)
+@pytest.mark.parametrize(("reasoner", "llm"), [(r, "scripted") for r in REASONERS] + [("rag", "local")])
 def test_cli_end_to_end(tmp_path, reasoner, llm):
-    """``python -m kgreason reasoner=X llm=Y dataset.limit=3 tracking=none`` (llm=local is the
-    embedded CPU model once the LLM layer is merged)."""
+    """``python -m kgreason reasoner=X llm=Y dataset.limit=3 tracking=none``. The in-process local
+    model (SmolLM2) runs one reasoner here; every reasoner runs on a real model through the llama.cpp
+    server in tests/llm/test_llama_server.py (each local run here took 20-50 s of CI's time)."""
     # with the real model, plumbing only and kept cheap (CI has 2 cores): one question, short
     # replies, one search step of width 1; the scripted runs cover three questions
     limit = 1 if llm == "local" else 3

@@ -184,14 +184,15 @@ def test_end_to_end_local(tmp_path, emb_dir):
     # pool to the question's supporting passages plus a few others, so CI's 2 cores can run it
     ex = next(iter(__import__("kgreason.data.embedded", fromlist=["x"]).load_embedded(task="multihop", limit=1)))
     world = load_corpus("embedded", 0)
-    keep = [p for p in world if p[0] in set(ex.supporting)][:4]
+    keep = [p for p in world if p[0] in set(ex.supporting)][:2]
     keep += [p for p in world if p not in keep][:1]
     corpus = tmp_path / "pool.jsonl"
     corpus.write_text("".join(_json.dumps({"title": t, "text": x}) + "\n" for t, x in keep))
     # kg_source=index, as the comment above means: with a JSONL pool, `auto` is `injected`, which
     # embedded the embedded world's 6.7k triples and indexed none of the pool
     cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=local",
-                       "dataset.limit=1", "tracking=none", "reasoner.max_tokens=32", f"reasoner.corpus={corpus}",
+                       "dataset.limit=1", "tracking=none", "reasoner.max_tokens=32", "reasoner.index_max_tokens=64",
+                       f"reasoner.corpus={corpus}",
                        f"reasoner.index_dir={tmp_path / 'idx'}", "reasoner.kg_source=index",
                        f"embedder.cache_dir={emb_dir}"], tmp_path)  # shared: the 2nd run encodes nothing
     res = run(cfg, tmp_path)
