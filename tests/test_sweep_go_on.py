@@ -152,6 +152,8 @@ def test_go_on_picks_only_an_unfinished_sweep_of_the_same_overrides(tmp_path):
     given ``hydra.sweep.dir`` look for none."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
@@ -177,16 +179,23 @@ def test_go_on_picks_only_an_unfinished_sweep_of_the_same_overrides(tmp_path):
             (j / "metrics.json").write_text(json.dumps({"run/status": "complete" if done else "partial"}))
         return d
 
+    # Hydra's global state is put back afterwards (the search sets HydraConfig, as Hydra does in an
+    # app; a later in-process run() would read its choices and overrides as its own)
+    backup, hydra_cfg = get_gh_backup(), HydraConfig.instance().cfg
     GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
-        make("10-00-00", overrides, (True, False))
-        make("11-00-00", [*overrides, "dataset.limit=3"], (True, False))  # other overrides
-        make("12-00-00", overrides, (True, True))                       # finished
-        c = cfg(overrides)
-        assert unfinished_sweep(c) == (day / "10-00-00", 1)  # one of its two jobs finished
-        newer = make("13-00-00", overrides, (False,))
-        assert unfinished_sweep(c) == (newer, 0)  # the newest unfinished one
-        with lock_run_dir(newer / "0"):  # a job another process runs: not this launch's to go on in
-            assert unfinished_sweep(c) == (day / "10-00-00", 1)
-        assert unfinished_sweep(cfg([*overrides, "resume=false"])) is None
-        assert unfinished_sweep(cfg([*overrides, f"hydra.sweep.dir={tmp_path / 'given'}"])) is None
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+            make("10-00-00", overrides, (True, False))
+            make("11-00-00", [*overrides, "dataset.limit=3"], (True, False))  # other overrides
+            make("12-00-00", overrides, (True, True))                       # finished
+            c = cfg(overrides)
+            assert unfinished_sweep(c) == (day / "10-00-00", 1)  # one of its two jobs finished
+            newer = make("13-00-00", overrides, (False,))
+            assert unfinished_sweep(c) == (newer, 0)  # the newest unfinished one
+            with lock_run_dir(newer / "0"):  # a job another process runs: not this launch's to go on in
+                assert unfinished_sweep(c) == (day / "10-00-00", 1)
+            assert unfinished_sweep(cfg([*overrides, "resume=false"])) is None
+            assert unfinished_sweep(cfg([*overrides, f"hydra.sweep.dir={tmp_path / 'given'}"])) is None
+    finally:
+        restore_gh_from_backup(backup)
+        HydraConfig.instance().cfg = hydra_cfg
