@@ -143,7 +143,7 @@ class LocalLLM:
             issue 70 (slower, and its memory grows with ``n_ctx`` × vocabulary); for cost benchmarks only.
         prefix_reuse: llamacpp route: False evaluates every prompt from its first token (no state kept,
             not even llama.cpp's own reuse of the context): the reference that prefix reuse is checked
-            against (docs/llm.md, "Prefix reuse is exact").
+            against (docs/llm.md, "The llama.cpp route's cost").
         n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
             the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
         model: a name from :data:`kgreason.llm.models.MODELS` (the GGUF is assembled from its
