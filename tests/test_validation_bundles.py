@@ -111,6 +111,10 @@ def test_ci_replays_every_bundled_heldout_row_and_a_current_one_is_identical(tab
     mod = _runner()
     log = request.config.__dict__.setdefault("validation_replays", [])
     verdict = mod.verdict(entry)
+    if entry.get("history"):  # retired (docs/validation.md's history section): never shown beside current rows
+        verdict = "retired"
+        log.append((table, row, verdict, entry["history"].get("why", ""), None))
+        pytest.skip(f"{table}/{row} is retired to the history section: not replayed")
     if verdict != "current":
         cur = entry.get("currency") or {}
         log.append((table, row, verdict, cur.get("line", "its bundle was never replayed on today's code"), None))
