@@ -284,8 +284,12 @@ def canonical_triples(kg, triples: np.ndarray) -> np.ndarray:
 
 def load_schema(reasoner: str, step: str) -> str | None:
     """The JSON schema of ``<reasoner>/<step>``'s reply form (``prompts/<reasoner>/<step>.schema.json``),
-    as canonical JSON text for :attr:`~kgreason.types.ChatRequest.json_schema`; None for a prompt
-    whose reply is free text. Sent only with ``llm.structured_output=true`` (docs/llm.md)."""
+    as compact JSON text for :attr:`~kgreason.types.ChatRequest.json_schema`; None for a prompt
+    whose reply is free text. Sent only with ``llm.structured_output=true`` (docs/llm.md).
+
+    The keys keep the file's order: a grammar writes an object's fields in the order its schema
+    lists them, so sorting them would put SGR's "answer" before the "hypothesis" or "triple" that
+    should lead to it (the option constrains the form, not the method)."""
     import json
     from importlib.resources import files
 
@@ -295,7 +299,7 @@ def load_schema(reasoner: str, step: str) -> str | None:
     f = files("kgreason.reasoners").joinpath("prompts", folder, f"{safe_component(step, 'prompt step')}.schema.json")
     if not f.is_file():
         return None
-    return json.dumps(json.loads(f.read_text()), sort_keys=True, separators=(",", ":"))
+    return json.dumps(json.loads(f.read_text()), separators=(",", ":"))
 
 
 def load_prompt(reasoner: str, step: str) -> str:

@@ -67,3 +67,38 @@ def test_a_schema_compiles_to_a_llamacpp_grammar(reasoner, step):
 
 def test_a_free_text_prompt_has_no_schema():
     assert load_schema("sgr", "cypher") is None and load_schema("tog", "reason") is None
+
+
+def _key_orders(value) -> list[list[str]]:
+    """The key order of every object in a JSON value (depth first)."""
+    if isinstance(value, dict):
+        return [list(value)] + [o for v in value.values() for o in _key_orders(v)]
+    if isinstance(value, list):
+        return [o for v in value for o in _key_orders(v)]
+    return []
+
+
+@pytest.mark.parametrize("reasoner,step", SCHEMAS)
+def test_a_schema_keeps_the_field_order_its_prompt_shows(reasoner, step):
+    """Structured output constrains the form, not the method (#70 item 3): a grammar writes an
+    object's fields in the schema's order, so a schema whose keys were sorted would make SGR's
+    hypothesis reply give its "answer" before the "hypothesis" that should lead to it, and its
+    stepwise reply answer before it names the triple. The order sent is the order of the file and
+    of every worked example in the prompt."""
+    sent = json.loads(load_schema(reasoner, step))
+    props = list(sent.get("properties", {}))
+    on_disk = json.loads(PROMPTS.joinpath(reasoner, f"{step}.schema.json").read_text())
+    assert props == list(on_disk.get("properties", {}))
+    for ex in _examples(load_prompt(reasoner, step)):
+        if isinstance(ex, dict) and set(ex) == set(props):
+            assert list(ex) == props, f"{reasoner}/{step}: the example writes {list(ex)}, the schema {props}"
+
+
+def test_the_grammar_writes_the_reasoning_field_before_the_answer():
+    pytest.importorskip("llama_cpp")
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    for step, first in (("hypothesis", "hypothesis"), ("step", "triple")):
+        root = next(line for line in json_schema_to_gbnf(load_schema("sgr", step)).splitlines()
+                    if line.startswith("root ::="))
+        assert root.index(f"{first}-kv") < root.index("answer-kv"), root
