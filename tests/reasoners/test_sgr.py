@@ -960,6 +960,25 @@ def test_eq14_and_eq31_answers_are_both_recorded_and_eq31_decides_when_section_3
     assert dict((a, s) for a, s in pool) == pytest.approx({x: 1.0, gold: 0.8, y: 0.2})
 
 
+def test_the_pooled_vote_read_from_a_cascade_runs_trace_is_the_ablations_answer(world, retriever, db, q_prod):
+    """``experiments/sgr_table2/decision_offline.py`` measures ``sgr_pooled_vote`` on the dev split
+    from a cascade run's traces, with no model call: the rule runs after every call, so the
+    ``decide`` step holds all it needs. Its pooled ranking equals the ablation's own answer."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("decision_offline", REPO / "experiments" / "sgr_table2" / "decision_offline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cascade, gold, x, y = _families_case(world, retriever, db, q_prod)
+    ablation, *_ = _families_case(world, retriever, db, q_prod, decision="pooled")
+    dec = next(s for s in cascade.trace if s.kind == "decide").data
+    assert cascade.answers[0] == gold and mod.pooled(dec)[:3] == list(ablation.answers[:3]) and ablation.answers[0] == x
+    own = next(s for s in ablation.trace if s.kind == "decide").data["pooled"]
+    assert mod.pooled_scores(dec) == [(a, pytest.approx(s)) for a, s in own]  # x 1.0, gold 0.8, y 0.2
+
+
 def test_funnel_counts_of_a_scripted_run_equal_the_stages_its_script_drives(world, retriever, db, q2, q_prod):
     """SGR's funnel (issue 72 item 3): each question records the stages it reached with
     ``Trace.stage`` in ``extra['funnel']``; the stage names are ``SGR.funnel``, in pipeline order.
