@@ -130,8 +130,9 @@ def history_section(history: list[tuple[Path, str, dict]]) -> list[str]:
     """The rows retired from the tables (``history`` in their JSON): what they measured, on which
     code, and why they are not re-measured. Kept for the record; never compared with a current row."""
     out = ["#### History: rows that will not be re-measured", "",
-           "These rows measured code that has changed since (their `code` commit); they are kept as a record "
-           "and are not comparable with the rows above."]
+           "Each row measured the code of the commit named; that code has changed since, and the row either "
+           "replays stale on today's code or has no bundle to check it with (rows measured before bundles "
+           "existed). They are kept as a record and are not comparable with the rows above."]
     if not history:
         return out + ["", "(none)"]
     for f, row, e in history:
