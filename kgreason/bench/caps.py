@@ -66,7 +66,7 @@ def dev_only(run_dir: Path, label: str | None = None) -> str | None:
     if split == "all" and ds.get("sample") in (None, 0) and limit is not None and int(limit) <= dev_size:
         return None
     why = (f"questions.split={split}" if split != "all"
-           else f"dataset.limit={limit}, dataset.sample={ds.get('sample')} (more than the first {dev_size} questions)")
+           else f"dataset.limit={limit}, dataset.sample={ds.get('sample')} (not only the first {dev_size} questions, the dev split)")
     return (f"{label}: caps are chosen on the dev split only, and this run read {why}; "
             f"run on questions.split=dev (docs/validation.md, 'Dev and held-out')")
 
