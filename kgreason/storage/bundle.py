@@ -107,14 +107,25 @@ def _redact(obj: Any) -> Any:
 DATA_ROOT = "$KGREASON_DATA"
 
 
+#: directories a run's resolved config may hold because the environment named them; a bundle spells
+#: them as the variable (a replay recomposes its config from the run's overrides, so this is a record)
+DIR_VARIABLES = ("KGREASON_EMBED_STORE_DIR", "KGREASON_CACHE_DIR", "KGREASON_MODEL_DIR", "KGREASON_OUTPUT")
+
+
 def _roots() -> list[tuple[str, str]]:
-    """(absolute prefix, portable spelling), longest first: the data root, the clone, the home dir."""
+    """(absolute prefix, portable spelling), longest first: the data root, the directories the
+    ``KGREASON_*_DIR`` variables name, the clone, the home dir."""
     from kgreason.paths import ENV, default, repo_root
 
     found: list[tuple[str, str]] = []
     data = os.environ.get(ENV["data"]) or default("data")
     for form in {os.path.abspath(os.path.expanduser(data)), os.path.realpath(os.path.expanduser(data))}:
         found.append((form.rstrip("/"), DATA_ROOT))
+    for var in DIR_VARIABLES:
+        value = os.environ.get(var)
+        if value and value.strip("/"):
+            for form in {os.path.abspath(os.path.expanduser(value)), os.path.realpath(os.path.expanduser(value))}:
+                found.append((form.rstrip("/"), "$" + var))
     root = repo_root()
     if root is not None:
         for form in {str(root), os.path.realpath(root)}:
