@@ -85,3 +85,13 @@ def test_the_step_prompts_parser_reads_one_json_object_and_nothing_after(tmp_pat
 
     full = STEP + "\nLet's continue reasoning step by step: the next triple is [a, b, c] ..."
     assert parse_step(full).ok and parse_step(full) == parse_step(STEP)
+
+
+def test_traces_without_a_model_reply_are_refused_not_fitted(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text(json.dumps({"id": "q1", "trace": []}) + "\n")
+    (run / "config.yaml").write_text(DEV)
+    assert caps.main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "no model reply" in err and err.count("\n") == 1

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from kgreason.bench.tokens import parsed_end, purpose_of
+from kgreason.bench.tokens import parsed_end, prediction_rows, purpose_of
 
 
 @dataclass
@@ -75,13 +75,7 @@ def replies_of(run_dir: Path) -> tuple[dict[str, Replies], int]:
     """Per prompt, the first reply of each traced call; and the number of questions."""
     out: dict[str, Replies] = defaultdict(Replies)
     questions = 0
-    for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(row, dict):
-            continue
+    for row in prediction_rows(run_dir):
         questions += 1
         for step in row.get("trace") or ():
             if step.get("kind") != "llm":
@@ -194,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs, questions = collect(a.paths)
     except (FileNotFoundError, ValueError) as e:
         print(f"kgreason bench caps: error: {e}", file=sys.stderr)
+        return 2
+    if not runs:
+        print("kgreason bench caps: error: the traces hold no model reply to fit on (replies served from the "
+              "call cache are not counted: run the dev split with llm_cache.mode=off or a fresh cache)", file=sys.stderr)
         return 2
     rows = table(runs, questions, a.headroom, a.step, a.floor, a.quantile, ceiling=a.default)
     print(markdown(rows, questions), end="")

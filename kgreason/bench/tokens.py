@@ -207,16 +207,22 @@ def _method(run_dir: Path) -> str:
     return "?"
 
 
-def run_stats(run_dir: Path, name: str | None = None) -> RunStats:
-    """Figures of one run dir (its ``predictions.jsonl``); errored rows count as questions."""
-    st = RunStats(name=name or run_dir.name, method=_method(run_dir))
+def prediction_rows(run_dir: Path) -> Iterable[dict]:
+    """The rows of a run dir's ``predictions.jsonl`` (errored rows too; a line that is not a JSON
+    object, such as one cut by a kill, is skipped)."""
     for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(row, dict):
-            continue
+        if isinstance(row, dict):
+            yield row
+
+
+def run_stats(run_dir: Path, name: str | None = None) -> RunStats:
+    """Figures of one run dir (its ``predictions.jsonl``); errored rows count as questions."""
+    st = RunStats(name=name or run_dir.name, method=_method(run_dir))
+    for row in prediction_rows(run_dir):
         st.questions += 1
         for p, s in question_stats(row).items():
             st.by_purpose[p].add(s)
