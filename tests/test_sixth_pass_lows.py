@@ -46,7 +46,8 @@ def test_a_readonly_cache_that_is_not_there_is_one_setting_to_fix(tmp_path):
     _no_traceback(r, "llm_cache.mode=readonly", str(tmp_path / "nocache"))
 
 
-def test_ask_against_a_sparql_endpoint_without_the_graph_is_one_line(tmp_path):
+def test_ask_against_a_sparql_endpoint_without_the_graph_is_one_line(tmp_path, shared_data):
+    """Needs the CWQ sample (``dataset=cwq`` reads it before the endpoint is asked): skips without it."""
     pytest.importorskip("pyoxigraph")
     from kgreason.kg.sparql_local import OxigraphServer
 
