@@ -14,7 +14,12 @@ Where values come from:
 * config keys ``<secret>_env`` (``api_key_env``, ``password_env``): the environment variable they
   name, when set; a value that is not a variable name is treated as the secret itself (and
   :func:`register_from_config` reports the mistake, without the value);
-* anything a backend reads itself (``OpenAIChat`` registers the key it loads).
+* anything a backend reads itself (``OpenAIChat`` registers the key it loads);
+* the password of a URL with credentials (``http://user:password@host``), from any config value.
+
+Besides the registered values, :func:`scrub` removes the user info of every URL it meets
+(``http://user:pw@host/v1`` → ``http://host/v1``), registered or not and whatever its length, so
+an error that quotes an endpoint never carries its credentials.
 """
 
 from __future__ import annotations
@@ -53,8 +58,12 @@ def forget_all() -> None:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every registered secret value replaced by ``<redacted>``."""
-    if not _secrets or not text:
+    """``text`` with every URL's user info removed and every registered secret value replaced by
+    ``<redacted>``."""
+    if not text or not isinstance(text, str):
+        return text
+    text = strip_url_credentials(text)
+    if not _secrets:
         return text
     for s in sorted(_secrets, key=len, reverse=True):
         if s in text:
@@ -64,8 +73,6 @@ def scrub(text: str) -> str:
 
 def scrub_obj(obj: Any) -> Any:
     """A copy of a JSON-like object with every string (keys too) scrubbed."""
-    if not _secrets:
-        return obj
     if isinstance(obj, str):
         return scrub(obj)
     if isinstance(obj, Mapping):
@@ -107,6 +114,8 @@ def register_from_config(container: Mapping[str, Any]) -> list[str]:
                                 f"set {path} to that variable's name (the value was not written anywhere)")
         elif SECRET_KEY.search(key):
             register(value)
+        for m in URL_CREDENTIALS.finditer(value):
+            register(m.group(2).partition(":")[2])
     return problems
 
 
@@ -160,9 +169,10 @@ class ScrubbingFilter(logging.Filter):
     """Scrubs a log record's message and traceback before any handler formats it."""
 
     def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 - logging API
-        if not _secrets:
-            return True
-        record.msg = scrub(record.getMessage())
+        message = record.getMessage()
+        if not _secrets and "@" not in message and not record.exc_info and "@" not in (record.exc_text or ""):
+            return True  # nothing registered and no URL user info to remove
+        record.msg = scrub(message)
         record.args = ()
         if record.exc_info:
             record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))

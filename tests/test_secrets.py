@@ -21,6 +21,7 @@ from kgreason.runs import PredictionStore, scrub_secrets, write_json
 
 KEY_ENV = "KGREASON_TEST_SECRET_KEY"
 KEY = "sk-proj-LEAKCHECK-0123456789abcdef"
+URL_PASSWORD = "urlpw-LEAKCHECK-42"
 
 
 @pytest.fixture(autouse=True)
@@ -73,8 +74,29 @@ def test_key_typed_into_api_key_env_is_refused_without_repeating_it():
     assert secrets.scrub(f"x{KEY}y") == "x<redacted>y"
 
 
+def test_a_urls_password_is_scrubbed_with_nothing_registered():
+    """``http://user:password@host`` in a base URL: the user info never reaches a line or a file,
+    whatever its length, even before any secret is registered (an error quoting the URL)."""
+    text = "LLMError: http://me:pw1@127.0.0.1:9/v1/chat/completions failed"
+    assert secrets.scrub(text) == "LLMError: http://127.0.0.1:9/v1/chat/completions failed"
+    assert secrets.scrub_obj({"e": [text]}) == {"e": [secrets.scrub(text)]}
+    secrets.register_from_config({"llm": {"base_url": "https://me:hunter22pw@example.org/v1"}})
+    assert secrets.scrub("the password was hunter22pw") == "the password was <redacted>"
+
+
+def test_an_endpoint_that_does_not_answer_is_named_without_its_password(tmp_path):
+    """The start-up probe's one-line refusal quotes the endpoint; its password stays out."""
+    env = dict(os.environ, KGREASON_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-m", "kgreason", "reasoner=io", "llm=openai", "llm.api_key_env=null",
+                        f"llm.base_url=http://user:{URL_PASSWORD}@127.0.0.1:9/v1", "dataset.limit=1",
+                        "tracking=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "did not answer" in p.stderr, p.stderr[-2000:]
+    assert URL_PASSWORD not in p.stdout + p.stderr and "http://127.0.0.1:9/v1" in p.stderr
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["server_quotes_key", "plus_api_key", "key_in_api_key_env"])
+@pytest.mark.parametrize("case", ["server_quotes_key", "plus_api_key", "key_in_api_key_env", "password_in_base_url"])
 def test_cli_run_dir_never_holds_the_key(tmp_path, case):
     """The whole app as a user runs it, W&B offline included: no file under the run dir holds
     the key, nor does anything printed."""
@@ -89,6 +111,9 @@ def test_cli_run_dir_never_holds_the_key(tmp_path, case):
             args += [f"llm.api_key_env={KEY_ENV}", "preflight.probe_llm=false"]
         elif case == "plus_api_key":
             args += [f"llm.api_key_env={KEY_ENV}", f"+llm.api_key={KEY}"]
+        elif case == "password_in_base_url":  # a proxy that takes basic auth in the URL
+            args[2] = f"llm.base_url={srv.base_url.replace('://', f'://user:{URL_PASSWORD}@', 1)}"
+            args.append("llm.api_key_env=null")
         else:
             args.append(f"llm.api_key_env={KEY}")
         p = subprocess.run([sys.executable, "-m", "kgreason", *args], cwd=REPO, env=env,
@@ -99,6 +124,10 @@ def test_cli_run_dir_never_holds_the_key(tmp_path, case):
         assert p.returncode == 0, p.stderr[-3000:]
         rows = (out / "predictions.jsonl").read_text()
         assert "Incorrect API key provided: <redacted>" in rows  # the error is kept, the key is not
+    elif case == "password_in_base_url":
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert _files_with_key(out, URL_PASSWORD) == [] and URL_PASSWORD not in p.stdout + p.stderr
+        assert _files_with_key(tmp_path / "cache", URL_PASSWORD) == [] if (tmp_path / "cache").exists() else True
     assert KEY not in p.stdout + p.stderr
     assert out.exists() and _files_with_key(out) == []
     assert _files_with_key(tmp_path / "cache") == [] if (tmp_path / "cache").exists() else True

@@ -46,6 +46,7 @@ from kgreason.metrics.qa import normalize_answer
 from kgreason.record import check_resume, choices, run_record
 from kgreason.runs import (PredictionStore, finished_run, gold_fields, lock_run_dir, protect_run_dir, scrub_secrets,
                            write_json)
+from kgreason.secrets import scrub_obj
 from kgreason.textio import forget_files_read
 from kgreason.types import Example, Prediction, Usage, to_jsonable
 
@@ -599,7 +600,7 @@ def _is_llm_failure(row: Mapping[str, Any]) -> bool:
 def _write_record(cfg: DictConfig, c: Components, out_dir: Path, report: Mapping[str, Any]) -> None:
     """run.json (kgreason/record.py) and config.yaml in the run dir; the same record goes to
     the tracker's run config."""
-    record = run_record(cfg)
+    record = scrub_obj(run_record(cfg))  # the overrides as typed: a URL's password too
     record["preflight"] = dict(report)
     write_json(out_dir / "run.json", record)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(scrub_secrets(cfg))))
