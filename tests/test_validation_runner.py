@@ -797,3 +797,21 @@ def test_a_row_carries_its_funnel_into_its_doc_line(tmp_path, monkeypatch):
     line = next(x for x in md.splitlines() if x.startswith("| metaqa_sgr |"))
     assert "funnel (of 4): linked 3 → cypher_validated 0 → decided_by=io 1 → decided_by=paths 2" in line
     assert "funnel" not in next(x for x in md.splitlines() if x.startswith("| metaqa_io |"))
+
+
+def test_sgr_table2_rows_run_one_factor_at_a_time_under_one_setting():
+    """Issue 72: the held-out Table 2 arms (full, no_schema, dataset_topics, no_cypher) are rows,
+    "Without Schema" is paired with the schema-kept row on the same V_q (the dataset's topics) and
+    that row with full SGR, and every MetaQA SGR row runs under the same dev-fitted reply caps
+    (issue 70), so a paired difference is the ablation's alone."""
+    rows = _package().rows
+    arms = ["metaqa_sgr", "metaqa_sgr_no_schema", "metaqa_sgr_dataset_topics", "metaqa_sgr_no_cypher"]
+    assert set(arms) <= set(rows.ROWS)
+    assert rows.baseline_of("metaqa_sgr_no_schema") == "metaqa_sgr_dataset_topics"
+    assert rows.baseline_of("metaqa_sgr_dataset_topics") == "metaqa_sgr"
+    assert rows.baseline_of("metaqa_sgr_no_cypher") == "metaqa_sgr"
+    for row, (data, reasoner, extra) in rows.ROWS.items():
+        if reasoner == "sgr" and "dataset=metaqa" in data:
+            assert rows.METAQA_SGR_CAPS in extra, row
+            cmd = rows.command(row, 100, "c", route="llamacpp", split="heldout")
+            assert sum(a.startswith("reasoner.max_tokens=") for a in cmd) == 1, row
