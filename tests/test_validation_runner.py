@@ -802,8 +802,8 @@ def test_a_row_carries_its_funnel_into_its_doc_line(tmp_path, monkeypatch):
 def test_sgr_table2_rows_run_one_factor_at_a_time_under_one_setting():
     """Issue 72: the held-out Table 2 arms (full, no_schema, dataset_topics, no_cypher) are rows,
     "Without Schema" is paired with the schema-kept row on the same V_q (the dataset's topics) and
-    that row with full SGR, and every MetaQA SGR row runs under the same dev-fitted reply caps
-    (issue 70), so a paired difference is the ablation's alone."""
+    that row with full SGR, and every MetaQA SGR row runs under the same dev-chosen reply caps and
+    structured output (issue 70), so a paired difference is the ablation's alone."""
     rows = _package().rows
     arms = ["metaqa_sgr", "metaqa_sgr_no_schema", "metaqa_sgr_dataset_topics", "metaqa_sgr_no_cypher"]
     assert set(arms) <= set(rows.ROWS)
@@ -812,6 +812,7 @@ def test_sgr_table2_rows_run_one_factor_at_a_time_under_one_setting():
     assert rows.baseline_of("metaqa_sgr_no_cypher") == "metaqa_sgr"
     for row, (data, reasoner, extra) in rows.ROWS.items():
         if reasoner == "sgr" and "dataset=metaqa" in data:
-            assert rows.METAQA_SGR_CAPS in extra, row
+            assert set(rows.METAQA_SGR) <= set(extra), row
             cmd = rows.command(row, 100, "c", route="llamacpp", split="heldout")
             assert sum(a.startswith("reasoner.max_tokens=") for a in cmd) == 1, row
+            assert "llm.structured_output=true" in cmd, row
