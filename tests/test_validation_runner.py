@@ -816,3 +816,14 @@ def test_sgr_table2_rows_run_one_factor_at_a_time_under_one_setting():
             cmd = rows.command(row, 100, "c", route="llamacpp", split="heldout")
             assert sum(a.startswith("reasoner.max_tokens=") for a in cmd) == 1, row
             assert "llm.structured_output=true" in cmd, row
+
+
+def test_the_method_table_says_which_settings_a_row_ran_with():
+    """Issue 70: "the rows say which setting they used": a row run with structured output or
+    dev-fitted caps says so beside its score; a row run with the defaults says nothing."""
+    docs = _package().docs
+    base = "KGREASON_DATA=../shared/data python -m kgreason reasoner=sgr dataset=metaqa kg=metaqa llm.n_threads=1"
+    assert docs.settings_note({"command": base}) is None
+    note = docs.settings_note({"command": base + " 'reasoner.max_tokens={step:80,default:512}' llm.structured_output=true"})
+    assert note == ("run with per-prompt reply caps fitted on the dev split (`reasoner.max_tokens={step:80,default:512}`)"
+                    " and `llm.structured_output=true` (docs/llm.md)")

@@ -198,6 +198,24 @@ def _draw(e: dict) -> tuple[int, int]:
     return skip + 1, skip + int(e.get("n_examples") or 0)
 
 
+#: the overrides of a row's command that change what the method is given or writes (a reader
+#: repeating the row needs them), shown beside its score; the rest is plumbing (route, threads,
+#: cache, the question draw) or the data it names in its command column
+METHOD_SETTINGS = ("reasoner.", "llm.structured_output=", "ablation=")
+
+
+def settings_note(e: dict) -> str | None:
+    """``run with …``: the method settings of the row's committed command (``reasoner.max_tokens``'s
+    per-prompt caps named as such), or None for a row that ran the defaults."""
+    import shlex
+
+    words = shlex.split(str(e.get("command") or ""))
+    found = [w for w in words if w.startswith(METHOD_SETTINGS) and not w.startswith("reasoner=")]
+    shown = ["per-prompt reply caps fitted on the dev split (`" + w + "`)" if w.startswith("reasoner.max_tokens={")
+             else f"`{w}`" for w in found]
+    return "run with " + " and ".join(shown) + " (docs/llm.md)" if shown else None
+
+
 def row_notes(row: str, e: dict, rows: dict[str, dict]) -> list[str]:
     """What a reader must know before comparing ``row``'s score, all from the committed JSON and
     the working tree: not a method score, the passage pool, rows it cannot be compared with, and
@@ -220,6 +238,8 @@ def row_notes(row: str, e: dict, rows: dict[str, dict]) -> list[str]:
             if not nested and None not in pools and pools[0] != pools[1]:
                 why += " and another passage pool"
             notes.append(f"not comparable with `{ROWS[other][1]}` ({why})")
+    if (note := settings_note(e)):
+        notes.append(note)
     if (note := cached_time_note(e)):
         notes.append(note)
     if not e.get("bundle") and not e.get("llm_calls_per_question"):
