@@ -827,3 +827,24 @@ def test_the_method_table_says_which_settings_a_row_ran_with():
     note = docs.settings_note({"command": base + " 'reasoner.max_tokens={step:80,default:512}' llm.structured_output=true"})
     assert note == ("run with per-prompt reply caps fitted on the dev split (`reasoner.max_tokens={step:80,default:512}`)"
                     " and `llm.structured_output=true` (docs/llm.md)")
+
+
+def test_a_row_remeasured_at_a_larger_n_is_paired_with_its_earlier_row(tmp_path, monkeypatch):
+    """Issue 70: a held-out row re-measured (N = 100, cheaper settings) is paired with the same row
+    at N = 30 on the questions both answered, history row included, with both settings named."""
+    mod = _package()
+    monkeypatch.setattr(mod.places, "HERE", tmp_path)
+    qs = [f"q{i}" for i in range(30)]
+    old = {"metaqa_sgr": {"n": 30, "n_examples": 30, "metrics": {"hits_at_1": 0.5}, "command": "python -m kgreason reasoner=sgr",
+                          "code": {"commit": "aaa"}, "history": {"why": "retired"},
+                          "per_question": {q: {"hits_at_1": float(i % 2)} for i, q in enumerate(qs)}}}
+    new = {"metaqa_sgr": {"n": 100, "n_examples": 40, "partial": True, "metrics": {"hits_at_1": 0.6},
+                          "command": "python -m kgreason reasoner=sgr llm.structured_output=true", "code": {"commit": "bbb"},
+                          "per_question": {**{q: {"hits_at_1": 1.0} for q in qs}, **{f"x{i}": {"hits_at_1": 0.0} for i in range(10)}}}}
+    (tmp_path / "validation_heldout_n30_llamacpp.json").write_text(json.dumps(old))
+    (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps(new))
+    lines = [x for x in mod.docs.remeasured_section() if x.startswith("| metaqa_sgr")]
+    assert len(lines) == 1, lines
+    assert "40 (partial) vs 30 (history)" in lines[0] and "bbb vs aaa" in lines[0]
+    assert "`llm.structured_output=true`" in lines[0] and "vs defaults" in lines[0]
+    assert "hits_at_1 +0.500" in lines[0] and lines[0].endswith("| 30 |")  # 15 of 30 gained, on the 30 shared

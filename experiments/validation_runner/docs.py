@@ -109,7 +109,8 @@ def markdown() -> str:
     difference to the baseline row, calls and tokens per question, wall time, where the row
     replays from and its currency), then the dev tables (the questions prompts and settings were
     chosen on), then the history section: the rows that will not be re-measured, apart, each
-    with the code it measured (never beside a current row)."""
+    with the code it measured (beside a current row only in the re-measured section, which says
+    what changed)."""
     out = list(TABLE_NOTES)
     history: list[tuple[Path, str, dict]] = []
     for f in _tables():
@@ -122,8 +123,54 @@ def markdown() -> str:
                 out.append(f"| {row} | {e.get('n')} | {e.get('status')} | | | | | | |")
                 continue
             out.append(row_line(row, e))
-    out += ["", *history_section(history)]
+    out += ["", *remeasured_section(), "", *history_section(history)]
     return "\n".join(out).strip()
+
+
+def _heldout_n(f: Path) -> int | None:
+    """N of a first-draw held-out table on the llama.cpp route (``validation_heldout_n<N>_llamacpp``),
+    else None (a dev table, another route, a fresh draw ``_skip<K>``)."""
+    m = re.fullmatch(r"validation_heldout_n(\d+)_llamacpp", f.stem)
+    return int(m.group(1)) if m else None
+
+
+def remeasured_section() -> list[str]:
+    """Each held-out row re-measured at a larger N against the same row at a smaller N (issue 70:
+    "each paired with today's row on the questions both answered"): the draw is nested, so the
+    smaller row's questions are the first of the larger's, and the paired difference on them is
+    what the re-measurement changed (code, settings, or sampling), with the two commands' settings."""
+    from validation_runner.collect import committed_values, paired
+
+    tables = sorted(((n, f) for f in _tables() if (n := _heldout_n(f))), key=lambda t: t[0])
+    lines = []
+    for n_new, f_new in tables:
+        for row, e in json.loads(f_new.read_text()).items():
+            if "metrics" not in e or is_history(e) or not e.get("per_question"):
+                continue
+            for n_old, f_old in tables:
+                old = json.loads(f_old.read_text()).get(row) if n_old < n_new else None
+                if not old or not old.get("per_question"):
+                    continue
+                key = KEY_METRICS[row.split("_")[0]][0]
+                d = paired(committed_values(e), committed_values(old), [key]).get(key)
+                if not d:
+                    continue
+                was = "history" if is_history(old) else verdict(old)
+                code = (old.get("code") or {}).get("commit", "?"), (e.get("code") or {}).get("commit", "?")
+                lines.append(
+                    f"| {row} | {e['n_examples']}{' (partial)' if e.get('partial') else ''} vs {old['n_examples']} ({was}) "
+                    f"| {code[1]} vs {code[0]} | {settings_note(e) or 'defaults'} vs {settings_note(old) or 'defaults'} "
+                    f"| {key} {d['diff']:+.3f} [{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}] | "
+                    f"{'–' if d['mcnemar_p'] is None else _p(d['mcnemar_p'])} | {d['n']} |")
+    head = ["#### Re-measured rows against their earlier measurement", "",
+            "A row measured again at a larger N (after issue 70's cheaper settings) against the same row at a "
+            "smaller N, on the questions both answered (the held-out draw is nested): the paired difference is what "
+            "the re-measurement changed, code or settings (a row whose replies came from the earlier row's call "
+            "cache differs by nothing). The earlier row may be in the history section: this is the one place it "
+            "is set beside a current row, to say what changed.", "",
+            "| row | N (earlier row's state) | code | settings | paired difference [95% CI] | McNemar p | questions |",
+            "|---|---|---|---|---|---|---|"]
+    return head + (lines or ["| (none yet) | | | | | | |"])
 
 
 def history_section(history: list[tuple[Path, str, dict]]) -> list[str]:
@@ -132,7 +179,8 @@ def history_section(history: list[tuple[Path, str, dict]]) -> list[str]:
     out = ["#### History: rows that will not be re-measured", "",
            "Each row measured the code of the commit named; that code has changed since, and the row either "
            "replays stale on today's code or has no bundle to check it with (rows measured before bundles "
-           "existed). They are kept as a record and are not comparable with the rows above."]
+           "existed). They are kept as a record and are not comparable with the rows above (the re-measured "
+           "section sets one beside its re-measurement only to say what changed)."]
     if not history:
         return out + ["", "(none)"]
     for f, row, e in history:
