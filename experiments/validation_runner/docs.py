@@ -136,9 +136,10 @@ def _heldout_n(f: Path) -> int | None:
 
 def remeasured_section() -> list[str]:
     """Each held-out row re-measured at a larger N against the same row at a smaller N (issue 70:
-    "each paired with today's row on the questions both answered"): the draw is nested, so the
-    smaller row's questions are the first of the larger's, and the paired difference on them is
-    what the re-measurement changed (code, settings, or sampling), with the two commands' settings."""
+    "each paired with today's row on the questions both answered"): the draw is nested (a larger N
+    keeps every question of a smaller one, kgreason/data/base.py ``select_split``), and the paired
+    difference on the shared questions is what the re-measurement changed (code, settings, or
+    sampling), with the two commands' settings."""
     from validation_runner.collect import committed_values, paired
 
     tables = sorted(((n, f) for f in _tables() if (n := _heldout_n(f))), key=lambda t: t[0])
@@ -164,7 +165,7 @@ def remeasured_section() -> list[str]:
                     f"{'–' if d['mcnemar_p'] is None else _p(d['mcnemar_p'])} | {d['n']} |")
     head = ["#### Re-measured rows against their earlier measurement", "",
             "A row measured again at a larger N (after issue 70's cheaper settings) against the same row at a "
-            "smaller N, on the questions both answered (the held-out draw is nested): the paired difference is what "
+            "smaller N, on the questions both answered (the held-out draw is nested: a larger N keeps every question of a smaller one): the paired difference is what "
             "the re-measurement changed, code or settings (a row whose replies came from the earlier row's call "
             "cache differs by nothing). The earlier row may be in the history section: this is the one place it "
             "is set beside a current row, to say what changed.", "",
