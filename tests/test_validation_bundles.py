@@ -143,9 +143,15 @@ def test_ci_replays_every_bundled_heldout_row_and_a_current_one_is_identical(tab
         f"(python experiments/validation/run_validation.py --check-current --rows {row})")
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["llm/calls"] == 0
+    if entry.get("partial"):  # a partial row's replay asks only the questions its bundle holds replies for
+        with tarfile.open(RUNNER.parent / entry["bundle"]["file"]) as t:
+            name = next(m for m in t.getnames() if m.endswith("/predictions.jsonl"))
+            held = [json.loads(line)["id"] for line in t.extractfile(name).read().decode().splitlines() if line.strip()]
+        answered = [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()
+                    if line.strip()]
+        assert sorted(answered) == sorted(held[:first] if first else held), (row, len(answered), len(held))
     if first is None and not entry.get("partial"):  # the whole row: the committed JSON row is what the replay gives
-        # (a partial row's replay answers its whole config, and only the examples its bundle holds
-        # are compared: replay_verdict's compare_partial above)
+        # (a partial row's examples are compared by replay_verdict's compare_partial above)
         assert compare_run(opened.run_dir(rel), out) == "identical"
         got = mod.derive(out, row)
         assert mod.bundles._close(got["metrics"], entry["metrics"]) and got["n_examples"] == entry["n_examples"]

@@ -438,7 +438,8 @@ def _replay_verdict(opened: Opened, rel: str, cache: Path, out: Path, first: int
     failed = None
     with ranking.serving(recorded_rankings(bundled_rows), verify=rankings == "verify") as served:
         try:
-            run(cfg, out, first=first)
+            # a partial run's bundle holds replies for the questions it answered: only those are asked
+            run(cfg, out, first=first, only={r.get("id") for r in bundled_rows} if partial else None)
         except Exception as e:  # noqa: BLE001 - reported as this run's line, after the rows are read
             failed = f"failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
     replayed = {r.get("id"): r for r in _rows(out / "predictions.jsonl")}

@@ -26,7 +26,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -744,7 +744,8 @@ def _write_prepare_stopped(out_dir: Path, why: BaseException, done: int, n: int)
                 signame, got, done, n, _job_label(), shown(out_dir), kept, go_on_hint(out_dir))
 
 
-def run(cfg: DictConfig, out_dir: str | Path, *, first: int | None = None) -> RunResult:
+def run(cfg: DictConfig, out_dir: str | Path, *, first: int | None = None,
+        only: Collection[str] | None = None) -> RunResult:
     """Evaluate ``cfg`` into ``out_dir``, holding the run dir's lock throughout (a second run on
     the dir raises :class:`~kgreason.runs.RunDirLocked` before touching anything). A run that
     stops on a start-up check or while answering (not on a signal: that writes partial
@@ -752,13 +753,15 @@ def run(cfg: DictConfig, out_dir: str | Path, *, first: int | None = None) -> Ru
 
     ``first``: answer only the first ``first`` examples of the configured questions, in their
     order (``kgreason bundle replay --first K``: a bundle's fixed prefix); the reasoner's set-up
-    still sees the whole dataset (a passage pool, SubQRAG's index), as the bundled run's did."""
+    still sees the whole dataset (a passage pool, SubQRAG's index), as the bundled run's did.
+    ``only``: answer only the examples with these ids, in the configured order (the replay of a
+    partial run's bundle: the questions it holds replies for, not the config's other ones)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _signals_as_interrupt(), lock_run_dir(out_dir):
         stage = {"name": "startup"}
         try:
-            return _run(cfg, out_dir, stage, first)
+            return _run(cfg, out_dir, stage, first, only)
         except Exception as e:
             _write_failed(out_dir, e, stage["name"])
             e.kgreason_stage = stage["name"]  # the caller (app.py) knows failed.json is decided on
@@ -798,13 +801,17 @@ def _write_failed(out_dir: Path, e: BaseException, stage: str) -> None:
         log.error("could not write %s: %s", out_dir / FAILED, err)
 
 
-def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str], first: int | None = None) -> RunResult:
+def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str], first: int | None = None,
+         only: Collection[str] | None = None) -> RunResult:
     protect_run_dir(cfg, out_dir)  # before anything is built or written: secrets never reach a file
     t0 = time.perf_counter()
     forget_files_read()  # run.json lists the data files this run reads (not an earlier job's)
     uses_llm = _start_checks(cfg)  # bad settings stop here, before any example is paid for
     with build(cfg, out_dir) as c:  # closes every resource on success, error and Ctrl-C
         examples = list(c.dataset)
+        if only is not None:  # a replay of a partial run's bundle: the questions it answered
+            keep = set(only)
+            examples = [e for e in examples if e.id in keep]
         if first is not None:  # a replay of a bundle's fixed prefix: the first questions, in order
             examples = examples[: max(int(first), 0)]
         report = _preflight(cfg, c, examples, uses_llm)  # a run that cannot mean anything stops here
