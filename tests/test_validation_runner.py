@@ -686,6 +686,13 @@ def test_a_row_timed_with_many_cached_replies_says_so_beside_its_seconds(tmp_pat
         (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps({"metaqa_io": {**row, **other}}))
         line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `io` |"))
         assert "wall time" not in line
+    # a row the runner timed over several sittings (``sittings_s``): their summed wall time a
+    # question holds the cached replies as much as one sitting's does
+    (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(json.dumps({"metaqa_io": {
+        **row, "seconds_per_question": 86.1, "sittings_s": [665.4, 7941.6], "wall_note": "2 sittings"}}))
+    line = next(ln for ln in mod.method_table().splitlines() if ln.startswith("| `io` |"))
+    assert "| 86 |" in line and ("s / question is the 2 sittings' wall time with 30 of 100 model replies from the "
+                                 "call cache (model time 1.7 s a question") in line
 
 
 def test_the_method_table_names_the_commits_its_rows_are_current_at(tmp_path, monkeypatch):

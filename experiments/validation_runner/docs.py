@@ -231,10 +231,15 @@ def cached_time_note(e: dict) -> str | None:
     the call cache (the scores do not depend on it; the time does): the share, and the model's
     time a question over the questions answered without the cache where the row recorded it."""
     hits, calls = e.get("cache_hits") or 0, e.get("backend_calls") or 0
-    from_wall = seconds_per_question(e) is not None and not isinstance(e.get("seconds_per_question"), (int, float))
-    if not from_wall or not hits or hits < CACHED_SHARE_NOTED * (hits + calls):  # the cell is not one sitting's wall time
+    sittings = e.get("sittings_s") if isinstance(e.get("sittings_s"), list) else []
+    # the cell is sittings' wall time: one sitting's, or the runner's sum over several (``sittings_s``);
+    # not a figure summed by hand, which says itself what it holds
+    from_wall = seconds_per_question(e) is not None and (
+        not isinstance(e.get("seconds_per_question"), (int, float)) or len(sittings) > 1)
+    if not from_wall or not hits or hits < CACHED_SHARE_NOTED * (hits + calls):
         return None
-    note = f"s / question is the sitting's wall time with {hits} of {hits + calls} model replies from the call cache"
+    whose = f"the {len(sittings)} sittings'" if len(sittings) > 1 else "the sitting's"
+    note = f"s / question is {whose} wall time with {hits} of {hits + calls} model replies from the call cache"
     if isinstance(e.get("llm_seconds_per_question"), (int, float)) and e.get("llm_seconds_questions"):
         note += (f" (model time {e['llm_seconds_per_question']:.1f} s a question over the "
                  f"{e['llm_seconds_questions']} questions answered without it)")
