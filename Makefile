@@ -106,11 +106,11 @@ test: setup setup-server
 # Every bundled validation row replayed in full on this code, and each row's verdict (current, or
 # stale with the first example and request that differ) recorded in its JSON with the commit
 # (docs/validation.md, "Currency"). CI (`make test`) replays every bundled held-out row recorded
-# current, SGR's on their first 5 questions; a commit that changes a row's requests or results
-# runs this and re-measures the row or commits its stale verdict. Recorded rankings, no model, no
-# embedding store: about 1 min on 2 cores for the 11 rows other than SGR's, plus SGR's rows,
-# whose candidate triples are embedded on the fly (20-60 s a question the first time; seconds
-# once the embedder's text cache holds them). Needs the shared data (KGREASON_DATA).
+# current, each in full; a commit that changes a row's requests or results runs this and
+# re-measures the row or commits its stale verdict. Recorded rankings, no model, no embedding
+# store: about 1 min on 2 cores for the rows other than SGR's, and about 1 s a question for SGR's
+# (a Freebase-slice row first exports the slice to the graph database, about 20 s). Needs the
+# shared data (KGREASON_DATA).
 replay-all: setup
 	$(PY) experiments/validation/run_validation.py --check-current $(ARGS)
 
