@@ -855,3 +855,48 @@ def test_a_row_remeasured_at_a_larger_n_is_paired_with_its_earlier_row(tmp_path,
     assert "40 (partial) vs 30 (history)" in lines[0] and "bbb vs aaa" in lines[0]
     assert "`llm.structured_output=true`" in lines[0] and "vs defaults" in lines[0]
     assert "hits_at_1 +0.500" in lines[0] and lines[0].endswith("| 30 |")  # 15 of 30 gained, on the 30 shared
+
+
+def test_two_sittings_that_end_at_once_each_keep_their_row(tmp_path, monkeypatch):
+    """One SIGTERM stopped three rows' sittings at once; each summed up and bundled its row, and the
+    one that wrote last put back the table it had read before another's row was written: a stopped
+    ``webqsp_sgr`` row (2 questions, its bundle written) was lost from the JSON. Here the other
+    sitting's row lands while this sitting summarises its run; both rows must stay."""
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    runs = tmp_path / "outputs" / "validation" / "heldout_n4"
+    out = tmp_path / "validation_heldout_n4.json"
+    other = {"command": "…", "split": "heldout", "n": 4, "n_examples": 2, "metrics": {"hits_at_1": 0.5},
+             "partial": True}
+
+    def sitting(cmd, cwd=None):
+        _fake_run(runs / "metaqa_rag", [1.0, 0.0, 1.0, 0.0])
+        return 0
+
+    summarise = mod.collect.summarise
+
+    def summarise_while_another_sitting_writes(run_dir):
+        table = json.loads(out.read_text()) if out.exists() else {}  # the other sitting ends now
+        out.write_text(json.dumps({**table, "webqsp_sgr": other}))
+        return summarise(run_dir)
+
+    monkeypatch.setattr(subprocess, "call", sitting)
+    monkeypatch.setattr(mod.collect, "summarise", summarise_while_another_sitting_writes)
+    assert mod.main(["--n", "4", "--split", "heldout", "--rows", "metaqa_rag", "--cache", str(tmp_path / "c")]) == 0
+    table = json.loads(out.read_text())
+    assert table["webqsp_sgr"] == other and table["metaqa_rag"]["n_examples"] == 4
+
+
+def test_table_writes_from_several_processes_lose_no_row(tmp_path):
+    """:func:`validation_runner.tablefile.update` re-reads, changes and replaces a table under a
+    lock on its folder: 4 processes that each hold their change for 0.3 s keep all 4 rows (without
+    the lock, each read the table before the others wrote, and one row was left)."""
+    _package()
+    out = tmp_path / "validation_x.json"
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+            "from validation_runner import tablefile; "
+            "tablefile.update(Path(sys.argv[2]), lambda t: (time.sleep(0.3), t.__setitem__(sys.argv[3], {'n': 1})))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(RUNNER.parents[1]), str(out), f"row{i}"])
+             for i in range(4)]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 4
+    assert sorted(json.loads(out.read_text())) == ["row0", "row1", "row2", "row3"]
+    assert [p.name for p in tmp_path.iterdir()] == ["validation_x.json"]  # no lock or temp file left beside it

@@ -12,6 +12,7 @@ Its parts, each a module named for what it does:
 * :mod:`~validation_runner.stamp`: which code a row measured (git blob ids of its method's files);
 * :mod:`~validation_runner.docs`: the generated tables of README.md and docs/validation.md, the figure;
 * :mod:`~validation_runner.cli`: the command line (``experiments/validation/run_validation.py``, the entry point);
+* :mod:`~validation_runner.tablefile`: every write to a JSON table (re-read and replaced under a lock);
 * :mod:`~validation_runner.places`: where the tables, bundles and call cache are.
 
 The command (``DOC``, its ``--help``):

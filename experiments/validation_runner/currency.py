@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from validation_runner import places
+from validation_runner import places, tablefile
 
 #: a path inside a replay's temporary folders (a miss's message names the call store there)
 _TMP = re.compile(r"[^\s'\"]*kgreason-(?:bundle|currency)-[^\s'\"]*")
@@ -100,9 +100,7 @@ def check_current(tables: list[str] | None = None, rows: list[str] | None = None
     done = []
     for f, row, e in bundled_rows(tables, rows):
         rec = replay_row(e, first=first, rankings=rankings)
-        table = json.loads(f.read_text())  # re-read: the file may have changed meanwhile
-        table[row]["currency"] = rec
-        f.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
+        tablefile.update(f, lambda table: table[row].__setitem__("currency", rec))  # the file as it is now
         echo(f"{f.stem}/{row}: {rec['verdict']} ({rec.get('seconds', '?')} s): {rec['line']}")
         done.append((f.stem, row, rec))
     return done
@@ -130,10 +128,13 @@ def retire(table: str, row: str, why: str) -> str:
     """``--retire TABLE/ROW --why TEXT``: move a row to the history section, naming the code it
     measured (its ``code`` stamp's commit) and why it will not be re-measured."""
     f = places.HERE / f"validation_{table}.json"
-    data = json.loads(f.read_text())
-    if row not in data:
-        raise ValueError(f"{f.name}: no row {row}")
-    e = data[row]
-    e["history"] = {"why": why, "measured_code": (e.get("code") or {}).get("commit"), "retired_at": _commit().get("at")}
-    f.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    at = _commit().get("at")
+
+    def move(data: dict) -> None:
+        if row not in data:
+            raise ValueError(f"{f.name}: no row {row}")
+        e = data[row]
+        e["history"] = {"why": why, "measured_code": (e.get("code") or {}).get("commit"), "retired_at": at}
+
+    tablefile.update(f, move)
     return f"{table}/{row}: moved to the history section ({why})"

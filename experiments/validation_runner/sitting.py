@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from validation_runner import places
+from validation_runner import places, tablefile
 
 
 def run_row(cmd: list[str], stop_after: float | None = None) -> int:
@@ -164,7 +164,9 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
     # must not be credited with its numbers)
     stamp = {"commit": _head(), "from": "the working tree of the sitting", "files": code_stamp(row)}
     rc = 0 if args.collect else run_row(cmd, args.stop_after)
-    table = json.loads(out.read_text()) if out.exists() else {}  # re-read: other sittings may have written
+    # re-read: other sittings may have written (the pairing below reads their rows); the row itself
+    # is written with tablefile.put_row, which re-reads the table again under its lock
+    table = json.loads(out.read_text()) if out.exists() else {}
     if args.collect and not (run_dir / "metrics.json").exists():
         # still running, or killed before the run wrote its metrics: nothing to summarise yet
         print(f"row {row}: no metrics.json yet in {run_dir} (a run still going, or one stopped before "
@@ -174,10 +176,10 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
     prev = table.get(row, {})
     preparing = None if args.collect else stopped_preparing(rc, run_dir, t0)
     if preparing is not None and "metrics" not in prev:
-        table[row], got = preparing_entry(prev, shown, args.split, args.n, preparing, round(time.time() - t0, 1))
+        entry, got = preparing_entry(prev, shown, args.split, args.n, preparing, round(time.time() - t0, 1))
+        tablefile.put_row(out, row, entry)
         print(f"row {row}: stopped while preparing ({got}); noted, resume with the same command",
               file=sys.stderr, flush=True)
-        out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
         return
     if rc != 0 and stopped_by_hand(rc, run_dir / "metrics.json", t0):
         # Ctrl-C or SIGTERM: the run summed up what it answered (run/partial) before it exited,
@@ -186,7 +188,7 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
         rc = 0
     if rc != 0 or not (run_dir / "metrics.json").exists():
         print(f"row {row}: exit status {rc}, no metrics (see {run_dir}/run.log)", file=sys.stderr, flush=True)
-        table[row] = failed_entry(prev, shown, args.n, rc)
+        entry = failed_entry(prev, shown, args.n, rc)
     else:
         entry = summarise(run_dir)
         carry_wall_time(entry, prev, run_dir, t0, args.collect)
@@ -201,11 +203,11 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
         code = stamp
         if args.collect:  # the sitting that ran: its run.json's commit, else the row's earlier stamp
             code = run_stamp(run_dir, row) or prev.get("code") or stamp
-        table[row] = {"command": shown, "split": args.split, "n": args.n, **entry,
-                      "sitting_s": this_sitting, "code": code, "per_question": pq}
+        entry = {"command": shown, "split": args.split, "n": args.n, **entry,
+                 "sitting_s": this_sitting, "code": code, "per_question": pq}
         if not args.no_bundle:
-            _bundle_row(table[row], run_dir, table_name, row, args.cache)
-    out.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
+            _bundle_row(entry, run_dir, table_name, row, args.cache)
+    tablefile.put_row(out, row, entry)
 
 
 def _bundle_row(entry: dict, run_dir: Path, table_name: str, row: str, cache: str) -> None:

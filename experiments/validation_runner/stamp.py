@@ -10,7 +10,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from validation_runner import places
+from validation_runner import places, tablefile
 from validation_runner.rows import ROWS
 
 #: the files each method's code lives in (its reasoner module, helpers only it uses, its prompts
@@ -135,6 +135,7 @@ def stamp_from_history(path: Path) -> list[str]:
                                 "files": stamp_at(r, c)}
             todo.discard(r)
             done.append(r)
-    if done:
-        path.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
+    if done:  # written into the table as it is now (another sitting may have written meanwhile)
+        stamped = {r: table[r]["code"] for r in done}
+        tablefile.update(path, lambda now: [now[r].setdefault("code", c) for r, c in stamped.items() if r in now])
     return done
