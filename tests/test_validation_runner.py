@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 MACHINE_ROOT = "/" + "work" + "/"  # the development machine's root (spelled apart: `git grep` stays clean)
 RUNNER = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "run_validation.py"
 
@@ -900,3 +902,19 @@ def test_table_writes_from_several_processes_lose_no_row(tmp_path):
     assert [p.wait(timeout=60) for p in procs] == [0] * 4
     assert sorted(json.loads(out.read_text())) == ["row0", "row1", "row2", "row3"]
     assert [p.name for p in tmp_path.iterdir()] == ["validation_x.json"]  # no lock or temp file left beside it
+
+
+def test_check_current_lists_a_retired_row_and_leaves_its_record_alone(tmp_path, monkeypatch):
+    """``--check-current --rows webqsp_sgr`` replayed the retired N = 30 row too and wrote a stale
+    verdict at today's commit into its record, whose history note says its bundle was not replayed
+    on today's code; CI lists a retired row without replaying it, and so does the check now."""
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    retired = {"n": 30, "bundle": {"file": "bundles/t/webqsp_sgr.tar.gz"},
+               "history": {"why": "measured before issues 71-72 changed SGR"}}
+    f = tmp_path / "validation_heldout_n30.json"
+    f.write_text(json.dumps({"webqsp_sgr": retired}))
+    monkeypatch.setattr(mod.currency, "replay_row", lambda *a, **k: pytest.fail("a retired row was replayed"))
+    lines = []
+    assert mod.currency.check_current(rows=["webqsp_sgr"], echo=lines.append) == []
+    assert json.loads(f.read_text()) == {"webqsp_sgr": retired}
+    assert lines == ["validation_heldout_n30/webqsp_sgr: retired (not replayed): measured before issues 71-72 changed SGR"]

@@ -96,9 +96,13 @@ def bundled_rows(tables: list[str] | None = None, rows: list[str] | None = None)
 def check_current(tables: list[str] | None = None, rows: list[str] | None = None, *, first: int | None = PREFIX,
                   rankings: str = "recorded", echo=print) -> list[tuple[str, str, dict]]:
     """``--check-current``: replay every bundled row (of ``tables`` / ``rows`` when given) and
-    record each one's currency in its JSON; returns ``(table, row, record)``."""
+    record each one's currency in its JSON; returns ``(table, row, record)``. A row retired to the
+    history section is listed, not replayed, and its record is left as it is."""
     done = []
     for f, row, e in bundled_rows(tables, rows):
+        if is_history(e):  # retired: never shown beside current rows, and its record says why (as in CI)
+            echo(f"{f.stem}/{row}: retired (not replayed): {e['history'].get('why', '')}")
+            continue
         rec = replay_row(e, first=first, rankings=rankings)
         tablefile.update(f, lambda table: table[row].__setitem__("currency", rec))  # the file as it is now
         echo(f"{f.stem}/{row}: {rec['verdict']} ({rec.get('seconds', '?')} s): {rec['line']}")
