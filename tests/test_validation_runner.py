@@ -918,3 +918,22 @@ def test_check_current_lists_a_retired_row_and_leaves_its_record_alone(tmp_path,
     assert mod.currency.check_current(rows=["webqsp_sgr"], echo=lines.append) == []
     assert json.loads(f.read_text()) == {"webqsp_sgr": retired}
     assert lines == ["validation_heldout_n30/webqsp_sgr: retired (not replayed): measured before issues 71-72 changed SGR"]
+
+
+def test_a_partial_row_of_a_split_smaller_than_n_shows_what_its_run_would_answer(tmp_path, monkeypatch):
+    """WebQSP's held-out split holds 80 questions: a partial ``--n 100`` row showed "2 of 100"; its run
+    says it expected 80 (``run/n_expected``), and the tables now say "2 of 80"."""
+    runs = tmp_path / "outputs" / "validation" / "heldout_n100"
+
+    def stopped(cmd, cwd=None):
+        _fake_run(runs / "webqsp_sgr", [1.0, 0.0])
+        m = json.loads((runs / "webqsp_sgr" / "metrics.json").read_text())
+        (runs / "webqsp_sgr" / "metrics.json").write_text(json.dumps({**m, "run/partial": True, "run/n_expected": 80}))
+        return 143
+
+    mod = _runner(tmp_path, monkeypatch, rc=143)
+    monkeypatch.setattr(subprocess, "call", stopped)
+    assert mod.main(["--n", "100", "--split", "heldout", "--rows", "webqsp_sgr", "--cache", str(tmp_path / "c")]) == 0
+    e = json.loads((tmp_path / "validation_heldout_n100.json").read_text())["webqsp_sgr"]
+    assert e["n"] == 100 and e["n_expected"] == 80 and e["partial"] is True
+    assert "| 2 of 80 (partial) |" in mod.markdown()

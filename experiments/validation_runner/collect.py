@@ -169,7 +169,9 @@ def summarise(run_dir: Path) -> dict:
         **({"retrieved_size": m["retrieval/retrieved_size"]} if "retrieval/retrieved_size" in m else {}),
         # the share of questions answered on the "nothing linked / nothing retrieved" path (issue 43)
         **({"empty_rate": m["retrieval/empty_rate"]} if m.get("retrieval/empty_rate") is not None else {}),
-        **({"partial": True} if m.get("run/partial") else {}),
+        # a partial row: what its run would answer in all (the split can hold fewer than N: 80 WebQSP)
+        **({"partial": True, **({"n_expected": m["run/n_expected"]} if m.get("run/n_expected") else {})}
+           if m.get("run/partial") else {}),
         # SubQRAG: the sub-questions that fell back to the passages, and the triples Eq. 4 wrote
         **({"fallbacks": sum(fb.values()), "questions_with_fallback": sum(1 for v in fb.values() if v)}
            if (fb := fallbacks(run_dir)) is not None else {}),

@@ -83,7 +83,7 @@ def row_line(row: str, e: dict) -> str:
         # a partial row: no end-of-run timing; the model's time over the questions it answered in full
         over = f" over {e['llm_seconds_questions']}" if e.get("llm_seconds_questions") else ""
         wall = f"– (LLM {e['llm_seconds_per_question']:.0f} s/q{over})"
-    n_shown = f"{e['n_examples']} of {e['n']} (partial)" if e.get("partial") else e["n_examples"]
+    n_shown = f"{e['n_examples']} of {e.get('n_expected') or e['n']} (partial)" if e.get("partial") else e["n_examples"]
     if verdict(e) == "stale":
         n_shown = f"{n_shown} ¹"
     return (f"| {row} | {n_shown} | {ms} | {pair} | {e['unparseable_replies']} | "
@@ -334,7 +334,7 @@ def method_table() -> str:
         if sq == "–" and isinstance(e.get("llm_seconds_per_question"), (int, float)):  # a partial row: the model's time
             sq = f"{e['llm_seconds_per_question']:.0f} (model only)"
         first, last = _draw(e)
-        n = f"{e['n_examples']}" + (f" of {e['n']} (partial)" if e.get("partial") else "") + (
+        n = f"{e['n_examples']}" + (f" of {e.get('n_expected') or e['n']} (partial)" if e.get("partial") else "") + (
             f" (draw places {first}–{last})" if first > 1 else "")
         notes = "; ".join(row_notes(row, e, shown))
         out.append(f"| `{reasoner}` | {source} | `reasoner={reasoner} {data}` | {sq} | {score} | {n} | {notes} |")
@@ -354,7 +354,7 @@ def method_figure(path: Path) -> Path:
 
     rows = heldout_rows(current_only=True)
     items = [(f"{reasoner} ({row.split('_')[0]}, N={rows[row]['n_examples']}"
-              + (f" of {rows[row]['n']}, partial)" if rows[row].get("partial") else ")"), rows[row]["metrics"][metric],
+              + (f" of {rows[row].get('n_expected') or rows[row]['n']}, partial)" if rows[row].get("partial") else ")"), rows[row]["metrics"][metric],
               (rows[row].get("ci95") or {}).get(metric), label)
              for reasoner, _, row, _, metric, label in METHODS if row in rows and reasoner != "kg_dx"]
     fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(items) + 1.0))
