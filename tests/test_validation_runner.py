@@ -937,3 +937,27 @@ def test_a_partial_row_of_a_split_smaller_than_n_shows_what_its_run_would_answer
     e = json.loads((tmp_path / "validation_heldout_n100.json").read_text())["webqsp_sgr"]
     assert e["n"] == 100 and e["n_expected"] == 80 and e["partial"] is True
     assert "| 2 of 80 (partial) |" in mod.markdown()
+
+
+def test_a_table_write_that_fails_leaves_the_table_as_it_was_and_no_temp_file(tmp_path, monkeypatch):
+    """A full disk during the write: the error reaches the caller, the table keeps its rows, and no
+    half-written temporary file stays beside it."""
+    _package()
+    from validation_runner import tablefile
+
+    out = tmp_path / "validation_x.json"
+    tablefile.put_row(out, "a", {"n": 1})
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        if self.name.endswith(".tmp"):
+            real(self, "{", encoding="utf-8")  # a part written, then the disk is full
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        tablefile.put_row(out, "b", {"n": 2})
+    monkeypatch.undo()
+    assert json.loads(out.read_text()) == {"a": {"n": 1}}
+    assert [p.name for p in tmp_path.iterdir()] == ["validation_x.json"]

@@ -42,8 +42,12 @@ def update(path: Path, change: Callable[[dict], T]) -> T:
         table = json.loads(path.read_text()) if path.exists() else {}
         got = change(table)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(table, indent=2, sort_keys=False) + "\n")
+            os.replace(tmp, path)
+        except BaseException:  # a full disk or a signal mid-write: the table stays as it was, no temp file left
+            tmp.unlink(missing_ok=True)
+            raise
     return got
 
 
