@@ -136,6 +136,42 @@ def _roots() -> list[tuple[str, str]]:
     return sorted(found, key=lambda x: -len(x[0]))
 
 
+_ENV_REF = re.compile(r"^\$\{oc\.env:(%s)(?:,([^}]*))?\}(.*)$" % "|".join(DIR_VARIABLES))
+
+
+def run_roots(run: Path) -> list[tuple[str, str]]:
+    """:func:`_roots` plus the directories ``run`` read from a ``KGREASON_*_DIR`` variable, found by
+    setting its unresolved config (``config.yaml``: ``${oc.env:KGREASON_EMBED_STORE_DIR,null}``)
+    beside its resolved one (run.json's ``config``): so a bundle exported from a shell where the
+    variable is unset (or set elsewhere) still spells it, not the path of the machine that ran."""
+    found = list(_roots())
+    try:
+        raw = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+        resolved = json.loads((run / "run.json").read_text(encoding="utf-8")).get("config")
+    except (OSError, ValueError, yaml.YAMLError):
+        return found
+
+    def walk(a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k, v in a.items():
+                if k in b:
+                    walk(v, b[k])
+        elif isinstance(a, list) and isinstance(b, list):
+            for x, y in zip(a, b):
+                walk(x, y)
+        elif isinstance(a, str) and isinstance(b, str) and b.startswith("/"):
+            m = _ENV_REF.match(a.strip())
+            if not m or "${" in m.group(3) or not b.endswith(m.group(3)):
+                return
+            prefix = b[: len(b) - len(m.group(3))].rstrip("/")
+            default = (m.group(2) or "").strip()
+            if prefix.strip("/") and prefix != default.rstrip("/"):  # equal to a literal default: not from the variable
+                found.append((prefix, "$" + m.group(1)))
+
+    walk(raw, resolved)
+    return sorted(set(found), key=lambda x: -len(x[0]))
+
+
 def portable(obj: Any, roots: list[tuple[str, str]] | None = None) -> Any:
     """``obj`` with every absolute path under the data root, the clone or the home dir rewritten as
     ``$KGREASON_DATA/…``, ``./…`` or ``~/…`` (strings, dict keys and values, lists)."""
@@ -204,6 +240,7 @@ def _clean_lines(data: bytes, values: Iterable[str]) -> bytes:
 
 def _run_entry(run: Path, rel: str, values: Iterable[str] = ()) -> tuple[dict[str, bytes], dict[str, Any], list[str]]:
     files: dict[str, bytes] = {}
+    roots = run_roots(run)
     for name in RUN_FILES:
         p = run / name
         if not p.is_file():
@@ -213,10 +250,10 @@ def _run_entry(run: Path, rel: str, values: Iterable[str] = ()) -> tuple[dict[st
             continue
         data = p.read_bytes()
         if name == "run.json":
-            data = (json.dumps(portable(clean(_redact(json.loads(data)), values)), indent=2,
+            data = (json.dumps(portable(clean(_redact(json.loads(data)), values), roots), indent=2,
                                sort_keys=True) + "\n").encode("utf-8")
         elif name == "config.yaml":
-            data = yaml.safe_dump(portable(clean(_redact(yaml.safe_load(data)), values)), sort_keys=False,
+            data = yaml.safe_dump(portable(clean(_redact(yaml.safe_load(data)), values), roots), sort_keys=False,
                                   allow_unicode=True).encode("utf-8")
         elif name.endswith(".jsonl"):
             data = _clean_lines(data, values)
