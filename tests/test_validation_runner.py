@@ -810,13 +810,14 @@ def test_a_row_carries_its_funnel_into_its_doc_line(tmp_path, monkeypatch):
 
 def test_sgr_table2_rows_run_one_factor_at_a_time_under_one_setting():
     """Issue 72: the held-out Table 2 arms (full, no_schema, dataset_topics, no_cypher) are rows,
-    "Without Schema" is paired with the schema-kept row on the same V_q (the dataset's topics) and
-    that row with full SGR, and every MetaQA SGR row runs under the same dev-chosen reply caps and
-    structured output (issue 70), so a paired difference is the ablation's alone."""
+    each paired with full SGR: "Without Schema" keeps the model's own Eq. 2 V_q (ee10034), so it
+    differs from full SGR in the schema alone (it was paired with the dataset-topics row while it
+    also took the dataset's topics), and every MetaQA SGR row runs under the same dev-chosen reply
+    caps and structured output (issue 70), so a paired difference is the ablation's alone."""
     rows = _package().rows
     arms = ["metaqa_sgr", "metaqa_sgr_no_schema", "metaqa_sgr_dataset_topics", "metaqa_sgr_no_cypher"]
     assert set(arms) <= set(rows.ROWS)
-    assert rows.baseline_of("metaqa_sgr_no_schema") == "metaqa_sgr_dataset_topics"
+    assert rows.baseline_of("metaqa_sgr_no_schema") == "metaqa_sgr"
     assert rows.baseline_of("metaqa_sgr_dataset_topics") == "metaqa_sgr"
     assert rows.baseline_of("metaqa_sgr_no_cypher") == "metaqa_sgr"
     for row, (data, reasoner, extra) in rows.ROWS.items():
@@ -825,6 +826,34 @@ def test_sgr_table2_rows_run_one_factor_at_a_time_under_one_setting():
             cmd = rows.command(row, 100, "c", route="llamacpp", split="heldout")
             assert sum(a.startswith("reasoner.max_tokens=") for a in cmd) == 1, row
             assert "llm.structured_output=true" in cmd, row
+
+
+def test_every_ablation_row_differs_from_the_row_it_is_paired_with_by_its_own_ablation_only():
+    """A paired difference is one factor's: an ablation row's baseline runs every setting the row's
+    ablation does not change. Read from the ablation presets (conf/ablation/*.yaml), so a preset
+    that comes to change another setting (as "Without Schema" once also swapped V_q) fails here
+    until the pairing says what it then compares."""
+    import yaml
+
+    rows = _package().rows
+    conf = Path(__file__).resolve().parents[1] / "conf" / "ablation"
+
+    def settings(row: str) -> dict:
+        out: dict = {}
+        for x in rows.ROWS[row][2]:
+            if x.startswith("ablation="):
+                for name in x.split("=", 1)[1].strip("[]").split(","):
+                    out.update((yaml.safe_load((conf / f"{name}.yaml").read_text()) or {}).get("reasoner") or {})
+        return out
+
+    for row in rows.ROWS:
+        base = rows.baseline_of(row)
+        if not any(x.startswith("ablation=") for x in rows.ROWS[row][2]) or base is None:
+            continue
+        mine, theirs = settings(row), settings(base)
+        assert theirs.items() <= mine.items(), (row, base, theirs, mine)
+        assert [x for x in rows.ROWS[row][2] if not x.startswith("ablation=")] == \
+            [x for x in rows.ROWS[base][2] if not x.startswith("ablation=")], (row, base)
 
 
 def test_the_method_table_says_which_settings_a_row_ran_with():
