@@ -990,3 +990,39 @@ def test_a_table_write_that_fails_leaves_the_table_as_it_was_and_no_temp_file(tm
     monkeypatch.undo()
     assert json.loads(out.read_text()) == {"a": {"n": 1}}
     assert [p.name for p in tmp_path.iterdir()] == ["validation_x.json"]
+
+
+def test_sgr_table2_block_sets_each_arm_beside_the_papers_column():
+    """docs/sgr.md's Table 2 block (issue 72: "Write the paper's Table 2 beside it"): each arm is
+    the row that runs the column's ablation preset, and the paper's value is the one printed in
+    sgr.txt's Table 2 (ChatGPT on CWQ, Hits@1), read from experiments/sgr_table2/paper.yaml."""
+    mod = _package()
+    assert mod.docs.paper_table2() == {"none": 0.578, "sgr_no_schema": 0.4, "sgr_no_cypher": 0.431}
+    for _, row, ablation in mod.docs.TABLE2_ARMS:
+        presets = [x.split("=", 1)[1] for x in mod.rows.ROWS[row][2] if x.startswith("ablation=")]
+        assert presets == ([] if ablation == "none" else [ablation]), row
+        assert row == "metaqa_sgr" or mod.rows.baseline_of(row) == "metaqa_sgr", row
+
+
+def test_sgr_table2_block_pairs_the_arms_from_their_committed_questions(tmp_path, monkeypatch):
+    """The paired cell is computed from both rows' committed per-question values, on the questions
+    both answered, whatever the arm's own ``paired`` record says (it was taken when the arm was
+    committed, against the base as it then stood): an arm better on one question and worse on two
+    reads "3, -0.333 …, 1 / 2"; the funnel columns are counts of questions."""
+    mod = _package()
+    monkeypatch.setattr(mod.places, "HERE", tmp_path)
+    q = lambda *v: {f"q{i}": {"hits_at_1": x} for i, x in enumerate(v)}  # noqa: E731
+    current = {"verdict": "current", "at": "abc"}
+    base = {"command": "x", "n": 100, "n_examples": 4, "metrics": {"hits_at_1": 0.5}, "per_question": q(1, 1, 0, 0),
+            "bundle": {"file": "b", "bytes": 1}, "currency": current, "partial": True,
+            "funnel": {"rows_returned": 0.25, "decided_by=collaborative": 0.75, "decided_by=io": 0.25}}
+    arm = {**base, "n_examples": 3, "per_question": q(0, 0, 1), "metrics": {"hits_at_1": 1 / 3},
+           "paired": {"against": "metaqa_sgr", "by_metric": {"hits_at_1": {"diff": 0.0, "ci95": [0, 0], "n": 1}}}}
+    (tmp_path / "validation_heldout_n100_llamacpp.json").write_text(
+        json.dumps({"metaqa_sgr": base, "metaqa_sgr_no_schema": arm}))
+    lines = mod.docs.table2_block().splitlines()
+    full = next(x for x in lines if "`metaqa_sgr`," in x)
+    no_schema = next(x for x in lines if "`metaqa_sgr_no_schema`," in x)
+    assert "| 0.578 |" in full and full.endswith("| 1 | 0 | 0 | 0 | 3 | 1 |")
+    assert "| 0.400 |" in no_schema and "| 3, -0.333 [" in no_schema and "], 1 / 2 |" in no_schema
+    assert "no current row" in next(x for x in lines if "`metaqa_sgr_no_cypher`" in x)
