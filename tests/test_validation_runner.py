@@ -389,6 +389,43 @@ def test_stop_after_sends_the_row_sigterm_once_its_budget_is_spent(tmp_path, mon
     assert mod.stopped_by_hand(-15, tmp_path / "metrics.json", 0) is False  # nothing written: not a partial row
 
 
+def test_stop_at_sends_the_row_sigterm_once_its_run_dir_holds_k_answered_questions(tmp_path, monkeypatch):
+    """``--stop-at K``: a real child process answering a question every 0.2 s (one an error the run
+    would retry, one answered twice) gets SIGTERM once its predictions hold K answered questions,
+    not before; a row whose run dir already holds K is not run at all."""
+    import sys
+    import time
+
+    mod = _real_runner()
+    monkeypatch.setattr(mod.places, "ROOT", tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    script = ("import json, sys, time\n"
+              "rows = [{'id': 'a'}, {'id': 'b', 'error': 'x'}, {'id': 'a'}, {'id': 'c'}, {'id': 'b'}] + "
+              "[{'id': f'q{i}'} for i in range(200)]\n"
+              "with open(sys.argv[1], 'a') as f:\n"
+              "    for r in rows:\n"
+              "        f.write(json.dumps(r) + '\\n'); f.flush(); time.sleep(0.2)\n")
+    t0 = time.monotonic()
+    rc = mod.run_row([sys.executable, "-c", script, str(run_dir / "predictions.jsonl")], stop_at=4, run_dir=run_dir)
+    assert rc == -15 and time.monotonic() - t0 < 20
+    assert 4 <= mod.sitting.answered(run_dir) <= 4 + 2 / 0.2 * mod.sitting.POLL_S
+    assert mod.sitting.answered(run_dir) < 200, "stopped long before the child's own end"
+    (run_dir / "predictions.jsonl").write_text('{"id": "a"}\n{"id": "b", "error": "x"}\n{"id": "c"}\n{"id": "c"}\n')
+    assert mod.sitting.answered(run_dir) == 2  # b's last row is an error: the run retries it
+
+
+def test_a_row_already_at_stop_at_is_not_run(tmp_path, monkeypatch, capsys):
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    run_dir = tmp_path / "outputs" / "validation" / "n7" / "metaqa_io"
+    run_dir.mkdir(parents=True)
+    (run_dir / "predictions.jsonl").write_text("".join(f'{{"id": "q{i}"}}\n' for i in range(5)))
+    monkeypatch.setattr(mod.sitting, "run_row", lambda *a, **k: pytest.fail("a row already at --stop-at was run"))
+    assert mod.main(["--n", "7", "--rows", "metaqa_io", "--stop-at", "5", "--cache", str(tmp_path / "c")]) == 0
+    assert "--stop-at 5 reached; not run" in capsys.readouterr().err
+    assert not (tmp_path / "validation_n7.json").exists()
+
+
 def _another_sitting(tmp_path, monkeypatch, row, n, earlier, finish_run, sitting_s):
     """A row committed as partial after an earlier sitting (``earlier`` adds to its entry) is run
     again: the sitting writes a 4-question run, ``finish_run(run_dir)`` adds to it and returns the
@@ -748,7 +785,7 @@ def test_from_bundle_restores_a_rows_run_dir_and_its_replies_so_the_same_command
     shutil.copy(RUNNER.parent / entry["bundle"]["file"], tmp_path / entry["bundle"]["file"])
     (tmp_path / f"validation_{name}.json").write_text(json.dumps({row: entry}))
     ran = []
-    monkeypatch.setattr(mod.sitting, "run_row", lambda cmd, stop_after=None: ran.append(cmd) or 1)
+    monkeypatch.setattr(mod.sitting, "run_row", lambda cmd, *budget: ran.append(cmd) or 1)
     cache = tmp_path / "cache"
     argv = ["--split", "heldout", "--n", "100", "--route", "llamacpp", "--rows", row, "--cache", str(cache),
             "--from-bundle", "--no-bundle"]

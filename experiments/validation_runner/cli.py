@@ -41,6 +41,11 @@ def parser() -> argparse.ArgumentParser:
                     help="a sitting with a time budget: each row's run gets SIGTERM after SECONDS, writes "
                          "what it answered, and is committed as a partial row (resume it with the same "
                          "command); a row that finishes sooner is a full row")
+    ap.add_argument("--stop-at", type=int, default=None, metavar="K",
+                    help="a sitting with a question budget: each row's run gets SIGTERM once its run dir holds K "
+                         "answered questions and is committed as a partial row of K (a row already at K is not "
+                         "run). With several --rows, a baseline first grows its arms' cache: --rows "
+                         "metaqa_sgr,metaqa_sgr_no_schema --stop-at 50 grows both to the same 50 questions")
     ap.add_argument("--collect", action="store_true",
                     help="run nothing: summarise each row's run dir as it stands (a row stopped early is "
                          "committed with partial: true and its own N; pairings are taken again)")
@@ -78,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--split dev has {DEV_SIZE} questions; --n {args.n} would reach into the held-out questions")
     if args.heldout_skip and args.split != "heldout":
         ap.error("--heldout-skip applies to --split heldout only")
+    if args.stop_at is not None and not 1 <= args.stop_at <= args.n:
+        ap.error(f"--stop-at {args.stop_at}: expected a question count from 1 to --n {args.n}")
     from validation_runner import sitting
 
     missing = [] if (args.print or args.collect) else sitting.missing_deps()

@@ -9,23 +9,77 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from validation_runner import places, tablefile
 
 
-def run_row(cmd: list[str], stop_after: float | None = None) -> int:
+#: how often a sitting with a budget looks at its run (its clock and its answered questions); a
+#: row answering from the call cache may pass ``--stop-at`` by a question or two in that time
+POLL_S = 1.0
+
+
+class Answered:
+    """The questions a row's run dir holds answered: the ids of its ``predictions.jsonl`` whose
+    last row is not an error (what the run itself counts as done; an error is retried on resume).
+    Each call reads only what the run appended since the last one."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path, self.offset, self.last = run_dir / "predictions.jsonl", 0, {}
+
+    def __call__(self) -> int:
+        try:
+            if self.path.stat().st_size < self.offset:  # rewritten shorter (damaged lines set aside): read again
+                self.offset, self.last = 0, {}
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return 0
+        end = chunk.rfind(b"\n") + 1  # a line still being written is read next time
+        self.offset += end
+        for line in chunk[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line the run sets aside as damaged
+                continue
+            if isinstance(row, dict) and "id" in row:
+                self.last[row["id"]] = row
+        return sum(1 for row in self.last.values() if not row.get("error"))
+
+
+def answered(run_dir: Path) -> int:
+    """:class:`Answered`, once."""
+    return Answered(run_dir)()
+
+
+def run_row(cmd: list[str], stop_after: float | None = None, stop_at: int | None = None,
+            run_dir: Path | None = None) -> int:
     """Run one row's ``python -m kgreason``; with ``stop_after``, send it SIGTERM once that many
-    seconds have passed (the run sums up what it answered, as on a ``kill``) and return its exit."""
-    if stop_after is None:
+    seconds have passed, and with ``stop_at``, once ``run_dir`` holds that many answered questions
+    (the run sums up what it answered, as on a ``kill``); return its exit status."""
+    if stop_after is None and stop_at is None:
         return subprocess.call(cmd, cwd=places.ROOT)
     proc = subprocess.Popen(cmd, cwd=places.ROOT)
+    count = Answered(run_dir) if stop_at is not None and run_dir is not None else None
+    deadline = None if stop_after is None else time.monotonic() + stop_after
     try:
-        return proc.wait(timeout=stop_after)
-    except subprocess.TimeoutExpired:
-        print(f"--stop-after {stop_after:g}: stopping the row's run (SIGTERM)", file=sys.stderr, flush=True)
-        proc.send_signal(signal.SIGTERM)
-        return proc.wait()
+        while True:
+            wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
+            try:
+                return proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
+            why = None
+            if deadline is not None and time.monotonic() >= deadline:
+                why = f"--stop-after {stop_after:g}"
+            elif count is not None and (n := count()) >= stop_at:
+                why = f"--stop-at {stop_at}: {n} questions answered"
+            if why:
+                print(f"{why}: stopping the row's run (SIGTERM)", file=sys.stderr, flush=True)
+                proc.send_signal(signal.SIGTERM)
+                return proc.wait()
     except BaseException:  # Ctrl-C of the runner: the run gets it too (same process group); wait for its summary
         proc.wait()
         raise
@@ -145,7 +199,6 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
     what the sitting left: a measured row (with its bundle), a partial one, a preparing note or a
     failure (:func:`preparing_entry`, :func:`failed_entry`)."""
     import shutil
-    import time
 
     from validation_runner.collect import row_statistics, summarise
     from validation_runner.rows import command, shown_command
@@ -163,7 +216,12 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
     # the method's files as this sitting runs them (stamped now: a file edited while the row runs
     # must not be credited with its numbers)
     stamp = {"commit": _head(), "from": "the working tree of the sitting", "files": code_stamp(row)}
-    rc = 0 if args.collect else run_row(cmd, args.stop_after)
+    stop_at = getattr(args, "stop_at", None)
+    if stop_at is not None and not args.collect and (held := answered(run_dir)) >= stop_at:
+        print(f"row {row}: its run dir holds {held} answered questions, --stop-at {stop_at} reached; not run "
+              "(the committed row stands)", file=sys.stderr, flush=True)
+        return
+    rc = 0 if args.collect else run_row(cmd, args.stop_after, stop_at, run_dir)
     # re-read: other sittings may have written (the pairing below reads their rows); the row itself
     # is written with tablefile.put_row, which re-reads the table again under its lock
     table = json.loads(out.read_text()) if out.exists() else {}
