@@ -136,3 +136,24 @@ def test_tables_funnel_prints_a_row_per_run_and_a_column_per_stage_in_stage_orde
     assert "Runs without metrics: 2_no_funnel: failed (startup): boom" in text
     assert (root / "results_funnel.md").exists() and (root / "results_funnel.csv").exists()
     assert main([str(tmp_path / "nowhere"), "--funnel"]) == 2
+
+
+def test_tables_funnel_runs_with_the_default_digits(tmp_path, capsys):
+    """``kgreason tables DIR --funnel`` as docs/reasoners.md types it, without ``--digits``: the
+    funnel table with three decimals (the results table's default), not "Format specifier missing
+    precision" from a ``None`` precision."""
+    from kgreason.tables.cli import main
+
+    root = tmp_path / "sweep"
+    out = root / "0_tog"
+    overrides = ["reasoner=tog", "ablation=tog_bm25", "llm=scripted", "dataset.limit=4", "tracking=none",
+                 "reports.hop_distribution=false", "reasoner.depth=1"]
+    _hydra_record(out, overrides)
+    run(compose_cfg(overrides, out), out)
+    assert main([str(root), "--funnel"]) == 0, capsys.readouterr().err
+    rows = [x for x in capsys.readouterr().out.splitlines() if x.startswith("|")]
+    m = json.loads((out / "metrics.json").read_text())
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    cells = [c.strip() for c in rows[2].strip("|").split("|")]
+    first = header.index("n") + 1
+    assert cells[first] == f"{m['funnel/' + header[first]]:.3f} ({round(m['funnel/' + header[first]] * 4)})"

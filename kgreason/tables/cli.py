@@ -104,7 +104,7 @@ def _funnel(args) -> int:
 
     try:
         with readable(args.dir) as (root, bundle_out):
-            paths = write_funnels(root, args.out or bundle_out, args.name, args.digits)
+            paths = write_funnels(root, args.out or bundle_out, args.name, 3 if args.digits is None else args.digits)
     except (OSError, KeyError, ValueError) as e:
         print(f"error: {error_text(e)}", file=sys.stderr)
         return 2
