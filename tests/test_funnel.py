@@ -139,7 +139,7 @@ def test_tables_funnel_prints_a_row_per_run_and_a_column_per_stage_in_stage_orde
 
 
 def test_tables_funnel_runs_with_the_default_digits(tmp_path, capsys):
-    """``kgreason tables DIR --funnel`` as docs/reasoners.md types it, without ``--digits``: the
+    """``kgreason tables SWEEP --funnel`` as docs/metrics.md types it, without ``--digits``: the
     funnel table with three decimals (the results table's default), not "Format specifier missing
     precision" from a ``None`` precision."""
     from kgreason.tables.cli import main

@@ -392,7 +392,7 @@ def test_stop_after_sends_the_row_sigterm_once_its_budget_is_spent(tmp_path, mon
 def test_stop_at_sends_the_row_sigterm_once_its_run_dir_holds_k_answered_questions(tmp_path, monkeypatch):
     """``--stop-at K``: a real child process answering a question every 0.2 s (one an error the run
     would retry, one answered twice) gets SIGTERM once its predictions hold K answered questions,
-    not before; a row whose run dir already holds K is not run at all."""
+    not before (a row already at K is not run: the next test)."""
     import sys
     import time
 

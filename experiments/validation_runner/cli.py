@@ -43,8 +43,8 @@ def parser() -> argparse.ArgumentParser:
                          "command); a row that finishes sooner is a full row")
     ap.add_argument("--stop-at", type=int, default=None, metavar="K",
                     help="a sitting with a question budget: each row's run gets SIGTERM once its run dir holds K "
-                         "answered questions and is committed as a partial row of K (a row already at K is not "
-                         "run). With several --rows, a baseline first grows its arms' cache: --rows "
+                         "answered questions and is committed as a partial row (a row answering from the call cache "
+                         "may pass K by a question or two; a row already at K is not run). With several --rows, a baseline first grows its arms' cache: --rows "
                          "metaqa_sgr,metaqa_sgr_no_schema --stop-at 50 grows both to the same 50 questions")
     ap.add_argument("--collect", action="store_true",
                     help="run nothing: summarise each row's run dir as it stands (a row stopped early is "
