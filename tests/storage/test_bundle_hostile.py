@@ -153,7 +153,7 @@ def _runner(tmp_path, monkeypatch):
     monkeypatch.setattr(mod.places, "ROOT", tmp_path)
     monkeypatch.setattr(mod.places, "BUNDLES", tmp_path / "bundles")
     monkeypatch.setattr(subprocess, "call", lambda cmd, cwd=None: 0)
-    monkeypatch.setattr(mod.sitting, "run_row", lambda cmd, stop_after=None: 0)
+    monkeypatch.setattr(mod.sitting, "run_row", lambda cmd, *budget: 0)
     assert sys.modules["validation_runner"] is mod
     return mod
 
