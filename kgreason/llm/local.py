@@ -337,6 +337,16 @@ class PrefixStates:
         self.nbytes += len(data)
 
 
+def _thread_args(n_threads: int | None) -> dict[str, Any]:
+    """llama.cpp's threads for one request. ``n_threads`` is every thread the route uses: llama.cpp
+    decodes a single token with ``n_threads`` and a batch of prompt tokens with ``n_threads_batch``,
+    which llama-cpp-python sets to the machine's CPU count when not given. On a machine whose other
+    cores are busy (two validation rows side by side at one thread each) those extra prefill threads
+    wait for a core in spin loops: more CPU seconds for the same prompt (docs/llm.md, "Threads").
+    ``None`` keeps the library's defaults."""
+    return {} if n_threads is None else {"n_threads": int(n_threads), "n_threads_batch": int(n_threads)}
+
+
 _PREFIX_LLAMA: Any = None
 
 
@@ -396,7 +406,7 @@ class LlamaCppChat:
         self.path, self.n_threads = Path(path), n_threads
         self.llm = _prefix_llama_class()(model_path=str(path), logits_all=bool(logits_all),
                                          n_ctx=0 if n_ctx is None else int(n_ctx), verbose=False,
-                                         n_threads=n_threads)
+                                         **_thread_args(n_threads))
         self.n_ctx = int(self.llm.n_ctx())
         self.reuse = bool(prefix_reuse)
         self.states = PrefixStates(int(float(prefix_cache_mb) * 2**20)) if prefix_cache_mb and self.reuse else None
@@ -483,7 +493,7 @@ class LlamaCppChat:
             import llama_cpp
 
             self._lp_llm = llama_cpp.Llama(model_path=str(self.path), logits_all=True, n_ctx=self.n_ctx,
-                                           verbose=False, n_threads=self.n_threads)
+                                           verbose=False, **_thread_args(self.n_threads))
         return self._lp_llm
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[Completion]:

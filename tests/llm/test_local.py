@@ -146,6 +146,26 @@ def test_llamacpp_prefix_reuse_is_counted_and_exact():
 
 
 @needs_model
+def test_llamacpp_n_threads_is_every_thread_prefill_included():
+    """``llm.n_threads`` sets llama.cpp's prompt (batch) threads too: llama-cpp-python's default for
+    them is the machine's CPU count, which spun for a core beside a second row (docs/llm.md,
+    "Threads"). Thread counts split a product's rows, not its sums, so the greedy replies are the
+    same at 1 and 2 threads (the call cache does not key on threads)."""
+    pytest.importorskip("llama_cpp")
+    from kgreason.llm.local import LlamaCppChat, find_gguf
+
+    req = ChatRequest.of("List three colours of the rainbow, comma separated.", max_tokens=12)
+    replies = []
+    for n in (1, 2):
+        m = LlamaCppChat(find_gguf(), n_ctx=512, n_threads=n)
+        assert (m.llm.context_params.n_threads, m.llm.context_params.n_threads_batch) == (n, n)
+        replies.append(m.generate([req])[0].text)
+    assert replies[0] == replies[1]
+    default = LlamaCppChat(find_gguf(), n_ctx=512)  # None: the library's own defaults, unchanged
+    assert default.llm.context_params.n_threads_batch >= 1
+
+
+@needs_model
 @pytest.mark.slow
 def test_llamacpp_a_prompt_longer_than_the_context_is_one_line_naming_n_ctx():
     pytest.importorskip("llama_cpp")
