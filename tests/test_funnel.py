@@ -157,3 +157,37 @@ def test_tables_funnel_runs_with_the_default_digits(tmp_path, capsys):
     cells = [c.strip() for c in rows[2].strip("|").split("|")]
     first = header.index("n") + 1
     assert cells[first] == f"{m['funnel/' + header[first]]:.3f} ({round(m['funnel/' + header[first]] * 4)})"
+
+
+def test_tables_funnel_of_several_run_dirs_and_bundles_is_one_table(tmp_path, capsys):
+    """``kgreason tables A B.tar.gz C --funnel``: runs from several places (SGR's Table 2 arms are
+    one bundle each) in one table, a row per run in the order given; a source that is not there is
+    one line naming it."""
+    from kgreason.storage.bundle import export
+    from kgreason.tables.cli import main
+
+    runs = []
+    for width in (1, 2, 3):
+        out = tmp_path / "runs" / f"tog_w{width}"
+        overrides = ["reasoner=tog", "ablation=tog_bm25", "llm=scripted", "dataset.limit=3", "tracking=none",
+                     "reports.hop_distribution=false", "reasoner.depth=1", f"reasoner.width={width}",
+                     f"llm_cache.dir={tmp_path / 'cache'}"]
+        _hydra_record(out, overrides)
+        run(compose_cfg(overrides, out), out)
+        rec = json.loads((out / "run.json").read_text())  # what a command-line run records (a bundle has no .hydra/)
+        rec.update(choices={"reasoner": "tog", "ablation": "tog_bm25", "llm": "scripted"}, overrides=overrides)
+        (out / "run.json").write_text(json.dumps(rec))
+        runs.append(out)
+    bundle = tmp_path / "w2.tar.gz"
+    export([runs[1]], bundle)
+    outdir = tmp_path / "tables"
+    assert main([str(runs[2]), str(bundle), str(runs[0]), "--funnel", "--out", str(outdir)]) == 0, \
+        capsys.readouterr().err
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("|")]
+    assert len(lines) == 5  # header, rule, three runs
+    assert [c.strip() for c in lines[0].strip("|").split("|")][:2] == ["reasoner.width", "n"]
+    assert [[c.strip() for c in x.strip("|").split("|")][0] for x in lines[2:]] == ["3", "2", "1"]
+    assert (outdir / "results_funnel.md").exists()
+    assert main([str(runs[0]), str(tmp_path / "nowhere"), "--funnel", "--out", str(outdir)]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere" in err and len(err.strip().splitlines()) == 1

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import sys
-from typing import Sequence
+import tempfile
+from pathlib import Path
+from typing import Iterator, Sequence
 
 from kgreason import stats
 from kgreason.storage.bundle import readable
@@ -35,9 +39,42 @@ def error_text(e: BaseException) -> str:
     return str(e)
 
 
+@contextlib.contextmanager
+def readable_all(paths: Sequence[str]) -> Iterator[tuple[Path, Path | None]]:
+    """:func:`readable` over one or several sources. One: as :func:`readable`. Several: each is
+    opened (a bundle unpacked), and each of its run dirs (:func:`job_dirs`) is linked into a
+    temporary folder as ``<k>_<run>``, numbered in the order given, so the runs of all of them are
+    read as one sweep (each a run dir, a sweep dir or a bundle); the default output dir is
+    ``outputs/tables`` under the working directory. A source that is not there raises
+    FileNotFoundError naming it."""
+    from kgreason.tables.collect import job_dirs
+
+    if len(paths) == 1:
+        with readable(paths[0]) as got:
+            yield got
+        return
+    for p in paths:
+        if not Path(p).exists():
+            raise FileNotFoundError(f"{p}: no such run dir, sweep dir or bundle")
+    tmp = Path(tempfile.mkdtemp(prefix="kgreason-tables-"))
+    try:
+        with contextlib.ExitStack() as stack:
+            k = 0
+            for p in paths:
+                root, _ = stack.enter_context(readable(p))
+                for job in job_dirs(root):
+                    (tmp / f"{k}_{job.name}").symlink_to(job.absolute(), target_is_directory=True)
+                    k += 1
+            yield tmp, Path("outputs") / "tables"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kgreason.tables", description=DESCRIPTION)
-    ap.add_argument("dir", help="a run dir, a multirun (sweep) dir or a run bundle (.tar.gz, kgreason bundle)")
+    ap.add_argument("dir", nargs="+",
+                    help="a run dir, a multirun (sweep) dir or a run bundle (.tar.gz, kgreason bundle); several "
+                         "are read as one sweep, their runs in the order given (default --out: outputs/tables)")
     ap.add_argument("--rows", default="reasoner,ablation,variant", help="comma-separated row axes")
     ap.add_argument("--cols", default="dataset,metric",
                     help="comma-separated column axes; a swept override works too, e.g. "
@@ -84,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _funnel(args)
     try:
         ci = CIOptions(args.ci, args.boot, args.ci_level, args.ci_seed)
-        with readable(args.dir) as (root, bundle_out):  # a bundle (.tar.gz) is read as its sweep dir
+        with readable_all(args.dir) as (root, bundle_out):  # a bundle (.tar.gz) is read as its sweep dir
             paths = write_tables(root, split(args.rows), split(args.cols),
                                  split(args.metrics) if args.metrics else None, args.out or bundle_out, args.name,
                                  3 if args.digits is None else args.digits, ci, args.baseline, args.paper,
@@ -103,7 +140,7 @@ def _funnel(args) -> int:
     from kgreason.tables.funnel import write_funnels
 
     try:
-        with readable(args.dir) as (root, bundle_out):
+        with readable_all(args.dir) as (root, bundle_out):
             paths = write_funnels(root, args.out or bundle_out, args.name, 3 if args.digits is None else args.digits)
     except (OSError, KeyError, ValueError) as e:
         print(f"error: {error_text(e)}", file=sys.stderr)
