@@ -43,3 +43,28 @@ def test_a_pair_is_read_on_the_questions_both_runs_answered(tmp_path):
     assert p["before"]["sums"]["cpu_s"] == 30 and p["after"]["sums"]["cpu_s"] == 10
     assert p["after"]["sums"]["prompt_tokens_computed"] == 60
     assert "| `x` | 1 | 30.0 → 10.0 | 3.00× |" in mod.table({"x": p})
+
+
+def test_the_per_token_fit_recovers_known_costs(tmp_path):
+    """A pair's fitted CPU cost a computed prompt token and a decoded token (least squares over the
+    runs' traced calls): calls made to cost 30 ms a prompt token, 60 ms a decoded one and 0.5 s a
+    call give those numbers back, and the table shows them; a pair without traces shows –."""
+    mod = _pairs()
+
+    def call(computed, decoded):
+        return {"kind": "llm", "data": {"usage": {"prompt_tokens": computed + 7, "prompt_tokens_reused": 7,
+                                                  "completion_tokens": decoded,
+                                                  "cpu_s": 0.03 * computed + 0.06 * decoded + 0.5}}}
+
+    calls = [call(c, d) for c, d in [(10, 5), (400, 30), (50, 200), (900, 12), (3, 80), (120, 120),
+                                     (700, 400), (20, 20), (60, 300), (250, 7), (33, 44)]]
+    f = mod.fit([{"trace": calls[:6]}, {"trace": calls[6:]}])
+    assert (f["prompt_ms"], f["decode_ms"], f["call_s"], f["calls"]) == (30.0, 60.0, 0.5, 11)
+    p = {"questions": ["q"], "note": "",
+         "before": {"fit": f, "sums": {"cpu_s": 9, "prompt_tokens_computed": 9, "completion_tokens": 1,
+                                       "parse_failures": 0, "calls": 1, "hits_at_1": 0}}}
+    p["after"] = p["before"]
+    assert mod.table({"x": p}).splitlines()[2].endswith("| 30 / 60 → 30 / 60 |")
+    assert mod.fit([{"trace": calls[:3]}]) is None  # too few calls to fit three costs
+    p["before"] = {**p["before"], "fit": None}
+    assert mod.table({"x": p}).splitlines()[2].endswith("| – |")

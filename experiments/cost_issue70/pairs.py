@@ -40,8 +40,31 @@ def rows(run_dir: Path) -> dict[str, dict]:
     return out
 
 
+def fit(rows_: list[dict]) -> dict | None:
+    """Least squares over the rows' model calls (their traces' ``usage``): CPU seconds of a call ≈
+    ``prompt_ms`` × prompt tokens computed + ``decode_ms`` × completion tokens + ``call_s``. What a
+    machine charges per token, so that two sittings' ratios can be told apart from their machines."""
+    import numpy as np
+
+    x, y = [], []
+    for r in rows_:
+        for ev in r.get("trace") or []:
+            u = (ev.get("data") or {}).get("usage") or {}
+            if ev.get("kind") == "llm" and u.get("cpu_s"):
+                x.append([u.get("prompt_tokens", 0) - u.get("prompt_tokens_reused", 0), u.get("completion_tokens", 0), 1])
+                y.append(u["cpu_s"])
+    if len(y) < 10:
+        return None
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    c = np.linalg.lstsq(a, b, rcond=None)[0]
+    r2 = 1 - float(((b - a @ c) ** 2).sum() / ((b - b.mean()) ** 2).sum())
+    return {"calls": len(y), "prompt_ms": round(1000 * c[0], 1), "decode_ms": round(1000 * c[1], 1),
+            "call_s": round(float(c[2]), 2), "r2": round(r2, 3)}
+
+
 def side(run_dir: Path, ids: list[str]) -> dict:
-    """One run's figures summed over ``ids`` (each row's ``usage`` and ``metrics``) and its overrides."""
+    """One run's figures summed over ``ids`` (each row's ``usage`` and ``metrics``), the per-token
+    CPU costs fitted on its calls (:func:`fit`) and its overrides."""
     import yaml
 
     got = rows(run_dir)
@@ -49,7 +72,7 @@ def side(run_dir: Path, ids: list[str]) -> dict:
     usage["prompt_tokens_computed"] = usage["prompt_tokens"] - usage["prompt_tokens_reused"]
     usage["hits_at_1"] = sum(float(got[i]["metrics"].get("hits_at_1") or 0) for i in ids) / max(len(ids), 1)
     overrides = run_dir / ".hydra" / "overrides.yaml"
-    return {"sums": usage,
+    return {"sums": usage, "fit": fit([got[i] for i in ids]),
             "overrides": yaml.safe_load(overrides.read_text(encoding="utf-8")) if overrides.is_file() else []}
 
 
@@ -66,10 +89,20 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a and b else "–"
 
 
+def per_token(p: dict) -> str:
+    """The fitted per-token CPU costs of both sides (:func:`fit`), or – where the runs' traces were not
+    read (pairs recorded before the fit)."""
+    fb, fa = p["before"].get("fit"), p["after"].get("fit")
+    if not fb or not fa:
+        return "–"
+    return f"{fb['prompt_ms']:.0f} / {fb['decode_ms']:.0f} → {fa['prompt_ms']:.0f} / {fa['decode_ms']:.0f}"
+
+
 def table(pairs: dict) -> str:
     lines = ["| pair | questions | CPU s / q before → after | ratio | prompt tokens computed / q | ratio "
-             "| completion tokens / q | unparseable replies (of calls) | Hits@1 before → after |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| completion tokens / q | unparseable replies (of calls) | Hits@1 before → after "
+             "| CPU ms a computed prompt token / a decoded token, before → after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, p in pairs.items():
         b, a = p["before"]["sums"], p["after"]["sums"]
         n = len(p["questions"])
@@ -79,7 +112,7 @@ def table(pairs: dict) -> str:
             f"| {ratio(b['prompt_tokens_computed'], a['prompt_tokens_computed'])} "
             f"| {b['completion_tokens'] / n:,.0f} → {a['completion_tokens'] / n:,.0f} "
             f"| {b['parse_failures']:.0f} of {b['calls']:.0f} → {a['parse_failures']:.0f} of {a['calls']:.0f} "
-            f"| {b['hits_at_1']:.2f} → {a['hits_at_1']:.2f} |")
+            f"| {b['hits_at_1']:.2f} → {a['hits_at_1']:.2f} | {per_token(p)} |")
     notes = [f"* `{name}`: {p['note']}" for name, p in pairs.items() if p.get("note")]
     return "\n".join(lines + [""] + notes)
 
