@@ -426,6 +426,21 @@ def test_a_row_already_at_stop_at_is_not_run(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "validation_n7.json").exists()
 
 
+def test_stop_at_the_rows_whole_n_lets_the_run_end_by_itself(tmp_path, monkeypatch, capsys):
+    """``--stop-at K`` with K the row's N (more is refused): the run is not stopped at its last question
+    (a SIGTERM there reached the run while it summed up its 100 questions, and it wrote no metrics),
+    and a run dir holding all N without its metrics is run again to sum them up, not skipped."""
+    mod = _runner(tmp_path, monkeypatch, rc=0)
+    run_dir = tmp_path / "outputs" / "validation" / "n7" / "metaqa_io"
+    run_dir.mkdir(parents=True)
+    (run_dir / "predictions.jsonl").write_text("".join(f'{{"id": "q{i}"}}\n' for i in range(7)))
+    seen = []
+    monkeypatch.setattr(mod.sitting, "run_row", lambda cmd, stop_after, stop_at, run_dir: seen.append(stop_at) or 0)
+    assert mod.main(["--n", "7", "--rows", "metaqa_io", "--stop-at", "7", "--cache", str(tmp_path / "c")]) == 0
+    assert seen == [None]
+    assert "the row runs to its end" in capsys.readouterr().err
+
+
 def _another_sitting(tmp_path, monkeypatch, row, n, earlier, finish_run, sitting_s):
     """A row committed as partial after an earlier sitting (``earlier`` adds to its entry) is run
     again: the sitting writes a 4-question run, ``finish_run(run_dir)`` adds to it and returns the

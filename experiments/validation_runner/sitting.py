@@ -217,6 +217,10 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
     # must not be credited with its numbers)
     stamp = {"commit": _head(), "from": "the working tree of the sitting", "files": code_stamp(row)}
     stop_at = getattr(args, "stop_at", None)
+    if stop_at is not None and stop_at >= args.n:  # the run's own end: a SIGTERM there would cut its summing up
+        print(f"row {row}: --stop-at {stop_at} is not under its {args.n} questions: the row runs to its end",
+              file=sys.stderr, flush=True)
+        stop_at = None
     if stop_at is not None and not args.collect and (held := answered(run_dir)) >= stop_at:
         print(f"row {row}: its run dir holds {held} answered questions, --stop-at {stop_at} reached; not run "
               "(the committed row stands)", file=sys.stderr, flush=True)
