@@ -477,6 +477,23 @@ def test_a_row_finished_over_several_sittings_costs_the_sum_of_its_sittings(tmp_
     assert "| 400 (2 sittings) |" in mod.markdown()  # the generated table shows the sum, not the last sitting
 
 
+def test_a_partial_row_whose_last_sitting_only_sums_up_still_costs_all_its_sittings(tmp_path, monkeypatch):
+    """A sitting stopped after its last question but before its metrics leaves every question
+    answered; the next sitting appends no row and only sums up. The row's cost is still the sum of
+    its sittings, not the few seconds of the last one (which made the README's SGR row read < 1 s a
+    question)."""
+    import os
+
+    def sums_up(run_dir):
+        (run_dir / "timing.json").write_text(json.dumps({"wall_s": 5.0}))
+        os.utime(run_dir / "predictions.jsonl", (1.0, 1.0))  # written by an earlier sitting
+        return 0
+
+    mod, e = _another_sitting(tmp_path, monkeypatch, "cwq_reknos", 4, {"sittings_s": [300.0, 500.0]}, sums_up, 8.0)
+    assert "partial" not in e and e["sittings_s"] == [300.0, 500.0, 8.0]
+    assert mod.seconds_per_question(e) == 202.0 and "3 sittings" in e["wall_note"]
+
+
 def test_the_model_time_per_question_does_not_depend_on_the_call_cache(tmp_path, monkeypatch):
     """``llm_seconds_per_question`` averages the questions the backend answered in full (no cache
     hit), so a question replayed from the cache (latency 0) does not pull it down; a sitting that

@@ -177,11 +177,14 @@ def sum_sittings(entry: dict, prev: dict, run_dir: Path, since: float, this_sitt
                               f"{total:.0f} s in all for {done} questions (the runner's sitting times, "
                               "model load and set-up included); wall_s is the last one's")
     elif (not collect and "metrics" in prev and prev.get("partial")
-            and (run_dir / "predictions.jsonl").stat().st_mtime >= since
+            and ((run_dir / "predictions.jsonl").stat().st_mtime >= since or not entry.get("partial"))
             and (prev.get("sittings_s") or (prev.get("sitting_s") and not prev.get("wall_note")))):
         # a resume of a partial row: timing.json covers this sitting only, so the row's cost is
-        # the sum of its sittings (each one's model load and set-up included)
+        # the sum of its sittings (each one's model load and set-up included); a sitting that only
+        # sums up (the one before it stopped after its last question) completes the row too
         entry["sittings_s"] = list(prev.get("sittings_s") or [prev["sitting_s"]]) + [this_sitting]
+        if prev.get("sittings_note"):  # how earlier sittings were recorded, where not by the runner
+            entry["sittings_note"] = prev["sittings_note"]
         total = sum(entry["sittings_s"])
         if not entry.get("partial") and entry.get("n_examples"):
             entry["seconds_per_question"] = round(total / entry["n_examples"], 1)
