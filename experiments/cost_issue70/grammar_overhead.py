@@ -12,26 +12,9 @@ completion token, and whether the two replies are the same text. Nothing is asse
 from __future__ import annotations
 
 import argparse
-import json
-import tarfile
 import time
 
-
-def hypothesis_prompts(bundle: str, n: int) -> list[list[dict]]:
-    out: list[list[dict]] = []
-    with tarfile.open(bundle) as t:
-        for m in t.getmembers():
-            if not m.name.endswith("predictions.jsonl"):
-                continue
-            for line in t.extractfile(m):
-                for ev in json.loads(line).get("trace") or []:
-                    msgs = (ev.get("data") or {}).get("messages")
-                    if msgs and (ev.get("name") or "").startswith("hypothesis"):
-                        out.append(msgs)
-                        break
-                if len(out) >= n:
-                    return out
-    return out
+from bundle_prompts import first_prompts
 
 
 def main() -> None:
@@ -47,7 +30,7 @@ def main() -> None:
     from kgreason.llm.local import resolve_gguf
     from kgreason.reasoners.base import load_schema
 
-    prompts = hypothesis_prompts(a.bundle, a.prompts)
+    prompts = first_prompts(a.bundle, a.prompts, "hypothesis")
     if not prompts:
         raise SystemExit(f"{a.bundle}: no SGR hypothesis prompt in its traces")
     llm = llama_cpp.Llama(model_path=str(resolve_gguf("qwen2.5-coder-1.5b-instruct")), n_ctx=4096,

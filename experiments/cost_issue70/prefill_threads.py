@@ -16,27 +16,10 @@ beside another job on the other cores, as the validation rows run. Nothing is as
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
-import tarfile
 import time
 
-
-def first_prompts(bundle: str, n: int) -> list[list[dict]]:
-    out: list[list[dict]] = []
-    with tarfile.open(bundle) as t:
-        for m in t.getmembers():
-            if not m.name.endswith("predictions.jsonl"):
-                continue
-            for line in t.extractfile(m):
-                for ev in json.loads(line).get("trace") or []:
-                    msgs = (ev.get("data") or {}).get("messages")
-                    if msgs and ev.get("kind") == "llm":
-                        out.append(msgs)
-                        break
-                if len(out) >= n:
-                    return out
-    return out
+from bundle_prompts import first_prompts
 
 
 def main() -> None:
