@@ -479,6 +479,47 @@ def test_cypher_prompt_states_graph_schema_and_refine_gets_db_error_with_types(e
     assert set(pred.answers) == set(q2.answers) and pred.extra["refine_rounds"] == 1
 
 
+def test_cypher_prompt_lists_every_relationship_type_up_to_its_own_bound_a_block_fixed_across_questions(
+        embedded_kg, retriever, db, world, q2):
+    """The Cypher and Refine prompts open with the DB's exact graph schema: every relationship type,
+    sorted, while the graph has at most ``max_graph_schema_types``, apart from the Eq. 2 prompt's
+    ``max_schema_types`` (the Freebase slice's 237 types against 200 and 500). So every question's
+    Cypher prompt starts with the same block, which the llama.cpp route's kept states compute once
+    for all questions (issue 70). Before, the block followed ``max_schema_types``: on the slice it
+    listed the types of each question's k-hop subgraph, a block of its own for every question."""
+    others = [q for q in world.questions if q.question.startswith("Where was the director of") and q is not q2][:1]
+    assert others, "the world has a second 2-hop question"
+
+    def cypher_prompts(**kw):
+        prompts = []
+        for q in [q2, *others]:
+            topic = q.topic_entities[0]
+            llm = ScriptedLLM(rules=[_struct(topic), {"pattern": SCHEMA_P, "reply": _schema_reply(topic)},
+                                     {"pattern": CYPHER_P, "reply": _typed_chain(topic)}])
+            sgr = _sgr(embedded_kg, retriever, llm, graphdb=db, **kw)
+            sgr.answer(q)
+            prompts.append((sgr, llm))
+        return prompts
+
+    n_kg = embedded_kg.n_relations
+    runs = cypher_prompts(max_schema_types=2, structure_relations=2, max_graph_schema_types=n_kg)
+    blocks = []
+    for sgr, llm in runs:
+        eq2 = llm.calls[0].messages[-1].content
+        assert f"2 of the knowledge graph's {n_kg} relations" in eq2  # Eq. 2 keeps its own bound
+        cy = next(c for c in llm.calls if CYPHER_P in c.messages[-1].content).messages[-1].content
+        listed = re.findall(r"^- (\S+)", cy, re.M)
+        assert listed == [sgr.rel_types[n] for n in sorted(sgr.rel_types)] and len(listed) == len(sgr.rel_types)
+        assert "shown: those near the topic entities" not in cy
+        blocks.append(cy.split("\nQuestion: ")[0])
+    assert len(blocks) == 2 and blocks[0] == blocks[1]  # the same opening for every question
+
+    sgr, llm = cypher_prompts(max_graph_schema_types=2)[0]  # above its bound: the types near the topics
+    cy = next(c for c in llm.calls if CYPHER_P in c.messages[-1].content).messages[-1].content
+    assert f"of the graph's {len(sgr.rel_types)} shown: those near the topic entities" in cy
+    assert len(re.findall(r"^- (\S+)", cy, re.M)) < len(sgr.rel_types)
+
+
 def _two_answer_query(topic: str) -> str:
     """The film's actors: several valid answers for a schema ``(film, starring, ?x)``."""
     return ("```cypher\nMATCH (f:Entity {name: '" + _q(topic) + "'})-[:film__film__starring]->(p)"

@@ -114,10 +114,11 @@ class DirectReasoning(SGRKit):
 
     def prompt_context(self, q: QuestionGraph) -> dict:
         """What every §3.4 prompt shares: question, topic names, ``C_q``, the k-hop relations, the
-        evidence triples of ``E*_q`` and the exact graph schema of the DB (all types, or those
-        near the topics when the graph has more than ``max_schema_types``)."""
+        evidence triples of ``E*_q`` and the exact graph schema of the DB (all types, sorted: the
+        same block for every question; those of the k-hop subgraph when the graph has more than
+        ``max_graph_schema_types``)."""
         near = self.nearby_relations(q.sub)
-        shown = None if len(self.rel_types) <= self.max_schema_types else near
+        shown = None if len(self.rel_types) <= self.max_graph_schema_types else near
         return {"question": q.example.question, "topics": ", ".join(self._label(i) for i in q.topics),
                 "constraints": q.constraints, "relations": "\n".join(near) or "(none)",
                 "evidence": "\n".join(self.kg.verbalise(tr) for tr in q.estar[: self.evidence_k]) or "(none)",

@@ -96,9 +96,12 @@ class SGR(SubgraphConstruction, StepwiseReasoning, DirectReasoning, Collaborativ
         evidence_k: triples added per collaborative retrieval step.
         temperature, seed: sampling of the stepwise and collaborative paths (path i uses ``seed + i``).
         max_reasks: parse re-asks per LLM call.
-        max_schema_types: the Eq. 2 and Cypher prompts list every relation / relationship type up
-            to this many; above it, the Eq. 2 prompt lists the ``structure_relations`` nearest the
-            question and the Cypher prompt those of the k-hop subgraph.
+        max_schema_types: the Eq. 2 prompt lists every KG relation up to this many; above it, the
+            ``structure_relations`` nearest the question.
+        max_graph_schema_types: the Cypher and Refine prompts state the DB's exact graph schema,
+            every relationship type sorted by name, up to this many; above it, the types of the
+            k-hop subgraph. The full block is the same for every question, so a prefix cache
+            computes it once (issue 70); 500 types are about 8,500 Qwen tokens.
         structure_relations: relations the Eq. 2 prompt lists when the KG has more than
             ``max_schema_types``, nearest the question first.
         rq_match: ``embedding`` (a phrase maps by name, then to the relations nearest it by cosine
@@ -165,6 +168,7 @@ class SGR(SubgraphConstruction, StepwiseReasoning, DirectReasoning, Collaborativ
         max_reasks: int = 1,
         max_tokens: int | dict = 512,
         max_schema_types: int = 200,
+        max_graph_schema_types: int = 500,
         structure_relations: int = 30,
         rq_match: str = "embedding",
         rq_threshold: float = 0.7,
@@ -198,6 +202,7 @@ class SGR(SubgraphConstruction, StepwiseReasoning, DirectReasoning, Collaborativ
         self.row_limit, self.query_timeout_ms = int(row_limit), int(query_timeout_ms)
         self.embedder = embedder if embedder is not None else Embedder()
         self.max_schema_types, self.choice_cap = int(max_schema_types), int(choice_cap)
+        self.max_graph_schema_types = int(max_graph_schema_types)
         self.db, self.rel_types = self._open_graphdb(graphdb)
         self.prompts = {s: load_prompt("sgr", s) for s in PROMPTS}
         # each JSON reply's form (S_q, a step, a hypothesis, the schema, the Eq. 18 choice), sent only with
