@@ -191,3 +191,8 @@ def test_tables_funnel_of_several_run_dirs_and_bundles_is_one_table(tmp_path, ca
     assert main([str(runs[0]), str(tmp_path / "nowhere"), "--funnel", "--out", str(outdir)]) == 2
     err = capsys.readouterr().err
     assert "nowhere" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "empty").mkdir()  # a folder with no run in it: named, not left out of the table without a word
+    for argv in ([str(runs[0]), str(tmp_path / "empty"), "--funnel"], [str(runs[0]), str(tmp_path / "empty")]):
+        assert main([*argv, "--out", str(outdir)]) == 2
+        err = capsys.readouterr().err
+        assert "empty: no run dir in it" in err and len(err.strip().splitlines()) == 1

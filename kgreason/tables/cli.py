@@ -46,7 +46,8 @@ def readable_all(paths: Sequence[str]) -> Iterator[tuple[Path, Path | None]]:
     temporary folder as ``<k>_<run>``, numbered in the order given, so the runs of all of them are
     read as one sweep (each a run dir, a sweep dir or a bundle); the default output dir is
     ``outputs/tables`` under the working directory. A source that is not there raises
-    FileNotFoundError naming it."""
+    FileNotFoundError naming it, one that holds no run dir ValueError naming it (else its runs
+    would be missing from the table without a word)."""
     from kgreason.tables.collect import job_dirs
 
     if len(paths) == 1:
@@ -62,7 +63,11 @@ def readable_all(paths: Sequence[str]) -> Iterator[tuple[Path, Path | None]]:
             k = 0
             for p in paths:
                 root, _ = stack.enter_context(readable(p))
-                for job in job_dirs(root):
+                jobs = job_dirs(root)
+                if not jobs:
+                    raise ValueError(f"{p}: no run dir in it (a run dir holds run.json or .hydra/; a sweep dir "
+                                     "holds run dirs; a bundle, its runs/)")
+                for job in jobs:
                     (tmp / f"{k}_{job.name}").symlink_to(job.absolute(), target_is_directory=True)
                     k += 1
             yield tmp, Path("outputs") / "tables"
