@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import pytest
+
 from conftest import REPO
 
 
@@ -68,3 +70,29 @@ def test_the_per_token_fit_recovers_known_costs(tmp_path):
     assert mod.fit([{"trace": calls[:3]}]) is None  # too few calls to fit three costs
     p["before"] = {**p["before"], "fit": None}
     assert mod.table({"x": p}).splitlines()[2].endswith("| – |")
+
+
+def test_a_counted_pair_takes_computed_tokens_from_llama_cpp_s_own_count(tmp_path):
+    """``add --counted``: a before checkout with no reuse accounting (0ce204e) is measured by
+    count_eval.py from outside; prompt tokens computed = tokens evaluated less completion tokens,
+    over whole runs, which must have answered the same questions; CPU seconds show –."""
+    mod = _pairs()
+
+    def run(name, rows, evaluated):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"evaluated_tokens": evaluated}))
+        return d, tmp_path / f"{name}.json"
+
+    def row(i, completion, error=None):
+        return {"id": i, "error": error, "metrics": {"hits_at_1": 1},
+                "usage": {"calls": 3, "prompt_tokens": 5000, "completion_tokens": completion, "parse_failures": 0}}
+
+    (b, bc), (a, ac) = run("b", [row("q1", 100), row("q2", 300)], 12_400), run("a", [row("q1", 50), row("q2", 150)], 5_200)
+    p = mod.pair(b, a, "", (bc, ac))
+    assert p["before"]["sums"]["prompt_tokens_computed"] == 12_000 and p["after"]["sums"]["prompt_tokens_computed"] == 5_000
+    assert "| `x` | 2 | – | – | 6,000 → 2,500 | 2.40× |" in mod.table({"x": p})
+    (c, cc) = run("c", [row("q1", 50), row("q2", 150, error="boom")], 5_200)
+    with pytest.raises(SystemExit, match="same questions without an error"):
+        mod.pair(b, c, "", (bc, cc))

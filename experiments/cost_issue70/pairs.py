@@ -4,6 +4,7 @@ after"). ``pairs.json`` holds what each pair measured; ``--write-docs`` renders 
 docs/llm.md.
 
     python experiments/cost_issue70/pairs.py add NAME BEFORE_RUN_DIR AFTER_RUN_DIR --note "..."
+    python experiments/cost_issue70/pairs.py add NAME BEFORE AFTER --counted BEFORE.json AFTER.json --note "..."
     python experiments/cost_issue70/pairs.py --write-docs
 
 A pair's figures are the two runs' per-question ``usage`` and ``metrics`` (``predictions.jsonl``),
@@ -11,6 +12,12 @@ summed over the questions both answered: ``cpu_s`` (the CPU seconds the llama.cp
 calls, which a busy machine does not inflate as it does wall seconds), prompt tokens less those a
 prefix cache reused, completion tokens, unparseable replies, Hits@1. A run stopped part-way counts
 the questions it finished.
+
+``--counted``: the two runs were made under ``count_eval.py``, which counts every token llama.cpp
+evaluated, from outside the code (a *before* checkout that predates the route's own accounting
+records no reuse and no CPU seconds). Each side's prompt tokens computed are then its evaluated
+tokens less its completion tokens, over the whole run, so both runs must have answered the same
+questions, every one without an error; CPU seconds are not compared (–).
 """
 
 from __future__ import annotations
@@ -76,12 +83,33 @@ def side(run_dir: Path, ids: list[str]) -> dict:
             "overrides": yaml.safe_load(overrides.read_text(encoding="utf-8")) if overrides.is_file() else []}
 
 
-def pair(before: Path, after: Path, note: str) -> dict:
-    """Both runs on the questions both answered without an error (in the dataset's order)."""
+def counted(s: dict, counts_file: Path) -> dict:
+    """``s`` (:func:`side`) with the prompt tokens computed that ``count_eval.py`` counted: every token
+    llama.cpp evaluated in the run less its completion tokens; no CPU seconds (see the module's
+    docstring)."""
+    c = json.loads(counts_file.read_text(encoding="utf-8"))
+    sums = dict(s["sums"])
+    sums["prompt_tokens_computed"] = float(c["evaluated_tokens"]) - sums["completion_tokens"]
+    sums["cpu_s"] = None
+    sums["prompt_tokens_reused"] = sums["prompt_tokens"] - sums["prompt_tokens_computed"]
+    return {**s, "sums": sums, "counted": c, "fit": None}
+
+
+def pair(before: Path, after: Path, note: str, counts: tuple[Path, Path] | None = None) -> dict:
+    """Both runs on the questions both answered without an error (in the dataset's order); with
+    ``counts`` (``count_eval.py``'s files), on every question of both, which must be the same."""
     b, a = rows(before), rows(after)
     ids = [i for i in b if i in a]
     if not ids:
         raise SystemExit(f"{before} and {after}: no question answered by both")
+    if counts is not None:
+        every = {p: sum(1 for line in (p / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
+                 for p in (before, after)}
+        if len(ids) != len(b) or len(ids) != len(a) or any(n != len(ids) for n in every.values()):
+            raise SystemExit(f"{before} and {after}: --counted counts whole runs, so both must have answered the same "
+                             f"questions without an error ({len(b)} and {len(a)} answered, {len(ids)} by both)")
+        return {"questions": ids, "before": counted(side(before, ids), counts[0]),
+                "after": counted(side(after, ids), counts[1]), "note": note}
     return {"questions": ids, "before": side(before, ids), "after": side(after, ids), "note": note}
 
 
@@ -106,8 +134,10 @@ def table(pairs: dict) -> str:
     for name, p in pairs.items():
         b, a = p["before"]["sums"], p["after"]["sums"]
         n = len(p["questions"])
+        cpu = (f"{b['cpu_s'] / n:.1f} → {a['cpu_s'] / n:.1f} | {ratio(b['cpu_s'], a['cpu_s'])}"
+               if b["cpu_s"] is not None and a["cpu_s"] is not None else "– | –")
         lines.append(
-            f"| `{name}` | {n} | {b['cpu_s'] / n:.1f} → {a['cpu_s'] / n:.1f} | {ratio(b['cpu_s'], a['cpu_s'])} "
+            f"| `{name}` | {n} | {cpu} "
             f"| {b['prompt_tokens_computed'] / n:,.0f} → {a['prompt_tokens_computed'] / n:,.0f} "
             f"| {ratio(b['prompt_tokens_computed'], a['prompt_tokens_computed'])} "
             f"| {b['completion_tokens'] / n:,.0f} → {a['completion_tokens'] / n:,.0f} "
@@ -136,10 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     add.add_argument("before", type=Path)
     add.add_argument("after", type=Path)
     add.add_argument("--note", default="")
+    add.add_argument("--counted", nargs=2, type=Path, metavar=("BEFORE_JSON", "AFTER_JSON"), default=None,
+                     help="count_eval.py's files of the two runs: prompt tokens computed from llama.cpp's own count")
     a = ap.parse_args(argv)
     if a.action == "add":
         pairs = json.loads(PAIRS.read_text(encoding="utf-8")) if PAIRS.is_file() else {}
-        pairs[a.name] = pair(a.before, a.after, a.note)
+        pairs[a.name] = pair(a.before, a.after, a.note, tuple(a.counted) if a.counted else None)
         PAIRS.write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if a.write_docs:
         write_docs()
