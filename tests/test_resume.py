@@ -297,3 +297,34 @@ def test_sigterm_in_the_set_up_says_how_far_it_got_and_the_resume_finishes_it(tm
     assert res.metrics["run/n_examples"] == 2 and res.metrics["llm/index/calls"] == n_passages
     assert _rows(next(idx.glob("*/extractions.jsonl"))) == n_passages
     assert not (run_dir / "prepare_stopped.json").exists()
+
+
+def test_sigterm_as_the_run_sums_up_leaves_complete_metrics_then_stops(tmp_path, monkeypatch, caplog):
+    """A SIGTERM that comes after the last example, while the run computes its metrics (a
+    ``--stop-at`` at the row's last question, a scheduler's time limit), waits until metrics.json
+    is written in full, then stops the run as a SIGTERM does (RunInterrupted: exit 143), saying so
+    in one line. Before, it stopped the summing up at once: no metrics.json for a run whose every
+    example was answered."""
+    import logging
+    import signal
+
+    import kgreason.runner.run as run_mod
+    from kgreason.runner.run import RunInterrupted
+
+    original = run_mod._run_metrics
+
+    def terminated_while_summing_up(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once in this (the main) thread
+        time.sleep(0.05)
+        return original(*a, **k)
+
+    monkeypatch.setattr(run_mod, "_run_metrics", terminated_while_summing_up)
+    d, handler = tmp_path / "run", signal.getsignal(signal.SIGTERM)
+    over = ["reasoner=io", "llm=scripted", "tracking=none", "reports.hop_distribution=false", "dataset.limit=3",
+            f"llm_cache.dir={tmp_path / 'cache'}"]
+    with caplog.at_level(logging.WARNING, logger="kgreason"), pytest.raises(RunInterrupted):
+        run(compose_cfg(over, d), d)
+    m = json.loads((d / "metrics.json").read_text())
+    assert m["run/n_examples"] == 3 and m.get("run/partial") is not True and m["run/status"] != "partial"
+    assert "run stopped by SIGTERM as it summed up: all 3 examples are answered and metrics.json is complete" in caplog.text
+    assert signal.getsignal(signal.SIGTERM) == handler  # the handler before the run is back

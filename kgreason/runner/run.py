@@ -648,6 +648,26 @@ def _signals_as_interrupt(signals=(signal.SIGTERM,)):
             signal.signal(sig, h)
 
 
+@contextlib.contextmanager
+def _signals_deferred(signals=(signal.SIGTERM,)):
+    """While a run sums up (every example answered: metrics and reports computed, metrics.json
+    written; seconds), a SIGTERM is held and raised as :class:`RunInterrupted` once the block is
+    done, so the stop leaves a complete metrics.json rather than none. Ctrl-C still stops at once.
+    Outside the main thread signals are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if got:
+        raise RunInterrupted(got[0])
+
+
 def _run_metrics(c: Components, rows: list[Mapping[str, Any]], examples: list[Example], prepared: Ledger,
                  report: Mapping[str, Any]) -> dict[str, Any]:
     outside = prepared
@@ -855,10 +875,17 @@ def _run(cfg: DictConfig, out_dir: Path, stage: dict[str, str], first: int | Non
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was answered is summed up, then the run stops
             _write_partial(cfg, c, examples, out_dir, prepared, report, e)
             raise
-        rows = [store.rows[ex.id] for ex in examples if ex.id in store]  # dataset order, last row per id
-        metrics = _run_metrics(c, rows, examples, prepared, report)
-        reports = build_reports(cfg, c, examples, rows, out_dir)
-        write_json(out_dir / "metrics.json", metrics)
+        try:
+            with _signals_deferred():  # a SIGTERM now waits until metrics.json is written
+                rows = [store.rows[ex.id] for ex in examples if ex.id in store]  # dataset order, last row per id
+                metrics = _run_metrics(c, rows, examples, prepared, report)
+                reports = build_reports(cfg, c, examples, rows, out_dir)
+                write_json(out_dir / "metrics.json", metrics)
+        except RunInterrupted as e:
+            log.warning("run stopped by %s as it summed up%s: all %d examples are answered and metrics.json is "
+                        "complete in %s; timing.json and the tracker's log were not written (the same command "
+                        "writes them)", e.signame, _job_label(), len(rows), shown(out_dir))
+            raise
         timing: dict[str, Any] = {"wall_s": round(time.perf_counter() - t0, 3)}
         if hasattr(c.retriever, "stats") and isinstance(c.retriever.stats, dict):
             timing["retrieval_prefetch"] = dict(c.retriever.stats)
