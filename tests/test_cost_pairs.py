@@ -94,5 +94,14 @@ def test_a_counted_pair_takes_computed_tokens_from_llama_cpp_s_own_count(tmp_pat
     assert p["before"]["sums"]["prompt_tokens_computed"] == 12_000 and p["after"]["sums"]["prompt_tokens_computed"] == 5_000
     assert "| `x` | 2 | – | – | 6,000 → 2,500 | 2.40× |" in mod.table({"x": p})
     (c, cc) = run("c", [row("q1", 50), row("q2", 150, error="boom")], 5_200)
-    with pytest.raises(SystemExit, match="same questions without an error"):
+    with pytest.raises(SystemExit, match="only the pair's 1 questions, each without an error"):
         mod.pair(b, c, "", (bc, cc))
+    # a counted before stopped after q1 against an after measured by its own accounting on q1 (-)
+    (s, sc) = run("s", [row("q1", 100)], 6_100)
+    own = {**row("q1", 50), "usage": {**row("q1", 50)["usage"], "prompt_tokens_reused": 3_000}}
+    (o, _) = run("o", [own, row("q2", 150)], 0)
+    p = mod.pair(s, o, "", (sc, None))
+    assert p["questions"] == ["q1"] and p["before"]["sums"]["prompt_tokens_computed"] == 6_000
+    assert p["after"]["sums"]["prompt_tokens_computed"] == 2_000 and "counted" not in p["after"]
+    with pytest.raises(SystemExit, match="2 rows"):
+        mod.pair(s, o, "", (None, sc))  # the after run answered q2 too: its whole-run count is not the pair's

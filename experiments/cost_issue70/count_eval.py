@@ -50,9 +50,13 @@ def main() -> None:
     atexit.register(write)
     sys.argv = ["kgreason", *sys.argv[1:]]
     sys.path[0] = os.getcwd()  # as ``python -m kgreason`` run here: the checkout in the working directory
+    import subprocess
+
     import kgreason
 
-    counts["kgreason"] = os.path.dirname(os.path.dirname(os.path.abspath(kgreason.__file__)))
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(kgreason.__file__)))
+    got = subprocess.run(["git", "-C", checkout, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    counts["commit"] = got.stdout.strip() or None  # the code that ran (not its path: the file may be committed)
     runpy.run_module("kgreason", run_name="__main__", alter_sys=True)
 
 

@@ -13,11 +13,13 @@ calls, which a busy machine does not inflate as it does wall seconds), prompt to
 prefix cache reused, completion tokens, unparseable replies, Hits@1. A run stopped part-way counts
 the questions it finished.
 
-``--counted``: the two runs were made under ``count_eval.py``, which counts every token llama.cpp
-evaluated, from outside the code (a *before* checkout that predates the route's own accounting
-records no reuse and no CPU seconds). Each side's prompt tokens computed are then its evaluated
-tokens less its completion tokens, over the whole run, so both runs must have answered the same
-questions, every one without an error; CPU seconds are not compared (–).
+``--counted BEFORE_JSON AFTER_JSON``: the runs were made under ``count_eval.py``, which counts every
+token llama.cpp evaluated, from outside the code (a *before* checkout that predates the route's own
+accounting records no reuse and no CPU seconds). A counted side's prompt tokens computed are its
+evaluated tokens less its completion tokens, over the whole run, so every question it answered must
+be one of the pair's, without an error (a run stopped between two questions counts the questions it
+finished); ``-`` for a side takes its route's own accounting (prompt tokens less those reused). CPU
+seconds are not compared (–).
 """
 
 from __future__ import annotations
@@ -92,25 +94,31 @@ def counted(s: dict, counts_file: Path) -> dict:
     sums["prompt_tokens_computed"] = float(c["evaluated_tokens"]) - sums["completion_tokens"]
     sums["cpu_s"] = None
     sums["prompt_tokens_reused"] = sums["prompt_tokens"] - sums["prompt_tokens_computed"]
-    return {**s, "sums": sums, "counted": c, "fit": None}
+    kept = {k: c[k] for k in ("commit", "evaluated_tokens", "decode_calls", "single_token_decodes", "process_cpu_s")
+            if k in c}
+    return {**s, "sums": sums, "counted": kept, "fit": None}
 
 
-def pair(before: Path, after: Path, note: str, counts: tuple[Path, Path] | None = None) -> dict:
-    """Both runs on the questions both answered without an error (in the dataset's order); with
-    ``counts`` (``count_eval.py``'s files), on every question of both, which must be the same."""
+def pair(before: Path, after: Path, note: str, counts: tuple[Path | None, Path | None] | None = None) -> dict:
+    """Both runs on the questions both answered without an error (in the dataset's order); a side
+    with a ``count_eval.py`` file in ``counts`` (None: its route's accounting) must have answered
+    only those questions, every one without an error."""
     b, a = rows(before), rows(after)
     ids = [i for i in b if i in a]
     if not ids:
         raise SystemExit(f"{before} and {after}: no question answered by both")
-    if counts is not None:
-        every = {p: sum(1 for line in (p / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
-                 for p in (before, after)}
-        if len(ids) != len(b) or len(ids) != len(a) or any(n != len(ids) for n in every.values()):
-            raise SystemExit(f"{before} and {after}: --counted counts whole runs, so both must have answered the same "
-                             f"questions without an error ({len(b)} and {len(a)} answered, {len(ids)} by both)")
-        return {"questions": ids, "before": counted(side(before, ids), counts[0]),
-                "after": counted(side(after, ids), counts[1]), "note": note}
-    return {"questions": ids, "before": side(before, ids), "after": side(after, ids), "note": note}
+    sides = {}
+    for name, run_dir, got, count in (("before", before, b, (counts or (None, None))[0]),
+                                      ("after", after, a, (counts or (None, None))[1])):
+        sides[name] = side(run_dir, ids)
+        if count is None:
+            continue
+        every = sum(1 for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
+        if len(got) != len(ids) or every != len(ids):
+            raise SystemExit(f"{run_dir}: --counted counts the whole run, so it must have answered only the pair's "
+                             f"{len(ids)} questions, each without an error ({every} rows, {len(got)} without an error)")
+        sides[name] = counted(sides[name], count)
+    return {"questions": ids, **sides, "note": note}
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -166,12 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     add.add_argument("before", type=Path)
     add.add_argument("after", type=Path)
     add.add_argument("--note", default="")
-    add.add_argument("--counted", nargs=2, type=Path, metavar=("BEFORE_JSON", "AFTER_JSON"), default=None,
-                     help="count_eval.py's files of the two runs: prompt tokens computed from llama.cpp's own count")
+    add.add_argument("--counted", nargs=2, metavar=("BEFORE_JSON", "AFTER_JSON"), default=None,
+                     help="count_eval.py's files of the two runs (- for a side measured by its route's own "
+                          "accounting): prompt tokens computed from llama.cpp's own count")
     a = ap.parse_args(argv)
     if a.action == "add":
         pairs = json.loads(PAIRS.read_text(encoding="utf-8")) if PAIRS.is_file() else {}
-        pairs[a.name] = pair(a.before, a.after, a.note, tuple(a.counted) if a.counted else None)
+        counts = tuple(None if c == "-" else Path(c) for c in a.counted) if a.counted else None
+        pairs[a.name] = pair(a.before, a.after, a.note, counts)
         PAIRS.write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if a.write_docs:
         write_docs()
