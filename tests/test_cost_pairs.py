@@ -75,7 +75,8 @@ def test_the_per_token_fit_recovers_known_costs(tmp_path):
 def test_a_counted_pair_takes_computed_tokens_from_llama_cpp_s_own_count(tmp_path):
     """``add --counted``: a before checkout with no reuse accounting (0ce204e) is measured by
     count_eval.py from outside; prompt tokens computed = tokens evaluated less completion tokens,
-    over whole runs, which must have answered the same questions; CPU seconds show –."""
+    over a whole run, so a counted run holds only the pair's questions (- takes a side's own
+    accounting); CPU seconds show –."""
     mod = _pairs()
 
     def run(name, rows, evaluated):
