@@ -19,7 +19,10 @@ accounting records no reuse and no CPU seconds). A counted side's prompt tokens 
 evaluated tokens less its completion tokens, over the whole run, so every question it answered must
 be one of the pair's, without an error (a run stopped between two questions counts the questions it
 finished); ``-`` for a side takes its route's own accounting (prompt tokens less those reused). CPU
-seconds are not compared (–).
+seconds are not compared (–). A count with a row timeline (``count_eval.py`` run with
+``hydra.run.dir=``) is read at the pair's K-th row instead, when the run's first K rows are the
+pair's questions: its tokens evaluated until then, and its process CPU seconds from the first model
+call to then, which the table marks "(process)" and compares only with another side's process CPU.
 """
 
 from __future__ import annotations
@@ -85,17 +88,27 @@ def side(run_dir: Path, ids: list[str]) -> dict:
             "overrides": yaml.safe_load(overrides.read_text(encoding="utf-8")) if overrides.is_file() else []}
 
 
-def counted(s: dict, counts_file: Path) -> dict:
+def counted(s: dict, counts_file: Path, at_row: int | None = None) -> dict:
     """``s`` (:func:`side`) with the prompt tokens computed that ``count_eval.py`` counted: every token
-    llama.cpp evaluated in the run less its completion tokens; no CPU seconds (see the module's
-    docstring)."""
+    llama.cpp evaluated in the run (or, with ``at_row``, until its ``at_row``-th row: the count's row
+    timeline, with the process CPU seconds from the first model call to then) less its completion
+    tokens (see the module's docstring)."""
     c = json.loads(counts_file.read_text(encoding="utf-8"))
     sums = dict(s["sums"])
-    sums["prompt_tokens_computed"] = float(c["evaluated_tokens"]) - sums["completion_tokens"]
     sums["cpu_s"] = None
-    sums["prompt_tokens_reused"] = sums["prompt_tokens"] - sums["prompt_tokens_computed"]
+    evaluated = float(c["evaluated_tokens"])
     kept = {k: c[k] for k in ("commit", "evaluated_tokens", "decode_calls", "single_token_decodes", "process_cpu_s")
             if k in c}
+    if at_row is not None:
+        snap = next((r for r in c.get("rows") or [] if r["rows"] == at_row), None)
+        if snap is None or "first_decode_cpu_s" not in c:
+            raise SystemExit(f"{counts_file}: no row timeline entry at row {at_row} (count_eval.py records one when "
+                             "run with hydra.run.dir=)")
+        evaluated = float(snap["evaluated_tokens"])
+        sums["cpu_s"] = round(float(snap["process_cpu_s"]) - float(c["first_decode_cpu_s"]), 2)
+        kept.update(at_row=at_row, evaluated_tokens=snap["evaluated_tokens"], cpu="process")
+    sums["prompt_tokens_computed"] = evaluated - sums["completion_tokens"]
+    sums["prompt_tokens_reused"] = sums["prompt_tokens"] - sums["prompt_tokens_computed"]
     return {**s, "sums": sums, "counted": kept, "fit": None}
 
 
@@ -113,11 +126,23 @@ def pair(before: Path, after: Path, note: str, counts: tuple[Path | None, Path |
         sides[name] = side(run_dir, ids)
         if count is None:
             continue
-        every = sum(1 for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
-        if len(got) != len(ids) or every != len(ids):
+        order = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+        timeline = bool(json.loads(count.read_text(encoding="utf-8")).get("rows"))
+        first = [str(r["id"]) for r in order[: len(ids)] if not r.get("error")]
+        if timeline and len(order) > len(ids) and first == ids:  # the pair is the run's first K rows
+            sides[name] = counted(sides[name], count, at_row=len(ids))
+            continue
+        if len(got) != len(ids) or len(order) != len(ids):
             raise SystemExit(f"{run_dir}: --counted counts the whole run, so it must have answered only the pair's "
-                             f"{len(ids)} questions, each without an error ({every} rows, {len(got)} without an error)")
-        sides[name] = counted(sides[name], count)
+                             f"{len(ids)} questions, each without an error ({len(order)} rows, {len(got)} without an "
+                             "error), or be read at its K-th row (a count with a row timeline whose first K rows "
+                             "are the pair's)")
+        sides[name] = counted(sides[name], count, at_row=len(ids) if timeline else None)
+    cpu = [sides[k].get("counted", {}).get("cpu") for k in ("before", "after")]
+    if cpu[0] != cpu[1] and None not in (sides["before"]["sums"]["cpu_s"], sides["after"]["sums"]["cpu_s"]):
+        for k in ("before", "after"):  # process CPU against a route's own: not the same measure
+            sides[k]["sums"]["cpu_s"] = None
     return {"questions": ids, **sides, "note": note}
 
 
@@ -142,7 +167,8 @@ def table(pairs: dict) -> str:
     for name, p in pairs.items():
         b, a = p["before"]["sums"], p["after"]["sums"]
         n = len(p["questions"])
-        cpu = (f"{b['cpu_s'] / n:.1f} → {a['cpu_s'] / n:.1f} | {ratio(b['cpu_s'], a['cpu_s'])}"
+        process = " (process)" if p["before"].get("counted", {}).get("cpu") == "process" else ""
+        cpu = (f"{b['cpu_s'] / n:.1f} → {a['cpu_s'] / n:.1f}{process} | {ratio(b['cpu_s'], a['cpu_s'])}"
                if b["cpu_s"] is not None and a["cpu_s"] is not None else "– | –")
         lines.append(
             f"| `{name}` | {n} | {cpu} "
