@@ -101,7 +101,7 @@ test: setup setup-server
 	  echo "make test: installing Debian's $(TEST_DEBS) for the Virtuoso, SLURM and LaTeX tests (once; a few minutes)" && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_DEBS)) >/dev/null 2>&1 ; } || \
 	  echo "$(TEST_DEBS): not all installed; the Virtuoso, SLURM and LaTeX tests will skip"
-	$(PY) -m pytest --slow -q $(ARGS)
+	$(PY) -m pytest --slow -q --durations=25 $(ARGS)
 
 # Every bundled validation row replayed in full on this code, and each row's verdict (current, or
 # stale with the first example and request that differ) recorded in its JSON with the commit
