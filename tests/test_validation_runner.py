@@ -91,7 +91,7 @@ def test_every_subqrag_row_answers_in_dataset_order(tmp_path, monkeypatch):
 
 
 def _fake_run(run_dir: Path, values: list[float], metric: str = "hits_at_1") -> None:
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     rows = [{"id": str(i), "metrics": {metric: v}} for i, v in enumerate(values)]
     (run_dir / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / "metrics.json").write_text(json.dumps({"run/n_examples": len(values),
@@ -441,12 +441,15 @@ def test_stop_at_the_rows_whole_n_lets_the_run_end_by_itself(tmp_path, monkeypat
     assert "the row runs to its end" in capsys.readouterr().err
 
 
-def _another_sitting(tmp_path, monkeypatch, row, n, earlier, finish_run, sitting_s):
+def _another_sitting(tmp_path, monkeypatch, row, n, earlier, finish_run, sitting_s, resumed=True):
     """A row committed as partial after an earlier sitting (``earlier`` adds to its entry) is run
     again: the sitting writes a 4-question run, ``finish_run(run_dir)`` adds to it and returns the
-    exit status, and the runner's clock says the sitting took ``sitting_s``. Returns the runner
-    module and the row's new entry."""
+    exit status, and the runner's clock says the sitting took ``sitting_s``. ``resumed``: the run
+    dir holds the earlier sitting's 2 answered questions (else none: the row measured afresh).
+    Returns the runner module and the row's new entry."""
     runs = tmp_path / "outputs" / "validation" / f"heldout_n{n}"
+    if resumed:
+        _fake_run(runs / row, [1.0, 0.0])
     first = {"command": "…", "split": "heldout", "n": n, "n_examples": 2, "metrics": {"hits_at_1": 0.5},
              "partial": True, **earlier}
     out = tmp_path / f"validation_heldout_n{n}.json"
@@ -540,6 +543,21 @@ def test_the_model_time_per_question_does_not_depend_on_the_call_cache(tmp_path,
     e = json.loads((tmp_path / "validation_heldout_n4.json").read_text())["cwq_sgr"]
     assert e["replayed_from_cache"] is True
     assert e["llm_seconds_per_question"] == 550.0 and e["llm_seconds_questions"] == 2
+
+
+def test_a_partial_row_measured_afresh_costs_its_own_sitting_only(tmp_path, monkeypatch):
+    """A partial row whose run dir is gone (recorded stale and measured again, or run on another
+    machine) starts from its first question: its cost is this sitting's, not the sum with the
+    sittings of the measurement it replaces (webqsp_sgr read "2 sittings, 7156 s" for a 970 s one)."""
+    def stopped(run_dir):
+        m = json.loads((run_dir / "metrics.json").read_text())
+        (run_dir / "metrics.json").write_text(json.dumps({**m, "run/partial": True}))
+        return 143
+
+    _, e = _another_sitting(tmp_path, monkeypatch, "webqsp_sgr", 6, {"sitting_s": 6186.0, "sittings_s": [6186.0]},
+                            stopped, 970.0, resumed=False)
+    assert e["partial"] is True and e["sitting_s"] == 970.0
+    assert "sittings_s" not in e and "wall_note" not in e
 
 
 def test_a_partial_row_resumed_and_still_partial_notes_all_its_sittings(tmp_path, monkeypatch):

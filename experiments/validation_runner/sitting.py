@@ -162,10 +162,13 @@ def carry_wall_time(entry: dict, prev: dict, run_dir: Path, since: float, collec
             entry["llm_seconds_questions"] = prev["llm_seconds_questions"]
 
 
-def sum_sittings(entry: dict, prev: dict, run_dir: Path, since: float, this_sitting: float, collect: bool) -> None:
+def sum_sittings(entry: dict, prev: dict, run_dir: Path, since: float, this_sitting: float, collect: bool,
+                 resumed: bool = True) -> None:
     """A row measured over several sittings costs their sum: the sittings that only prepared
     (SubQRAG's index) before it, or the earlier sittings of a partial row this one resumed
-    (timing.json covers one sitting only); ``wall_note`` says how the figure was made."""
+    (timing.json covers one sitting only); ``wall_note`` says how the figure was made. ``resumed``:
+    the run dir held answered questions when this sitting began; a partial row measured afresh (its
+    run dir gone: recorded stale, or another machine) costs this sitting only."""
     if not collect and prev.get("prepare_sittings_s") and "metrics" not in prev:
         entry["sittings_s"] = list(prev["prepare_sittings_s"]) + [this_sitting]
         total, k = sum(entry["sittings_s"]), len(prev["prepare_sittings_s"])
@@ -176,7 +179,7 @@ def sum_sittings(entry: dict, prev: dict, run_dir: Path, since: float, this_sitt
                               f"sittings, {k} of them preparing (the set-up before the first question), "
                               f"{total:.0f} s in all for {done} questions (the runner's sitting times, "
                               "model load and set-up included); wall_s is the last one's")
-    elif (not collect and "metrics" in prev and prev.get("partial")
+    elif (not collect and resumed and "metrics" in prev and prev.get("partial")
             and ((run_dir / "predictions.jsonl").stat().st_mtime >= since or not entry.get("partial"))
             and (prev.get("sittings_s") or (prev.get("sitting_s") and not prev.get("wall_note")))):
         # a resume of a partial row: timing.json covers this sitting only, so the row's cost is
@@ -228,6 +231,7 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
         print(f"row {row}: its run dir holds {held} answered questions, --stop-at {stop_at} reached; not run "
               "(the committed row stands)", file=sys.stderr, flush=True)
         return
+    resumed = answered(run_dir) > 0  # an earlier sitting's questions: this one goes on from them
     rc = 0 if args.collect else run_row(cmd, args.stop_after, stop_at, run_dir)
     # re-read: other sittings may have written (the pairing below reads their rows); the row itself
     # is written with tablefile.put_row, which re-reads the table again under its lock
@@ -258,7 +262,7 @@ def sit_row(row: str, args, table_name: str, out: Path) -> None:
         entry = summarise(run_dir)
         carry_wall_time(entry, prev, run_dir, t0, args.collect)
         this_sitting = round(time.time() - t0, 1)
-        sum_sittings(entry, prev, run_dir, t0, this_sitting, args.collect)
+        sum_sittings(entry, prev, run_dir, t0, this_sitting, args.collect, resumed)
         stats = row_statistics(run_dir, row, table_name, args.route, table)
         pq = stats.pop("per_question")
         entry.update(stats)
