@@ -17,8 +17,10 @@ With ``hydra.run.dir=DIR`` among the arguments the counts also hold a row timeli
 the first ``llama_decode`` after each new row of ``DIR/predictions.jsonl``, the rows so far, the
 tokens evaluated until then and the process's CPU seconds; ``first_decode_cpu_s`` is the CPU spent
 before the first model call (start-up). A pair can so take a run's first K questions out of a longer
-run: tokens evaluated and CPU seconds (less start-up) at its K-th row, exactly, since no token of the
-next question is evaluated before that snapshot.
+run: the tokens evaluated until its K-th row, exactly (no token of the next question is evaluated
+before that snapshot), and the CPU seconds from the first model call until then, which also hold
+the next question's work before its first model call (its linking), and for a run's last row, the
+run's summing-up before it exits: seconds against the minutes a question's model calls take.
 """
 from __future__ import annotations
 
