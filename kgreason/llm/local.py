@@ -34,6 +34,7 @@ from typing import Any, Sequence
 from kgreason import progress
 from kgreason.llm.accounting import call_usage, report_score_usage
 from kgreason.llm.base import LLMError, backend_seed
+from kgreason.llm.grammar_sampler import DEFAULT_TOP as DEFAULT_GRAMMAR_TOP
 from kgreason.types import ChatRequest, Completion, Message
 
 log = logging.getLogger("kgreason.llm")
@@ -144,6 +145,10 @@ class LocalLLM:
         prefix_reuse: llamacpp route: False evaluates every prompt from its first token (no state kept,
             not even llama.cpp's own reuse of the context): the reference that prefix reuse is checked
             against (docs/llm.md, "The llama.cpp route's cost").
+        grammar_top: llamacpp route, a request with a JSON schema: test the grammar on this many of the
+            highest logits, not on the whole vocabulary, wherever that draws the same token
+            (:mod:`kgreason.llm.grammar_sampler`); 0 = the whole vocabulary at every token, as
+            llama-cpp-python does.
         n_threads: CPU threads (torch on the transformers route, llama.cpp otherwise); ``None`` =
             the library default. Use 1 on an oversubscribed machine (see docs/llm.md).
         model: a name from :data:`kgreason.llm.models.MODELS` (the GGUF is assembled from its
@@ -160,7 +165,8 @@ class LocalLLM:
                  cache_dir: str | None = None, batch_size: int = 8, device: str = "cpu", n_ctx: int | None = None,
                  n_threads: int | None = None, model: str | None = None, sha256: str | None = None,
                  dtype: str = "auto", defer_load: bool = False, prefix_cache_mb: float = 1024,
-                 logits_all: bool = False, prefix_reuse: bool = True) -> None:
+                 logits_all: bool = False, prefix_reuse: bool = True,
+                 grammar_top: int = DEFAULT_GRAMMAR_TOP) -> None:
         # n_threads also sets torch's CPU threads on the transformers route
         from kgreason.llm.models import MODELS
 
@@ -198,6 +204,9 @@ class LocalLLM:
         self._load_args = (cache_dir, device, batch_size, n_ctx, n_threads)
         self.prefix_cache_mb = float(prefix_cache_mb or 0)
         self.logits_all, self.prefix_reuse = bool(logits_all), bool(prefix_reuse)
+        if int(grammar_top or 0) < 0:
+            raise ValueError(f"llm.grammar_top must be 0 (off) or a number of candidates, got {grammar_top!r}")
+        self.grammar_top = int(grammar_top or 0)
         # json_schema requests decoded under their grammar: the llama.cpp route only
         self.structured_output = route == "llamacpp"
         # the batcher's batch size, known without loading (llama.cpp takes requests one at a time: none)
@@ -231,7 +240,8 @@ class LocalLLM:
                               model_obj=net, tokenizer_obj=tok, name=self.model, num_threads=n_threads)
         elif route == "llamacpp":
             impl = LlamaCppChat(self.gguf, n_ctx=n_ctx, n_threads=n_threads, prefix_cache_mb=self.prefix_cache_mb,
-                                logits_all=self.logits_all, prefix_reuse=self.prefix_reuse)
+                                logits_all=self.logits_all, prefix_reuse=self.prefix_reuse,
+                                grammar_top=self.grammar_top)
             self.load_info = {"load_s": time.perf_counter() - t0, "converted": 0.0}
         log.info("LocalLLM(%s, route=%s) ready in %.1fs", self.model, route, time.perf_counter() - t0)
         return impl
@@ -358,13 +368,35 @@ def _prefix_llama_class() -> Any:
     if _PREFIX_LLAMA is None:
         import llama_cpp
 
+        from kgreason.llm.grammar_sampler import TopGrammarSampler
+
         class PrefixLlama(llama_cpp.Llama):
             _kg_before: Any = None
+            _kg_grammar_top: int = 0  # > 0: TopGrammarSampler over this many candidates where it is exact
+            _kg_grammar_stats: dict = {}
 
             def generate(self, tokens, *args, **kwargs):
                 if self._kg_before is not None:
                     self._kg_before(list(tokens))
                 return (yield from super().generate(tokens, *args, **kwargs))
+
+            def _init_sampler(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
+                              frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0,
+                              mirostat_eta=0.1, mirostat_tau=5.0, penalize_nl=True, logits_processor=None,
+                              grammar=None):
+                if grammar is not None and self._kg_grammar_top > 0 and TopGrammarSampler.applies(
+                        temp=temp, top_k=top_k, typical_p=typical_p, top_p=top_p, repeat_penalty=repeat_penalty,
+                        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                        mirostat_mode=mirostat_mode, logits_processor=logits_processor):
+                    return TopGrammarSampler(self, grammar, top_k=top_k, typical_p=typical_p, top_p=top_p,
+                                             min_p=min_p, temp=temp, seed=self._seed, n_top=self._kg_grammar_top,
+                                             stats=self._kg_grammar_stats)
+                return super()._init_sampler(
+                    top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
+                    repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                    presence_penalty=presence_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+                    mirostat_eta=mirostat_eta, mirostat_tau=mirostat_tau, penalize_nl=penalize_nl,
+                    logits_processor=logits_processor, grammar=grammar)
 
         _PREFIX_LLAMA = PrefixLlama
     return _PREFIX_LLAMA
@@ -393,7 +425,8 @@ class LlamaCppChat:
     structured_output = True  # json_schema requests are decoded under their grammar
 
     def __init__(self, path: Path, n_ctx: int | None = None, n_threads: int | None = None,
-                 prefix_cache_mb: float = 1024, logits_all: bool = False, prefix_reuse: bool = True) -> None:
+                 prefix_cache_mb: float = 1024, logits_all: bool = False, prefix_reuse: bool = True,
+                 grammar_top: int = DEFAULT_GRAMMAR_TOP) -> None:
         try:
             import llama_cpp  # noqa: F401
         except ImportError as e:
@@ -411,6 +444,8 @@ class LlamaCppChat:
         self.reuse = bool(prefix_reuse)
         self.states = PrefixStates(int(float(prefix_cache_mb) * 2**20)) if prefix_cache_mb and self.reuse else None
         self.llm._kg_before = self._before_prompt
+        self.llm._kg_grammar_top = int(grammar_top or 0)
+        self.llm._kg_grammar_stats = self.grammar_stats = {}
         self._reused = 0
         self._grammars: dict[str, Any] = {}
         self._lp_llm: Any = None
