@@ -19,6 +19,9 @@
 * ``harness``: whole runs (``reasoner=io`` on the embedded world, ``llm=openai``) against
   :class:`FakeChatServer` with 0.5 s per request, at ``example_workers`` 16, 64 and 256: the share
   of ideal (the waiting a harness without overhead would do / what the run waited), issue 60.
+* ``grammar``: a run's recorded JSON-schema calls (``--run``, a run dir or bundle made with
+  ``llm.structured_output=true``) on the llama.cpp route with ``llm.grammar_top`` 0 and 256:
+  CPU seconds, CPU ms a decoded token, the ratio, and whether the replies are the same.
 * ``workers``: a whole run (``kgreason.runner.run.run``, ``reasoner=io`` on MetaQA 2-hop, call cache
   off) with ``example_workers=1`` and ``=8`` on the same questions → examples per minute and
   the ratio (8 workers → the local model's requests are merged by
@@ -391,6 +394,90 @@ def bench_dtypes(model: str | None = "qwen2.5-coder-1.5b-instruct", dtypes: tupl
     return out
 
 
+def _recorded_schema_requests(run: str, n: int) -> list[tuple[str, Any]]:
+    """The first ``n`` model calls of a run dir or bundle (its ``predictions.jsonl`` traces) whose
+    prompt has a JSON schema: ``(form, ChatRequest)`` with the call's messages, temperature and the
+    run's reply cap for that form, and a seed of its own, so that a sampled call is repeatable."""
+    from pathlib import Path
+
+    import yaml
+
+    from kgreason.bench.tokens import _method, prediction_rows
+    from kgreason.reasoners.base import load_schema
+    from kgreason.storage.bundle import readable
+    from kgreason.types import ChatRequest, Message
+
+    out: list[tuple[str, Any]] = []
+    with readable(run) as (root, _):
+        runs = sorted(p.parent for p in Path(root).rglob("predictions.jsonl"))
+        if len(runs) != 1:
+            raise SystemExit(f"{run}: {len(runs)} runs in it; give one run dir or one row's bundle")
+        reasoner = _method(runs[0])
+        caps = (yaml.safe_load((runs[0] / "config.yaml").read_text()).get("reasoner") or {}).get("max_tokens", 512)
+        for row in prediction_rows(runs[0]):
+            for step in row.get("trace") or []:
+                d = step.get("data") or {}
+                if step.get("kind") != "llm" or not d.get("messages"):
+                    continue
+                form = str(d.get("prompt_id") or step.get("name")).split("_")[0]
+                schema = load_schema(reasoner, form)
+                if schema is None:
+                    continue
+                cap = caps.get(form, caps.get("default", 512)) if isinstance(caps, dict) else caps
+                msgs = tuple(Message(m["role"], m["content"]) for m in d["messages"])
+                out.append((form, ChatRequest(messages=msgs, temperature=float(d.get("temperature") or 0.0),
+                                              max_tokens=int(cap), json_schema=schema, seed=1000 + len(out))))
+                if len(out) >= n:
+                    return out
+    return out
+
+
+def bench_grammar(run_dir: str, model: str | None = "qwen2.5-coder-1.5b-instruct", n: int = 24,
+                  tops: tuple[int, ...] = (0, 256), n_threads: int | None = 1) -> dict[str, Any]:
+    """Structured output's cost of decoding under a grammar (issue 70): a run's recorded JSON-schema
+    calls sent, each with a seed of its own, to the llama.cpp route with the grammar tested on the
+    whole vocabulary (``llm.grammar_top=0``, llama-cpp-python's own sampler) and on the top
+    candidates (``grammar_top=256``, kgreason/llm/grammar_sampler.py), the settings alternating
+    call by call. Reports each setting's CPU seconds, its CPU ms a decoded token (the calls'
+    prompts and their reuse are the same for both), the ratio, and how many replies were the same."""
+    import os
+    from pathlib import Path
+
+    from kgreason.llm.local import LocalLLM
+
+    reqs = _recorded_schema_requests(run_dir, n)
+    if not reqs:
+        raise SystemExit(f"{run_dir}: no recorded model call has a JSON schema (run with llm.structured_output=true)")
+    llms = {t: LocalLLM(model=model, route="llamacpp", n_threads=n_threads, grammar_top=t) for t in tops}
+    cpu = {t: 0.0 for t in tops}
+    toks = {t: 0 for t in tops}
+    computed = {t: 0 for t in tops}
+    texts: dict[int, list[str]] = {t: [] for t in tops}
+    for i, (form, r) in enumerate(reqs):
+        for t in (tops if i % 2 == 0 else tuple(reversed(tops))):
+            (c,) = llms[t].generate([r])
+            cpu[t] += c.usage.cpu_s
+            toks[t] += c.usage.completion_tokens
+            computed[t] += c.usage.prompt_tokens - c.usage.prompt_tokens_reused
+            texts[t].append(c.text)
+        print(f"  {i + 1:3d} {form:10s} " + "  ".join(f"top={t}: {len(texts[t][-1]):4d} chars" for t in tops),
+              flush=True)
+    ref = tops[0]
+    out: dict[str, Any] = {"backend": f"llamacpp {model or 'smollm2'}", "run": Path(run_dir).name,
+                           "calls": len(reqs),
+                           "forms": sorted({f for f, _ in reqs}), "n_threads": n_threads,
+                           "load_avg": os.getloadavg()[0]}
+    for t in tops:
+        ms = 1000 * cpu[t] / max(1, toks[t])
+        out[f"grammar_top={t}"] = {
+            "cpu_s": round(cpu[t], 1), "completion_tokens": toks[t], "prompt_tokens_computed": computed[t],
+            "cpu_ms_per_completion_token": round(ms, 1), "draws": dict(llms[t].impl.grammar_stats),
+            f"same_replies_as_{ref}": sum(a == b for a, b in zip(texts[t], texts[ref]))}
+    for t in tops:
+        out[f"grammar_top={t}"]["cpu_ratio_vs_" + str(ref)] = round(cpu[ref] / max(cpu[t], 1e-9), 2)
+    return out
+
+
 def bench_workers(llm_overrides: tuple[str, ...] = ("llm=qwen_coder_1_5b",), n: int = 16, workers: int = 8,
                   max_tokens: int | None = None) -> dict[str, Any]:
     """Examples per minute of one real run at 1 worker and at ``workers`` (same questions)."""
@@ -555,7 +642,9 @@ def print_server_table(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kgreason.bench.llm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--which", default="openai,hf", help="comma list of: openai, hf, dtypes, workers, server, harness")
+    p.add_argument("--which", default="openai,hf",
+                   help="comma list of: openai, hf, dtypes, workers, server, harness, grammar")
+    p.add_argument("--run", default=None, help="grammar: a run dir or bundle made with llm.structured_output=true")
     p.add_argument("--n", type=int, default=64, help="requests per measurement")
     p.add_argument("--latency-ms", type=float, default=50.0, help="fake server latency per request")
     p.add_argument("--concurrency", type=int, default=16)
@@ -587,6 +676,14 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(r, indent=1))
             results.append(r)
             continue
+        if which == "grammar":
+            if not a.run:
+                p.error("--which grammar needs --run RUN_DIR (a run made with llm.structured_output=true)")
+            r = bench_grammar(a.run, None if a.model == "smollm2" else a.model, n=min(a.n, 64),
+                              n_threads=a.threads if a.threads is not None else 1)
+            print(json.dumps(r, indent=1))
+            results.append(r)
+            continue
         if which == "workers":
             r = bench_workers(tuple(a.llm.split()), n=min(a.n, 64), workers=a.workers, max_tokens=a.max_tokens)
             print(json.dumps(r, indent=1))
@@ -613,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
         elif which == "hf":
             results.append(bench_hf(min(a.n, 16), batch_size=a.concurrency, repeats=a.repeats))
         else:
-            p.error(f"unknown --which item {which!r} (openai, hf, dtypes, workers, server, harness)")
+            p.error(f"unknown --which item {which!r} (openai, hf, dtypes, workers, server, harness, grammar)")
     print(f"{'backend':26s} {'mode':11s} {'req/s':>8s} {'tok/s':>9s}")
     for r in results:
         if "sequential" not in r:

@@ -71,3 +71,31 @@ def test_a_chain_it_cannot_reproduce_is_left_to_llama_cpp_python():
         from kgreason.llm.local import LocalLLM
 
         LocalLLM(route="llamacpp", grammar_top=-1)
+
+
+@needs_model
+def test_the_grammar_bench_replays_a_runs_recorded_schema_calls_under_both_settings(tmp_path, capsys):
+    """``kgreason bench llm --which grammar --run RUN``: a run's recorded JSON-schema calls (its
+    traces), each under both settings, with CPU per decoded token and the count of equal replies;
+    a call whose form has no schema is not sent."""
+    pytest.importorskip("llama_cpp")
+    import json
+
+    from kgreason.bench.llm import bench_grammar
+
+    (tmp_path / "config.yaml").write_text("reasoner:\n  _target_: kgreason.reasoners.sgr.SGR\n"
+                                          "  max_tokens: {step: 20, default: 24}\n")
+    steps = [{"kind": "llm", "name": f"{form}_p0_t0",
+              "data": {"prompt_id": f"{form}_p0_t0", "temperature": t,
+                       "messages": [{"role": "user", "content": PROMPTS[form]}]}}
+             for form, t in (("step", 0.7), ("hypothesis", 0.0))]
+    steps.insert(0, {"kind": "llm", "name": "answer_free", "data": {"prompt_id": "answer_free", "temperature": 0.0,
+                                                                  "messages": [{"role": "user", "content": "Hi"}]}})
+    (tmp_path / "predictions.jsonl").write_text(json.dumps({"trace": steps}) + "\n")
+    r = bench_grammar(str(tmp_path), model=None, n=8)
+    assert r["calls"] == 2 and r["forms"] == ["hypothesis", "step"]
+    off, on = r["grammar_top=0"], r["grammar_top=256"]
+    assert on["same_replies_as_0"] == off["same_replies_as_0"] == 2
+    assert 0 < on["completion_tokens"] == off["completion_tokens"] <= 20 + 24
+    assert off["draws"] == {} and on["draws"]["top"] > 0
+    assert on["cpu_ms_per_completion_token"] > 0 and on["cpu_ratio_vs_0"] > 0
