@@ -373,7 +373,7 @@ def _prefix_llama_class() -> Any:
         class PrefixLlama(llama_cpp.Llama):
             _kg_before: Any = None
             _kg_grammar_top: int = 0  # > 0: TopGrammarSampler over this many candidates where it is exact
-            _kg_grammar_stats: dict = {}
+            _kg_grammar_stats: dict | None = None  # how its tokens were drawn (TopGrammarSampler.stats)
 
             def generate(self, tokens, *args, **kwargs):
                 if self._kg_before is not None:
