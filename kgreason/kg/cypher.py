@@ -47,6 +47,7 @@ Every LLM query passes :func:`~kgreason.kg.cypher_guard.check_read_only` first, 
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import json
@@ -60,6 +61,7 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -74,6 +76,9 @@ from kgreason.paths import inside, safe_component
 from kgreason.paths import resolve as resolve_path
 
 log = logging.getLogger(__name__)
+
+#: how many reads' rows a database keeps to answer the same read again (:meth:`GraphDB.run_read`)
+READ_MEMORY = 4096
 
 
 class GraphDBUnavailable(RuntimeError):
@@ -192,6 +197,8 @@ class GraphDB(ABC):
         self.timeout_ms = int(timeout_ms)
         self.queries_run = 0  # read queries executed (tests use it to prove the DB was not touched)
         self.storage_order_cuts = 0  # cut reads that could not be ordered (run_read): their rows follow storage order
+        self.reads_reused = 0  # reads answered from :attr:`_answered` (run_read) without reaching the engine
+        self._answered: "OrderedDict[tuple, list[dict]]" = OrderedDict()  # the last READ_MEMORY reads' rows
         # reads are serialised: concurrent examples (example_workers > 1) share one connection or
         # sandbox process, which none of the engines' clients promises to share between threads
         self._read_lock = threading.RLock()
@@ -232,6 +239,8 @@ class GraphDB(ABC):
     def export(self, kg: KG) -> ExportStats:
         """Export ``kg``; a no-op when it is already there, only the new part for a superset."""
         t0 = time.perf_counter()
+        with self._read_lock:
+            self._answered.clear()  # rows read before may not be the new graph's
         digest = kg_content_hash(kg)
         state = self._state()
         if state.get("hash") == digest:
@@ -294,23 +303,37 @@ class GraphDB(ABC):
         cap = lim if own is None else min(own, lim)
         tmo = self.timeout_ms if timeout_ms is None else int(timeout_ms)
         params = dict(params or {})
+        key = (safe, json.dumps(params, sort_keys=True, default=str), cap, tmo)
         with self._read_lock:
             self.queries_run += 1
-            rows = self._execute_read(set_limit(safe, cap + 1), params, cap + 1, tmo)
-            if len(rows) <= cap:
-                return canonical_rows(rows)
-            ordered = order_by_columns(set_limit(safe, cap))
-            if ordered is None and re.search(r"\bORDER\s+BY\b", masked_code(safe), re.I):
-                return rows[:cap]  # the query's own order decides its cut
-            try:
-                if ordered is None:
-                    raise CypherError("no final RETURN to order by")
-                return canonical_rows(self._execute_read(check_read_only(ordered), params, cap, tmo))
-            except (CypherError, CypherRejected) as e:
-                self.storage_order_cuts += 1
-                log.warning("a read cut at %d rows could not be ordered (%s): its rows follow the database's "
-                            "storage order", cap, str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
-                return rows[:cap]
+            rows = self._answered.get(key)
+            if rows is not None:
+                self._answered.move_to_end(key)
+                self.reads_reused += 1
+                return copy.deepcopy(rows)
+            rows = self._read_cut(safe, params, cap, tmo)
+            self._answered[key] = copy.deepcopy(rows)
+            while len(self._answered) > READ_MEMORY:
+                self._answered.popitem(last=False)
+            return rows
+
+    def _read_cut(self, safe: str, params: dict, cap: int, tmo: int) -> list[dict]:
+        """:meth:`run_read`'s rows of a guarded query: at most ``cap``, cut in a fixed order."""
+        rows = self._execute_read(set_limit(safe, cap + 1), params, cap + 1, tmo)
+        if len(rows) <= cap:
+            return canonical_rows(rows)
+        ordered = order_by_columns(set_limit(safe, cap))
+        if ordered is None and re.search(r"\bORDER\s+BY\b", masked_code(safe), re.I):
+            return rows[:cap]  # the query's own order decides its cut
+        try:
+            if ordered is None:
+                raise CypherError("no final RETURN to order by")
+            return canonical_rows(self._execute_read(check_read_only(ordered), params, cap, tmo))
+        except (CypherError, CypherRejected) as e:
+            self.storage_order_cuts += 1
+            log.warning("a read cut at %d rows could not be ordered (%s): its rows follow the database's "
+                        "storage order", cap, str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+            return rows[:cap]
 
     def checksum(self) -> str:
         """SHA-256 over every node and edge (sorted): proves a query battery changed nothing."""
@@ -848,7 +871,7 @@ class LazyGraphDB:
         if db is None:
             return None
         return {"engine": self.engine, "kg": getattr(self.kg, "name", None), "queries_run": db.queries_run,
-                "storage_order_cuts": db.storage_order_cuts}
+                "reads_reused": db.reads_reused, "storage_order_cuts": db.storage_order_cuts}
 
     def open(self) -> GraphDB:
         """The open database, with the KG exported (first call opens; later calls return it)."""

@@ -26,17 +26,21 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCT = frozenset(string.punctuation)
 _YES_NO = ("yes", "no", "noanswer")
+_NO_PUNCT = str.maketrans("", "", string.punctuation)
 
 
+@lru_cache(maxsize=1 << 17)
 def normalize_answer(s: str) -> str:
-    """SQuAD v1.1 normalisation (lower → strip punctuation → strip articles → whitespace)."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
+    """SQuAD v1.1 normalisation (lower → strip punctuation → strip articles → whitespace).
+
+    Remembered per string: a run's retrieval figures normalise every retrieved name of every
+    question (1.2M calls over SGR's 100 MetaQA questions), mostly the same names again."""
+    s = s.lower().translate(_NO_PUNCT)  # string.punctuation is ASCII: the same as dropping each such character
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
