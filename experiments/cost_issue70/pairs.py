@@ -109,7 +109,7 @@ def counted(s: dict, counts_file: Path, at_row: int | None = None) -> dict:
         kept.update(at_row=at_row, evaluated_tokens=snap["evaluated_tokens"], cpu="process")
     sums["prompt_tokens_computed"] = evaluated - sums["completion_tokens"]
     sums["prompt_tokens_reused"] = sums["prompt_tokens"] - sums["prompt_tokens_computed"]
-    return {**s, "sums": sums, "counted": kept, "fit": None}
+    return {**s, "sums": sums, "counted": kept}  # the fit is of the route's own per-call CPU (its traces)
 
 
 def pair(before: Path, after: Path, note: str, counts: tuple[Path | None, Path | None] | None = None) -> dict:
@@ -151,12 +151,13 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def per_token(p: dict) -> str:
-    """The fitted per-token CPU costs of both sides (:func:`fit`), or – where the runs' traces were not
-    read (pairs recorded before the fit)."""
+    """The fitted per-token CPU costs of each side (:func:`fit`), – for a side whose traces were not
+    read (pairs recorded before the fit) or give no per-call CPU (commit 0ce204e's)."""
     fb, fa = p["before"].get("fit"), p["after"].get("fit")
-    if not fb or not fa:
+    if not fb and not fa:
         return "–"
-    return f"{fb['prompt_ms']:.0f} / {fb['decode_ms']:.0f} → {fa['prompt_ms']:.0f} / {fa['decode_ms']:.0f}"
+    one = lambda f: f"{f['prompt_ms']:.0f} / {f['decode_ms']:.0f}" if f else "–"  # noqa: E731
+    return f"{one(fb)} → {one(fa)}"
 
 
 def table(pairs: dict) -> str:
