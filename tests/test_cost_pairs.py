@@ -68,7 +68,9 @@ def test_the_per_token_fit_recovers_known_costs(tmp_path):
     p["after"] = p["before"]
     assert mod.table({"x": p}).splitlines()[2].endswith("| 30 / 60 → 30 / 60 |")
     assert mod.fit([{"trace": calls[:3]}]) is None  # too few calls to fit three costs
-    p["before"] = {**p["before"], "fit": None}
+    p["before"] = {**p["before"], "fit": None}  # a side with no per-call CPU (0ce204e's traces)
+    assert mod.table({"x": p}).splitlines()[2].endswith("| – → 30 / 60 |")
+    p["after"] = p["before"]
     assert mod.table({"x": p}).splitlines()[2].endswith("| – |")
 
 
