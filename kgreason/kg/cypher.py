@@ -81,6 +81,12 @@ log = logging.getLogger(__name__)
 READ_MEMORY = 4096
 
 
+def _param_key(value: Any) -> list[str]:
+    """A query parameter JSON cannot write, as part of a read's key: its type with its repr, so
+    that ``numpy.int64(5)`` and ``"5"`` stay two reads."""
+    return ["<param>", f"{type(value).__module__}.{type(value).__qualname__}", repr(value)]
+
+
 class GraphDBUnavailable(RuntimeError):
     """The configured graph database cannot be opened/started (message says what is missing)."""
 
@@ -303,7 +309,7 @@ class GraphDB(ABC):
         cap = lim if own is None else min(own, lim)
         tmo = self.timeout_ms if timeout_ms is None else int(timeout_ms)
         params = dict(params or {})
-        key = (safe, json.dumps(params, sort_keys=True, default=str), cap, tmo)
+        key = (safe, json.dumps(params, sort_keys=True, default=_param_key), cap, tmo)
         with self._read_lock:
             self.queries_run += 1
             rows = self._answered.get(key)

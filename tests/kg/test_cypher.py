@@ -19,13 +19,14 @@ Why these queries match the engine's semantics:
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 import pytest
 
-from kgreason.kg.cypher import (CypherError, FalkorDB, GraphDBUnavailable, KuzuDB, Neo4jDB, open_graphdb,
-                                 relation_type_names)
+from kgreason.kg.cypher import (CypherError, FalkorDB, GraphDBUnavailable, KuzuDB, Neo4jDB, _param_key,
+                                 open_graphdb, relation_type_names)
 from kgreason.kg.cypher_guard import CypherRejected
 from kgreason.kg.store import KG
 from kgreason.retrieval.scipy_engine import ScipyRetriever
@@ -317,3 +318,6 @@ def test_a_read_asked_again_is_answered_from_memory_until_the_graph_changes(tmp_
         assert len(reached) == n + 1
     finally:
         db.close()
+    # a parameter JSON cannot write is keyed by its type with its value: numpy's 5 is not the text "5"
+    key = lambda v: json.dumps({"n": v}, sort_keys=True, default=_param_key)  # noqa: E731
+    assert key(np.int64(5)) != key("5") and key(np.int64(5)) == key(np.int64(5))

@@ -192,8 +192,8 @@ def test_end_to_end_local(tmp_path, emb_dir):
     # embedded the embedded world's 6.7k triples and indexed none of the pool
     cfg = compose_cfg(["reasoner=subqrag", "dataset=embedded", "dataset.task=multihop", "llm=local",
                        "dataset.limit=1", "tracking=none", "reasoner.max_tokens=32", "reasoner.index_max_tokens=64",
-                       # two sub-questions: each runs the same loop, and SmolLM2 (which cannot read)
-                       # wrote five, 60 % of the test's 100 s on CI
+                       # two sub-questions: each runs the same loop again, and SmolLM2 (which cannot
+                       # read) wrote five, which took 99 s of CI
                        "reasoner.max_subquestions=2",
                        f"reasoner.corpus={corpus}",
                        f"reasoner.index_dir={tmp_path / 'idx'}", "reasoner.kg_source=index",
