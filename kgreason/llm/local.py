@@ -129,6 +129,12 @@ def load_transformers(gguf: Path, cache_dir: str | Path | None,
     return model, tok, {"load_s": load_s, "converted": 1.0}
 
 
+#: the llama.cpp route's own settings at their defaults (conf/llm/local.yaml); another value on the
+#: transformers route, which reads none of them, is refused (:class:`LocalLLM`)
+LLAMACPP_ONLY = {"n_ctx": None, "prefix_cache_mb": 1024, "logits_all": False, "prefix_reuse": True,
+                 "grammar_top": DEFAULT_GRAMMAR_TOP}
+
+
 class LocalLLM:
     """Args:
         route: ``transformers`` (default) | ``llamacpp``.
@@ -177,6 +183,14 @@ class LocalLLM:
             raise ValueError(f"llm.route must be 'auto', 'transformers' or 'llamacpp', got {route!r}")
         if route == "auto":
             route = pick_route()
+        if route == "transformers":  # refused, not ignored: these size or steer llama.cpp only
+            given = {"n_ctx": n_ctx, "prefix_cache_mb": prefix_cache_mb, "logits_all": logits_all,
+                     "prefix_reuse": prefix_reuse, "grammar_top": grammar_top}
+            unused = [f"llm.{k}={v}" for k, v in given.items() if v != LLAMACPP_ONLY[k]]
+            if unused:
+                raise ValueError(f"{', '.join(unused)}: read by llm.route=llamacpp only, and this run's route is "
+                                 "transformers; "
+                                 f"drop {'it' if len(unused) == 1 else 'them'}, or set llm.route=llamacpp (make qwen installs llama.cpp)")
         if model and spec is None and not gguf_path:  # would silently run SmolLM2 under another name
             raise ValueError(f"llm.model={model!r} is not a named local model (known: {sorted(MODELS)}); "
                              "for another GGUF set llm.gguf_path=<file> (llm.model then only names it)")

@@ -33,6 +33,23 @@ def test_missing_package_and_bad_route_are_clear(tmp_path):
         LocalLLM(route="onnx", gguf_path=str(fake))
 
 
+@pytest.mark.parametrize("setting", [{"n_ctx": 4096}, {"prefix_cache_mb": 0}, {"logits_all": True},
+                                     {"prefix_reuse": False}, {"grammar_top": 0}])
+def test_a_llama_cpp_setting_on_the_transformers_route_is_refused(tmp_path, setting):
+    """These settings size or steer llama.cpp only; on the transformers route they used to be
+    ignored, so ``llm.prefix_reuse=false`` (the reference a benchmark compares against) changed
+    nothing and said so nowhere. Refused at once, naming the setting and what fits."""
+    from kgreason.llm.local import LocalLLM
+
+    fake = tmp_path / "m.gguf"
+    fake.write_bytes(b"GGUF")
+    (key, value), = setting.items()
+    with pytest.raises(ValueError) as e:
+        LocalLLM(route="transformers", gguf_path=str(fake), **setting)
+    msg = str(e.value)
+    assert f"llm.{key}=" in msg and "llm.route=llamacpp" in msg and len(msg.splitlines()) <= 2, msg
+
+
 @needs_model
 @pytest.mark.slow
 def test_smollm2_answers_a_trivial_prompt():
