@@ -22,6 +22,16 @@ from kgreason.llm.cache import CachedLLM, open_store
 STRUCTURED = "structured_output"
 
 
+def _local_route(cfg: Mapping[str, Any]) -> str:
+    """The route an ``llm=local`` config will take (``auto``: llama.cpp when llama-cpp-python is installed)."""
+    route = str(cfg.get("route", "transformers"))
+    if route == "auto":
+        import importlib.util
+
+        route = "llamacpp" if importlib.util.find_spec("llama_cpp") is not None else "transformers"
+    return route
+
+
 def structured_output_refusal(cfg: Mapping[str, Any]) -> str | None:
     """Why ``llm.structured_output=true`` cannot be honoured by the configured backend, or None.
     Decided from the config alone, so a run refuses before it loads a model or answers anything:
@@ -32,12 +42,7 @@ def structured_output_refusal(cfg: Mapping[str, Any]) -> str | None:
     cannot."""
     target = str(cfg.get("_target_", ""))
     if target.endswith("llm.local.LocalLLM"):
-        route = str(cfg.get("route", "transformers"))
-        if route == "auto":
-            import importlib.util
-
-            route = "llamacpp" if importlib.util.find_spec("llama_cpp") is not None else "transformers"
-        if route != "llamacpp":
+        if _local_route(cfg) != "llamacpp":
             return ("llm.structured_output=true needs the llama.cpp route (llm.route=llamacpp, or route=auto with "
                     "llama-cpp-python installed: make qwen); the transformers route cannot constrain decoding")
         return None
@@ -138,6 +143,12 @@ class LazyLLM:
         self.structured_output = bool(cfg.get(STRUCTURED, False))
         if self.structured_output:
             why = structured_output_refusal(cfg)
+            if why:
+                raise ValueError(why)
+        if str(cfg.get("_target_", "")).endswith("llm.local.LocalLLM"):  # from the config alone, before any load
+            from kgreason.llm.local import llamacpp_settings_refusal
+
+            why = llamacpp_settings_refusal(_local_route(cfg), dict(cfg))
             if why:
                 raise ValueError(why)
 

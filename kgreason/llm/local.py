@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from kgreason import progress
 from kgreason.llm.accounting import call_usage, report_score_usage
@@ -130,9 +130,24 @@ def load_transformers(gguf: Path, cache_dir: str | Path | None,
 
 
 #: the llama.cpp route's own settings at their defaults (conf/llm/local.yaml); another value on the
-#: transformers route, which reads none of them, is refused (:class:`LocalLLM`)
+#: transformers route, which reads none of them, is refused (:func:`llamacpp_settings_refusal`)
 LLAMACPP_ONLY = {"n_ctx": None, "prefix_cache_mb": 1024, "logits_all": False, "prefix_reuse": True,
                  "grammar_top": DEFAULT_GRAMMAR_TOP}
+
+
+def llamacpp_settings_refusal(route: str, settings: Mapping[str, Any]) -> str | None:
+    """Why ``settings`` (an ``llm`` config's keys) cannot run on ``route``, or None: on the
+    transformers route a llama.cpp setting (:data:`LLAMACPP_ONLY`) other than its default would be
+    ignored, so ``llm.prefix_reuse=false`` changed nothing and said so nowhere. ``route`` is the
+    resolved one (``auto`` already decided). Checked by :class:`LocalLLM` and, from the config
+    alone before any model loads, by :class:`~kgreason.llm.lazy.LazyLLM`."""
+    if route != "transformers":
+        return None
+    unused = [f"llm.{k}={settings[k]}" for k, d in LLAMACPP_ONLY.items() if k in settings and settings[k] != d]
+    if not unused:
+        return None
+    return (f"{', '.join(unused)}: read by llm.route=llamacpp only, and this run's route is transformers; "
+            f"drop {'it' if len(unused) == 1 else 'them'}, or set llm.route=llamacpp (make qwen installs llama.cpp)")
 
 
 class LocalLLM:
@@ -183,14 +198,11 @@ class LocalLLM:
             raise ValueError(f"llm.route must be 'auto', 'transformers' or 'llamacpp', got {route!r}")
         if route == "auto":
             route = pick_route()
-        if route == "transformers":  # refused, not ignored: these size or steer llama.cpp only
-            given = {"n_ctx": n_ctx, "prefix_cache_mb": prefix_cache_mb, "logits_all": logits_all,
-                     "prefix_reuse": prefix_reuse, "grammar_top": grammar_top}
-            unused = [f"llm.{k}={v}" for k, v in given.items() if v != LLAMACPP_ONLY[k]]
-            if unused:
-                raise ValueError(f"{', '.join(unused)}: read by llm.route=llamacpp only, and this run's route is "
-                                 "transformers; "
-                                 f"drop {'it' if len(unused) == 1 else 'them'}, or set llm.route=llamacpp (make qwen installs llama.cpp)")
+        why = llamacpp_settings_refusal(route, {"n_ctx": n_ctx, "prefix_cache_mb": prefix_cache_mb,
+                                                "logits_all": logits_all, "prefix_reuse": prefix_reuse,
+                                                "grammar_top": grammar_top})
+        if why:
+            raise ValueError(why)
         if model and spec is None and not gguf_path:  # would silently run SmolLM2 under another name
             raise ValueError(f"llm.model={model!r} is not a named local model (known: {sorted(MODELS)}); "
                              "for another GGUF set llm.gguf_path=<file> (llm.model then only names it)")

@@ -48,6 +48,13 @@ def test_a_llama_cpp_setting_on_the_transformers_route_is_refused(tmp_path, sett
         LocalLLM(route="transformers", gguf_path=str(fake), **setting)
     msg = str(e.value)
     assert f"llm.{key}=" in msg and "llm.route=llamacpp" in msg and len(msg.splitlines()) <= 2, msg
+    # a run refuses it from its config alone, before the first example and before any model loads
+    from kgreason.llm.lazy import LazyLLM
+
+    cfg = {"_target_": "kgreason.llm.local.LocalLLM", "route": "transformers", "gguf_path": str(fake)}
+    with pytest.raises(ValueError, match=f"llm.{key}="):
+        LazyLLM({**cfg, **setting}, None)
+    assert LazyLLM(cfg, None)._llm is None  # the defaults pass, and nothing was built
 
 
 @needs_model
