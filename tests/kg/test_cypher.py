@@ -316,6 +316,11 @@ def test_a_read_asked_again_is_answered_from_memory_until_the_graph_changes(tmp_
         assert db.run_read(q, {"names": ["A"]}) == [{"t": "B", "rel": "r"}, {"t": "C", "rel": "r"},
                                                      {"t": "D", "rel": "r"}]
         assert len(reached) == n + 1
+        # the memory is bounded by rows too: a read of more rows than it may hold is not kept
+        monkeypatch.setattr("kgreason.kg.cypher.READ_MEMORY_ROWS", 2)
+        db.run_read(q, {"names": ["C", "A"]})
+        db.run_read(q, {"names": ["C", "A"]})
+        assert len(reached) == n + 3
     finally:
         db.close()
     # a parameter JSON cannot write is keyed by its type with its value: numpy's 5 is not the text "5"
