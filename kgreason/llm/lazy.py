@@ -146,9 +146,10 @@ class LazyLLM:
             if why:
                 raise ValueError(why)
         if str(cfg.get("_target_", "")).endswith("llm.local.LocalLLM"):  # from the config alone, before any load
-            from kgreason.llm.local import llamacpp_settings_refusal
+            from kgreason.llm.local import LLAMACPP_ONLY, llamacpp_settings_refusal
 
-            why = llamacpp_settings_refusal(_local_route(cfg), dict(cfg))
+            # only the keys it judges: reading the whole node would resolve every interpolation in it
+            why = llamacpp_settings_refusal(_local_route(cfg), {k: cfg.get(k) for k in LLAMACPP_ONLY if k in cfg})
             if why:
                 raise ValueError(why)
 
